@@ -1,0 +1,200 @@
+"""The SGLang patch set: read the series, check each patch's state, apply all or nothing.
+
+Patches are applied with GNU patch (-p1, no fuzz), the same tool and flags Nix's
+patchPhase uses, so a tree patched here is byte-identical to the Nix build.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .sglang_source import SGLangTree
+
+PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch", "--reject-file=-"]
+
+
+class PatchError(Exception):
+    """The patch set cannot be applied or checked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    path: Path
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def summary(self) -> str:
+        """The first line of the patch header."""
+        return self.text.splitlines()[0].strip()
+
+    @property
+    def header(self) -> str:
+        """Everything before the first diff: what, why, upstream reference."""
+        return self.text.split("\n--- ", 1)[0].strip()
+
+    @property
+    def files(self) -> list[str]:
+        """Paths (relative to the tree root, -p1 stripped) this patch changes."""
+        return [m.split("/", 1)[1] for m in re.findall(r"^\+\+\+ (\S+)", self.text, re.MULTILINE)]
+
+
+@dataclass(frozen=True)
+class PatchSeries:
+    directory: Path
+    sglang_version: str
+    patches: tuple[Patch, ...]
+
+    @classmethod
+    def load(cls, directory: Path | None = None) -> PatchSeries:
+        directory = directory or default_series_dir()
+        series_file = directory / "series"
+        if not series_file.is_file():
+            raise PatchError(f"no series file in {directory}")
+        names = read_series(series_file)
+        missing = [n for n in names if not (directory / n).is_file()]
+        if missing:
+            raise PatchError(f"{series_file} lists patches that do not exist: {', '.join(missing)}")
+        match = re.fullmatch(r"sglang-(.+)", directory.name)
+        if not match:
+            raise PatchError(f"patch directory {directory} must be named sglang-<version>")
+        return cls(directory, match.group(1), tuple(Patch(n, directory / n) for n in names))
+
+
+def read_series(series_file: Path) -> list[str]:
+    """Patch file names in order: one per line, '#' starts a comment (quilt's format)."""
+    names = []
+    for line in series_file.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def default_series_dir() -> Path:
+    """Where the patch set is: $SGLANG_EAGLE3_PATCHES, the copy inside a built wheel, or the repo."""
+    from . import SGLANG_VERSION
+
+    candidates = []
+    if os.environ.get("SGLANG_EAGLE3_PATCHES"):
+        candidates.append(Path(os.environ["SGLANG_EAGLE3_PATCHES"]))
+    here = Path(__file__).resolve().parent
+    candidates.append(here / "patches" / f"sglang-{SGLANG_VERSION}")  # wheel (force-include)
+    candidates.append(here.parents[2] / "patches" / f"sglang-{SGLANG_VERSION}")  # repo checkout
+    for candidate in candidates:
+        if (candidate / "series").is_file():
+            return candidate
+    raise PatchError(
+        "cannot find the patch set; set SGLANG_EAGLE3_PATCHES to the patches/sglang-"
+        f"{SGLANG_VERSION} directory of this project"
+    )
+
+
+class PatchState(enum.Enum):
+    APPLIED = "applied"
+    NOT_APPLIED = "not applied"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    patch: Patch
+    state: PatchState
+    detail: str = ""  # GNU patch's own words when the patch conflicts
+
+
+def _run_patch(patch: Patch, directory: Path, *extra: str) -> subprocess.CompletedProcess:
+    if shutil.which("patch") is None:
+        raise PatchError("GNU patch is not installed; install it (Debian/Ubuntu: apt-get install patch)")
+    return subprocess.run(
+        ["patch", *PATCH_FLAGS, *extra, "-d", str(directory), "-i", str(patch.path)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def _status(patch: Patch, directory: Path) -> PatchStatus:
+    if _run_patch(patch, directory, "--dry-run", "--reverse").returncode == 0:
+        return PatchStatus(patch, PatchState.APPLIED)
+    forward = _run_patch(patch, directory, "--dry-run")
+    if forward.returncode == 0:
+        return PatchStatus(patch, PatchState.NOT_APPLIED)
+    return PatchStatus(patch, PatchState.CONFLICT, (forward.stdout + forward.stderr).strip())
+
+
+def check_version(series: PatchSeries, tree: SGLangTree) -> None:
+    if tree.version != series.sglang_version:
+        found = tree.version or "an unknown version"
+        raise PatchError(
+            f"{tree.package} is SGLang {found}, but this patch set is for SGLang "
+            f"{series.sglang_version}; install sglang=={series.sglang_version} there "
+            "or point --target at an SGLang "
+            f"{series.sglang_version} tree"
+        )
+
+
+def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
+    """The state of every patch in the series, checked against the tree as it is."""
+    check_version(series, tree)
+    return [_status(patch, tree.root) for patch in series.patches]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    applied: list[Patch]  # newly applied by this call
+    already: list[Patch]  # were applied before
+
+
+def apply(series: PatchSeries, tree: SGLangTree) -> ApplyResult:
+    """Apply every patch not yet applied, all or nothing.
+
+    The pending patches are applied in series order to a staging copy of the files
+    they touch; only when every one applies cleanly are the originals replaced. On
+    any conflict the tree is left exactly as it was and PatchError says which patch
+    failed and why.
+    """
+    statuses = verify(series, tree)
+    conflicts = [s for s in statuses if s.state is PatchState.CONFLICT]
+    if conflicts:
+        raise PatchError(
+            "not applying anything, the tree was left unchanged: "
+            + "; ".join(f"{s.patch.name} conflicts with {tree.root}:\n{s.detail}" for s in conflicts)
+        )
+    pending = [s.patch for s in statuses if s.state is PatchState.NOT_APPLIED]
+    already = [s.patch for s in statuses if s.state is PatchState.APPLIED]
+    if not pending:
+        return ApplyResult([], already)
+
+    touched = sorted({f for p in pending for f in p.files})
+    # Stage inside the tree's root so the final os.replace never crosses filesystems.
+    staging = Path(tempfile.mkdtemp(prefix=".sglang-eagle3-staging-", dir=tree.root))
+    try:
+        for rel in touched:
+            source = tree.root / rel
+            if source.exists():
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, staging / rel)
+        for patch in pending:
+            result = _run_patch(patch, staging)
+            if result.returncode != 0:
+                raise PatchError(
+                    f"not applying anything, the tree was left unchanged: {patch.name} "
+                    f"failed after the patches before it:\n{(result.stdout + result.stderr).strip()}"
+                )
+        for rel in touched:
+            target = tree.root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / rel, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ApplyResult(pending, already)

@@ -1,0 +1,318 @@
+"""Preflight probe: can this SGLang install serve a target model with speculative decoding?
+
+It answers in well under a second, with no GPU and no weights, by reading SGLang's
+source:
+
+1. Call sites. Every call that the speculative path makes on the *target* model
+   (``...target_worker.model_runner.model.m()`` in srt/speculative/, and
+   ``self.model.m()`` / ``self.model_runner.model.m()`` in srt/model_executor/ when
+   guarded by a speculative condition), with file:line and the condition under which
+   it runs, for the chosen algorithm.
+2. The target class. Whether the architecture's class provides each method: defined
+   in the class, inherited, or forwarded to an inner model that has it.
+3. All-reduce optimisations on the given compute capability (see allreduce_gates).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import allreduce_gates, spec_conditions
+from .sglang_source import SGLangTree
+from .source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
+
+DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
+
+# Receivers that denote the model a runner holds. In srt/speculative/ only the
+# target worker's model counts; in srt/model_executor/ the runner's own model
+# counts when the call is guarded by a speculative condition.
+TARGET_RECEIVER_SUFFIX = "target_worker.model_runner.model"
+RUNNER_RECEIVERS = {"self.model", "self.model_runner.model"}
+
+
+@dataclass
+class CallSite:
+    method: str
+    location: str  # srt/speculative/eagle_worker.py:157
+    function: str  # EAGLEWorker.__init__
+    condition: str  # the guards, "always" if none
+    worker: str | None = None  # worker class whose module this is, if chosen by create_worker
+    worker_chosen_if: str | None = None  # create_worker's condition for that worker
+    when: str = "always"  # "always", or "depends" on settings only known at start-up
+
+
+@dataclass
+class MethodCheck:
+    method: str
+    provided: bool
+    how: str
+    call_sites: list[CallSite] = field(default_factory=list)
+
+
+@dataclass
+class ProbeReport:
+    sglang_root: str
+    sglang_version: str | None
+    arch: str
+    algorithm: str
+    class_location: str | None
+    methods: list[MethodCheck]
+    allreduce: allreduce_gates.AllReduceReport
+    arch_suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        return [m.method for m in self.methods if not m.provided]
+
+    @property
+    def problems(self) -> list[str]:
+        problems = []
+        if self.class_location is None:
+            hint = f"; did you mean {', '.join(self.arch_suggestions)}?" if self.arch_suggestions else ""
+            problems.append(f"no class {self.arch} in {self.sglang_root}/sglang/srt/models{hint}")
+        problems += [
+            f"{self.arch} does not provide {m.method}() ({m.how}); first called at {m.call_sites[0].location}"
+            for m in self.methods
+            if not m.provided
+        ]
+        problems += self.allreduce.problems
+        return problems
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.allreduce.warnings)
+        return data
+
+
+# -- 1. call sites ---------------------------------------------------------------------
+
+
+def _functions(module: ast.Module):
+    """(qualified name, function) for module-level functions and methods."""
+    for node in module.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield f"{node.name}.{item.name}", item
+
+
+def _is_optional(conds: tuple[Condition, ...], receiver: str, method: str) -> bool:
+    """A call guarded by ``hasattr(receiver, "method")`` is not a requirement."""
+    for cond in conds:
+        for node in ast.walk(cond.test):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr")
+                and len(node.args) >= 2
+                and ast.unparse(node.args[0]) == receiver
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value == method
+            ):
+                return True
+    return False
+
+
+def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, algorithm: str) -> list[CallSite]:
+    srt = index.tree.srt
+    files = sorted((srt / "speculative").glob("*.py")) + sorted((srt / "model_executor").glob("*.py"))
+    sites = []
+    for path in files:
+        in_speculative = path.parent.name == "speculative"
+        worker = algebra.workers.get(path)
+        if in_speculative:
+            if worker is None:
+                module_value: spec_conditions.Tri = None  # helper module: used by some worker
+            else:
+                module_value = spec_conditions.tri_or([algebra.path_value(p, algorithm) for p in worker[1]])
+            if module_value is False:
+                continue
+        else:
+            module_value = True
+        for qualname, func in _functions(index.module(path)):
+            for stmt, conds in statements_with_conditions(func.body):
+                for node in own_expressions(stmt):
+                    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                        continue
+                    receiver = ast.unparse(node.func.value)
+                    method = node.func.attr
+                    if in_speculative:
+                        if not receiver.endswith(TARGET_RECEIVER_SUFFIX):
+                            continue
+                    elif receiver not in RUNNER_RECEIVERS or not algebra.mentions_speculation(conds):
+                        continue
+                    if _is_optional(conds, receiver, method):
+                        continue
+                    value = spec_conditions.tri_and([module_value, algebra.path_value(conds, algorithm)])
+                    if value is False:
+                        continue
+                    sites.append(
+                        CallSite(
+                            method=method,
+                            location=f"{index.rel(path)}:{node.lineno}",
+                            function=qualname,
+                            condition=algebra.describe([conds], algorithm),
+                            worker=worker[0] if worker else None,
+                            worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
+                            when="always" if value is True else "depends",
+                        )
+                    )
+    return sites
+
+
+# -- 2. does the target class provide a method? -----------------------------------------
+
+
+def _defines(cls: ast.ClassDef, method: str) -> ast.stmt | None:
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
+            return node
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == method for t in node.targets):
+            return node
+    return None
+
+
+def _forward_target(func: ast.stmt, method: str) -> str | None:
+    """``self.inner.method(...)`` inside ``method``'s body -> "inner"."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    for node in ast.walk(func):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == method
+            and isinstance(node.func.value, ast.Attribute)
+            and isinstance(node.func.value.value, ast.Name)
+            and node.func.value.value.id == "self"
+        ):
+            return node.func.value.attr
+    return None
+
+
+def _attribute_class(index: SourceIndex, path: Path, cls: ast.ClassDef, attr: str):
+    """The class of ``self.attr`` as assigned in ``__init__`` (``self.attr = Cls(...)``)."""
+    init = _defines(cls, "__init__")
+    if init is None:
+        return None
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+        ):
+            return index.resolve_name(path, node.value.func.id)
+    return None
+
+
+def lookup(index: SourceIndex, path: Path, cls: ast.ClassDef, method: str, _depth: int = 0) -> tuple[bool, str]:
+    """(provided, how) for ``cls.method``, following bases and forwarding to inner models."""
+    if _depth > 12:
+        return False, "class hierarchy too deep to follow"
+    found = _defines(cls, method)
+    where = f"{index.rel(path)}:{found.lineno}" if found is not None else ""
+    if found is not None:
+        inner = _forward_target(found, method)
+        if inner is None:
+            return True, f"defined in {cls.name} ({where})"
+        inner_cls = _attribute_class(index, path, cls, inner)
+        if inner_cls is None:
+            return True, f"forwarded to self.{inner} ({where}); its class is not known statically"
+        ok, how = lookup(index, *inner_cls, method, _depth + 1)
+        if ok:
+            return True, f"forwarded to self.{inner} ({where}), a {inner_cls[1].name}: {how}"
+        return False, f"forwarded to self.{inner} ({where}), but {inner_cls[1].name} has no {method}"
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            resolved = index.resolve_name(path, base.id)
+            if resolved is not None:
+                ok, how = lookup(index, *resolved, method, _depth + 1)
+                if ok:
+                    return True, how if how.startswith("inherited") else f"inherited: {how}"
+    if _defines(cls, "__getattr__") is not None:
+        return True, f"{cls.name} defines __getattr__, which may provide it"
+    return False, f"not defined in {cls.name} or its SGLang base classes"
+
+
+# -- the probe ---------------------------------------------------------------------------
+
+
+def probe(
+    tree: SGLangTree,
+    arch: str = DEFAULT_ARCH,
+    algorithm: str = "EAGLE3",
+    compute_capability: str = "12.0",
+    tp_size: int = 8,
+    torch_symm_mem: bool = True,
+    allreduce_fusion: bool = True,
+) -> ProbeReport:
+    index = SourceIndex(tree)
+    srt = tree.srt
+    algebra = spec_conditions.load(index, sorted((srt / "model_executor").glob("*.py")))
+    canonical = algebra.canonical(algorithm)
+
+    sites = find_call_sites(index, algebra, canonical)
+    by_method: dict[str, list[CallSite]] = {}
+    for site in sites:
+        by_method.setdefault(site.method, []).append(site)
+
+    found = index.find_model_class(arch)
+    methods = []
+    for method, method_sites in by_method.items():
+        if found is None:
+            provided, how = False, "target class not found"
+        else:
+            provided, how = lookup(index, *found, method)
+        methods.append(MethodCheck(method, provided, how, method_sites))
+
+    report = allreduce_gates.report(
+        index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion
+    )
+    algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
+    return ProbeReport(
+        sglang_root=str(tree.root),
+        sglang_version=tree.version,
+        arch=arch,
+        algorithm=algorithm_label,
+        class_location=f"{index.rel(found[0])}:{found[1].lineno}" if found else None,
+        methods=methods,
+        allreduce=report,
+        arch_suggestions=[] if found else index.similar_model_classes(arch),
+    )
+
+
+def render_text(report: ProbeReport) -> str:
+    lines = [
+        f"SGLang {report.sglang_version or '(unknown version)'} at {report.sglang_root}",
+        f"Target {report.arch} ({report.class_location or 'NOT FOUND'}), speculative algorithm {report.algorithm}",
+        "",
+        "Methods the speculative path calls on the target model:",
+    ]
+    if not report.methods:
+        lines.append("  (none)")
+    for m in report.methods:
+        lines.append(f"  [{'ok' if m.provided else 'MISSING'}] {m.method}: {m.how}")
+        for s in m.call_sites:
+            guard = f"if {s.condition}" if s.condition != "always" else "always"
+            lines.append(f"      {s.location} in {s.function}: {guard}")
+            if s.worker:
+                lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
+    lines += ["", allreduce_gates.render_text(report.allreduce), ""]
+    if report.ready:
+        lines.append("Verdict: READY")
+    else:
+        lines.append("Verdict: NOT READY")
+        lines += [f"  - {p}" for p in report.problems]
+        if report.missing or report.allreduce.problems:
+            lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
+    for warning in report.allreduce.warnings:
+        lines.append(f"  warning: {warning}")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""Find an SGLang source tree (installed or on disk) and read its version, without importing it.
+
+Importing sglang pulls in torch and CUDA libraries; everything in this project that
+only needs SGLang's *source* (the patch tool, the probe) reads the files instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SGLangNotFound(Exception):
+    """No SGLang source tree where one was expected."""
+
+
+@dataclass(frozen=True)
+class SGLangTree:
+    root: Path  # the directory that contains the ``sglang/`` package (patch -p1 runs here)
+    version: str | None
+
+    @property
+    def package(self) -> Path:
+        return self.root / "sglang"
+
+    @property
+    def srt(self) -> Path:
+        return self.package / "srt"
+
+    def relative(self, path: Path) -> str:
+        """A path inside the tree as users see it in tracebacks: ``srt/models/x.py``."""
+        return path.relative_to(self.package).as_posix()
+
+
+def _read_version(package: Path) -> str | None:
+    # Wheels ship setuptools-scm's generated _version.py ("__version__ = version = '0.5.9'").
+    version_file = package / "_version.py"
+    if version_file.is_file():
+        match = re.search(
+            r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", version_file.read_text(), re.MULTILINE
+        )
+        if match:
+            return match.group(1)
+    # An installed wheel also has dist-info metadata beside the package.
+    for metadata in sorted(package.parent.glob("sglang-*.dist-info/METADATA")):
+        match = re.search(r"^Version:\s*(\S+)", metadata.read_text(errors="replace"), re.MULTILINE)
+        if match:
+            return match.group(1)
+    return None
+
+
+def locate(target: str | Path | None = None) -> SGLangTree:
+    """Resolve ``target`` to an SGLang tree.
+
+    ``target`` may be the directory holding ``sglang/`` (site-packages, an unpacked
+    wheel), the ``sglang`` package directory itself, or an SGLang git checkout
+    (``python/sglang``). ``None`` means the sglang importable by this interpreter.
+    """
+    if target is None:
+        spec = importlib.util.find_spec("sglang")  # finds, does not import
+        if spec is None or not spec.submodule_search_locations:
+            raise SGLangNotFound(
+                "no importable 'sglang' package in this Python environment; "
+                "install it (pip install sglang==0.5.9) or pass --target DIR"
+            )
+        package = Path(next(iter(spec.submodule_search_locations)))
+        return SGLangTree(root=package.parent, version=_read_version(package))
+
+    path = Path(target).expanduser().resolve()
+    if not path.is_dir():
+        raise SGLangNotFound(f"{path} is not a directory")
+    for root in (path, path.parent, path / "python"):
+        if (root / "sglang" / "srt").is_dir() and (path == root or path in (root / "sglang", root.parent)):
+            return SGLangTree(root=root, version=_read_version(root / "sglang"))
+    raise SGLangNotFound(
+        f"{path} does not contain an SGLang source tree (expected sglang/srt/ in it, "
+        "or the sglang package directory itself, or python/sglang/ of a git checkout)"
+    )

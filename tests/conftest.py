@@ -1,0 +1,99 @@
+"""Shared fixtures: the pristine SGLang 0.5.9 wheel from PyPI, unpacked trees, the CLI.
+
+The pristine source is the published wheel, fetched with pip and checked against the
+sha256 pinned in nix/pins.json (the same pin the Nix build uses). Trees are unpacked
+once per session; tests that change a tree get their own copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sglang_eagle3 import pins
+
+REPO = Path(__file__).resolve().parents[1]
+PINS = json.loads((REPO / "nix" / "pins.json").read_text())
+SERIES_DIR = REPO / "patches" / f"sglang-{PINS['sglang']['version']}"
+STAND_INS = Path(__file__).resolve().parent / "stand_ins"
+CACHE = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
+
+
+@pytest.fixture(scope="session")
+def pristine_wheel() -> Path:
+    return pins.fetch_wheel("sglang", CACHE)
+
+
+@pytest.fixture(scope="session")
+def pristine_tree(pristine_wheel, tmp_path_factory) -> Path:
+    """The wheel unpacked: a directory holding sglang/ and its dist-info. Do not modify."""
+    root = tmp_path_factory.mktemp("pristine")
+    return pins.unpack(pristine_wheel, root)
+
+
+def series_names() -> list[str]:
+    return [
+        line.split("#", 1)[0].strip()
+        for line in (SERIES_DIR / "series").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+
+
+def gnu_patch(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["patch", "-p1", "--fuzz=0", "--batch", "--force", "-d", str(tree), "-i", str(patch), *extra],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def patched_tree(pristine_tree, tmp_path_factory) -> Path:
+    """Pristine tree with the series applied by plain GNU patch, as Nix's patchPhase does. Do not modify."""
+    root = tmp_path_factory.mktemp("patched")
+    shutil.copytree(pristine_tree / "sglang", root / "sglang")
+    dist_info = next(pristine_tree.glob("sglang-*.dist-info"))
+    shutil.copytree(dist_info, root / dist_info.name)
+    for name in series_names():
+        result = gnu_patch(root, SERIES_DIR / name)
+        assert result.returncode == 0, f"{name} does not apply:\n{result.stdout}{result.stderr}"
+    return root
+
+
+@pytest.fixture
+def tree_copy(tmp_path):
+    """Make a private, writable copy of a session tree."""
+
+    def copy(source: Path) -> Path:
+        target = tmp_path / "tree"
+        shutil.copytree(source, target)
+        return target
+
+    return copy
+
+
+def snapshot(tree: Path) -> dict[str, str]:
+    """Content hash of every file under tree, to prove a tree was not changed."""
+    return {
+        str(p.relative_to(tree)): pins.sha256_of(p)
+        for p in sorted(tree.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts  # byte code written by imports is not content
+    }
+
+
+@pytest.fixture
+def run_cli():
+    """Run the real `sglang-eagle3` entry point in a subprocess."""
+
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3.cli", *args], capture_output=True, text=True, env=full_env
+        )
+
+    return run

@@ -1,0 +1,147 @@
+"""The probe, on the pristine and the patched SGLang 0.5.9 source."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sglang_eagle3 import probe, sglang_source
+
+KIMI = "KimiK25ForConditionalGeneration"
+
+
+def run_probe(tree, **kwargs) -> probe.ProbeReport:
+    return probe.probe(sglang_source.locate(tree), **kwargs)
+
+
+def source_lines(tree, rel: str, needle: str) -> set[str]:
+    """file:line of every line of sglang/<rel> containing needle: found independently of the probe."""
+    lines = (tree / "sglang" / rel).read_text().splitlines()
+    return {f"{rel}:{i}" for i, line in enumerate(lines, 1) if needle in line}
+
+
+def test_unpatched_kimi_is_not_ready_and_names_the_missing_methods(pristine_tree, run_cli):
+    report = run_probe(pristine_tree, arch=KIMI, algorithm="EAGLE3")
+    assert not report.ready
+    assert set(report.missing) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    result = run_cli("probe", "--target", str(pristine_tree))
+    assert result.returncode == 1
+    assert "NOT READY" in result.stdout
+    assert "does not provide get_embed_and_head()" in result.stdout
+    assert "does not provide set_eagle3_layers_to_capture()" in result.stdout
+
+
+def test_patched_kimi_is_ready_by_forwarding_to_the_inner_model(patched_tree, run_cli):
+    report = run_probe(patched_tree, arch=KIMI, algorithm="EAGLE3")
+    assert report.ready, report.problems
+    for m in report.methods:
+        assert m.how.startswith("forwarded to self.language_model"), m.how
+        assert "DeepseekV3ForCausalLM" in m.how and "deepseek_v2.py" in m.how
+    assert run_cli("probe", "--target", str(patched_tree)).returncode == 0
+
+
+def test_call_sites_are_the_ones_in_the_source(pristine_tree):
+    report = run_probe(pristine_tree, arch=KIMI, algorithm="EAGLE3")
+    sites = {m.method: {s.location for s in m.call_sites} for m in report.methods}
+    expected_embed = set()
+    for worker in ("eagle_worker", "eagle_worker_v2", "multi_layer_eagle_worker", "multi_layer_eagle_worker_v2"):
+        expected_embed |= source_lines(
+            pristine_tree, f"srt/speculative/{worker}.py", "target_worker.model_runner.model.get_embed_and_head()"
+        )
+    assert sites["get_embed_and_head"] == {f"srt/{s.removeprefix('srt/')}" for s in expected_embed}
+    capture = source_lines(
+        pristine_tree, "srt/model_executor/model_runner.py", "self.model.set_eagle3_layers_to_capture("
+    )
+    capture |= source_lines(
+        pristine_tree, "srt/model_executor/cuda_graph_runner.py", "model.set_eagle3_layers_to_capture()"
+    )
+    assert sites["set_eagle3_layers_to_capture"] == capture
+    assert len(capture) == 3  # model_runner.py twice (initialize, _dummy_run), cuda_graph_runner.py once
+    by_location = {s.location: s for m in report.methods for s in m.call_sites}
+    # Conditions are reported as SGLang writes them.
+    assert any("eagle_use_aux_hidden_state" in by_location[loc].condition for loc in capture)
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
+def test_non_eagle3_algorithms_do_not_need_layer_capture(pristine_tree, algorithm):
+    report = run_probe(pristine_tree, arch=KIMI, algorithm=algorithm)
+    assert set(report.missing) == {"get_embed_and_head"}
+    if algorithm == "NEXTN":
+        assert report.algorithm == "NEXTN (= EAGLE)"  # alias read from server_args.py
+
+
+@pytest.mark.parametrize("arch", ["DeepseekV3ForCausalLM", "LlamaForCausalLM"])
+def test_models_that_define_the_methods_are_ready(pristine_tree, patched_tree, arch):
+    # On H200 (9.0) the pristine tree has no SM problems, so only the methods decide.
+    assert run_probe(pristine_tree, arch=arch, compute_capability="9.0").ready
+    assert run_probe(patched_tree, arch=arch, compute_capability="12.0").ready
+
+
+def test_requirements_are_derived_from_the_source_not_hard_coded(pristine_tree, tree_copy):
+    tree = tree_copy(pristine_tree)
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    text = worker.read_text()
+    anchor = "        embed, head = self.target_worker.model_runner.model.get_embed_and_head()\n"
+    assert anchor in text
+    worker.write_text(
+        text.replace(anchor, anchor + "        self.target_worker.model_runner.model.get_spec_hidden_size()\n")
+    )
+    report = run_probe(tree, arch="DeepseekV3ForCausalLM", compute_capability="9.0")
+    assert report.missing == ["get_spec_hidden_size"]
+    site = report.methods[[m.method for m in report.methods].index("get_spec_hidden_size")].call_sites[0]
+    assert site.location.startswith("srt/speculative/eagle_worker.py:") and site.worker == "EAGLEWorker"
+
+
+def test_capability_report_unpatched_sm120(pristine_tree):
+    report = run_probe(pristine_tree, compute_capability="12.0").allreduce
+    assert report.torch_symm_mem.outcome == "crash"
+    assert re.search(
+        r"KeyError: 12 at srt/distributed/device_communicators/torch_symm_mem.py:\d+", report.torch_symm_mem.detail
+    )
+    assert report.allreduce_fusion.outcome == "ignored"
+    assert any("ignored on SM12x" in w for w in report.warnings)
+
+
+def test_capability_report_patched_sm120(patched_tree):
+    report = run_probe(patched_tree, compute_capability="12.0").allreduce
+    assert report.torch_symm_mem.outcome == "loads"
+    assert "two-shot" in report.torch_symm_mem.detail and "128 MiB" in report.torch_symm_mem.detail
+    assert "multicast" in report.torch_symm_mem.warning  # may still disable itself on PCIe
+    assert report.allreduce_fusion.outcome == "active"
+    assert "requested explicitly" in report.allreduce_fusion.detail
+    assert report.allreduce_fusion.warning  # opt-in, may fail on FlashInfer 0.6.3
+    assert not report.problems
+
+
+def test_capability_report_hopper(pristine_tree):
+    report = run_probe(pristine_tree, compute_capability="9.0", tp_size=8).allreduce
+    assert report.torch_symm_mem.outcome == "loads" and "multimem" in report.torch_symm_mem.detail
+    assert report.allreduce_fusion.outcome == "auto"
+    assert run_probe(pristine_tree, compute_capability="9.0", tp_size=3).allreduce.torch_symm_mem.outcome == "disabled"
+
+
+def test_not_requested_optimisations_are_not_problems(pristine_tree):
+    report = run_probe(pristine_tree, arch="DeepseekV3ForCausalLM", torch_symm_mem=False, allreduce_fusion=False)
+    assert report.ready
+    assert report.allreduce.torch_symm_mem.outcome == "not requested"
+
+
+def test_json_output(pristine_tree, run_cli):
+    result = run_cli("probe", "--target", str(pristine_tree), "--json")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["ready"] is False
+    assert sorted(data["missing"]) == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
+    assert data["allreduce"]["torch_symm_mem"]["outcome"] == "crash"
+
+
+def test_bad_inputs_get_clear_messages(pristine_tree, tmp_path, run_cli):
+    result = run_cli("probe", "--target", str(tmp_path))
+    assert result.returncode == 2 and "does not contain an SGLang source tree" in result.stderr
+    result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", "sm120")
+    assert result.returncode == 2 and "not of the form 12.0" in result.stderr
+    result = run_cli("probe", "--target", str(pristine_tree), "--arch", "KimiK25ForConditionalGen")
+    assert result.returncode == 1 and "no class KimiK25ForConditionalGen" in result.stdout
+    assert "did you mean KimiK25ForConditionalGeneration" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
