@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
-from . import __version__, patchset, probe, sglang_source
+from . import __version__, launcher, patchset, preflight, probe, render, settings, sglang_source
 
 
 class BadInput(click.ClickException):
@@ -158,6 +159,126 @@ def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_sy
         raise BadInput(str(err)) from None
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else probe.render_text(report))
     sys.exit(0 if report.ready else 1)
+
+
+# -- settings and serve -------------------------------------------------------------------
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def masked(env: dict[str, str]) -> dict[str, str]:
+    """Environment for display: values of secret-looking variables replaced."""
+    return {
+        k: "***" if any(w in k.upper() for w in SECRET_WORDS) and not k.endswith("_FILE") else v for k, v in env.items()
+    }
+
+
+def settings_options(func):
+    func = click.option(
+        "--profile", type=click.Choice(settings.PROFILES), default="eagle3", show_default=True,
+        help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
+    )(func)  # fmt: skip
+    func = click.option(
+        "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
+        help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
+    )(func)  # fmt: skip
+    func = click.option(
+        "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
+        help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
+    )(func)  # fmt: skip
+    return func
+
+
+def _load_settings(config, assignments, profile) -> settings.ServerSettings:
+    try:
+        return settings.load(config, list(assignments), profile=profile)
+    except settings.SettingsError as err:
+        raise BadInput(str(err)) from None
+
+
+@main.group("settings")
+def settings_group() -> None:
+    """Show the server settings, their JSON Schema, or the reference table."""
+
+
+@settings_group.command("show")
+@settings_options
+def settings_show(config, assignments, profile) -> None:
+    """The effective settings as JSON (after file, environment, --set and profile)."""
+    click.echo(_load_settings(config, assignments, profile).model_dump_json(indent=2))
+
+
+@settings_group.command("schema")
+def settings_schema() -> None:
+    """JSON Schema of the settings (the NixOS module and the docs are generated from it)."""
+    click.echo(json.dumps(settings.json_schema(), indent=2))
+
+
+@settings_group.command("reference")
+@click.option("--write", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Update this file's block.")
+def settings_reference(write: Path | None) -> None:
+    """The settings reference as a Markdown table (the README embeds it between markers)."""
+    table = settings.reference_markdown()
+    if write is None:
+        click.echo(table)
+        return
+    start, end = "<!-- settings-reference:start -->", "<!-- settings-reference:end -->"
+    text = write.read_text()
+    if start not in text or end not in text:
+        raise BadInput(f"{write} has no {start} ... {end} block to update")
+    before, rest = text.split(start, 1)
+    write.write_text(f"{before}{start}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    click.echo(f"updated the settings reference in {write}")
+
+
+def _health_url(s: settings.ServerSettings) -> str:
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(s.host, s.host)
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{s.port}/health_generate"
+
+
+@main.command("serve")
+@settings_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable plan.")
+@click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree to probe (default: the importable one).")
+def serve_command(config, assignments, profile, dry_run, as_json, sglang_target) -> None:
+    """Preflight, then start SGLang and wait until it serves.
+
+    Preflight takes seconds: the probe on the installed SGLang, GPUs (nvidia-smi),
+    model directories, the port. Any failure stops here, before the model load.
+    """
+    s = _load_settings(config, assignments, profile)
+    plan = render.plan(s)
+    report = preflight.run(s, sglang_target)
+    if dry_run or as_json:
+        if as_json:
+            click.echo(json.dumps({
+                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv, "env": masked(plan.env),
+                "health_url": _health_url(s), "ok": report.ok,
+                "preflight": [vars(c) for c in report.checks],
+            }, indent=2))  # fmt: skip
+        else:
+            click.echo(f"profile: {profile}")
+            click.echo(f"command: {plan.shell()}")
+            for key, value in masked(plan.env).items():
+                click.echo(f"env:     {key}={value}")
+            _print_checks(report)
+        sys.exit(0 if report.ok else 1)
+    _print_checks(report)
+    if not report.ok:
+        click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
+        sys.exit(1)
+    click.echo(f"starting: {plan.shell()}")
+    outcome = launcher.serve(plan, _health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
+    if outcome.code:
+        click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
+    sys.exit(outcome.code)
+
+
+def _print_checks(report: preflight.Preflight) -> None:
+    for check in report.checks:
+        click.echo(f"[{check.verdict.upper():>4}] {check.name}: {check.message}")
 
 
 if __name__ == "__main__":

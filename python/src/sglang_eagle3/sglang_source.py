@@ -63,7 +63,7 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         if spec is None or not spec.submodule_search_locations:
             raise SGLangNotFound(
                 "no importable 'sglang' package in this Python environment; "
-                "install it (pip install sglang==0.5.9) or pass --target DIR"
+                "install it (pip install sglang==0.5.9) or give its directory"
             )
         package = Path(next(iter(spec.submodule_search_locations)))
         return SGLangTree(root=package.parent, version=_read_version(package))

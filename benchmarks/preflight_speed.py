@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""How fast does `sglang-eagle3 probe` answer? Prints the median of N runs (bar: < 3 s).
+"""How fast do `sglang-eagle3 probe` and `sglang-eagle3 serve --dry-run` answer?
 
-Each run is a fresh process (`python -m sglang_eagle3.cli probe ...`), as a user
-would run it, so interpreter start-up and imports are included.
+Prints the median of N runs of each (bar: under 3 s for both). Each run is a fresh
+process, as a user would run it, so interpreter start-up and imports are included.
+The dry run uses the default settings, so it does the full preflight: probe, GPUs
+(nvidia-smi, absent here), model ids, port, and renders the plan.
 
-    python benchmarks/probe_speed.py [--target DIR] [--runs 5]
+    python benchmarks/preflight_speed.py [--target DIR] [--runs 5]
 
 Without --target it probes the pinned SGLang 0.5.9 wheel (downloaded once with pip,
 sha256-checked, unpacked to a temporary directory), pristine and patched.
@@ -25,15 +27,18 @@ from sglang_eagle3 import patchset, pins, sglang_source
 BAR_SECONDS = 3.0
 
 
-def time_probe(target: Path, runs: int) -> list[float]:
+COMMANDS = {
+    "probe": ["probe", "--json", "--target"],
+    "serve --dry-run": ["serve", "--dry-run", "--json", "--sglang"],
+}
+
+
+def time_command(args: list[str], runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "sglang_eagle3.cli", "probe", "--target", str(target), "--json"],
-            capture_output=True,
-            check=False,  # "not ready" exits 1 and is a valid answer
-        )
+        # "not ready" / "preflight failed" exit 1 and are valid answers, so no check=True.
+        subprocess.run([sys.executable, "-m", "sglang_eagle3.cli", *args], capture_output=True, check=False)
         times.append(time.perf_counter() - start)
     return times
 
@@ -54,14 +59,15 @@ def main() -> int:
             patchset.apply(patchset.PatchSeries.load(), sglang_source.locate(patched))
             targets = {"pristine 0.5.9": pristine, "patched 0.5.9": patched}
         worst = 0.0
-        for label, target in targets.items():
-            times = time_probe(target, args.runs)
-            median = statistics.median(times)
-            worst = max(worst, median)
-            print(
-                f"probe on {label}: median {median:.3f} s over {args.runs} runs "
-                f"(min {min(times):.3f}, max {max(times):.3f}); bar {BAR_SECONDS:.1f} s"
-            )
+        for command, prefix in COMMANDS.items():
+            for label, target in targets.items():
+                times = time_command([*prefix, str(target)], args.runs)
+                median = statistics.median(times)
+                worst = max(worst, median)
+                print(
+                    f"{command:<16} on {label}: median {median:.3f} s over {args.runs} runs "
+                    f"(min {min(times):.3f}, max {max(times):.3f}); bar {BAR_SECONDS:.1f} s"
+                )
     print(f"verdict: {'PASS' if worst < BAR_SECONDS else 'FAIL'} (worst median {worst:.3f} s)")
     return 0 if worst < BAR_SECONDS else 1
 

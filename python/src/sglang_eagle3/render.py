@@ -1,0 +1,69 @@
+"""Settings -> the exact SGLang command line and environment.
+
+SGLang's own entry point is ``python -m sglang.launch_server ARGS``. When an API key
+is configured the launcher starts ``python -m sglang_eagle3.sglang_main ARGS`` instead:
+the same entry point, which reads the key from a file so it never appears in argv,
+in the environment or in logs (see sglang_main.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .settings import ServerSettings, field_flag
+
+API_KEY_FILE_ENV = "SGLANG_EAGLE3_API_KEY_FILE"
+
+
+def sglang_args(settings: ServerSettings) -> list[str]:
+    """The SGLang arguments, in field order: flags for true booleans, nothing for unset values."""
+    args: list[str] = []
+    for name, value in settings:
+        flag = field_flag(name)
+        if flag is None or value is None or value is False:
+            continue
+        if name.startswith("speculative_") and settings.speculative_algorithm is None:
+            continue  # the baseline: no speculative flags at all
+        if value is True:
+            args.append(flag)
+        else:
+            args += [flag, str(value)]
+    return args + list(settings.extra_args)
+
+
+def api_key_file(settings: ServerSettings, environ: dict[str, str]) -> Path | None:
+    """The API key's file: the setting, else systemd's credential $CREDENTIALS_DIRECTORY/api-key."""
+    if settings.api_key_file is not None:
+        return settings.api_key_file
+    credentials = environ.get("CREDENTIALS_DIRECTORY")
+    if credentials and (Path(credentials) / "api-key").is_file():
+        return Path(credentials) / "api-key"
+    return None
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # only what the launcher adds to the inherited environment
+    api_key_file: Path | None = None
+    sglang_argv: list[str] = field(default_factory=list)  # the equivalent python -m sglang.launch_server argv
+
+    def shell(self) -> str:
+        return shlex.join(self.argv)
+
+
+def plan(settings: ServerSettings, python: str | None = None, environ: dict[str, str] | None = None) -> LaunchPlan:
+    python = python or sys.executable
+    environ = os.environ if environ is None else environ
+    args = sglang_args(settings)
+    env = dict(settings.environment)
+    key_file = api_key_file(settings, environ)
+    sglang_argv = [python, "-m", "sglang.launch_server", *args]
+    if key_file is None:
+        return LaunchPlan(sglang_argv, env, None, sglang_argv)
+    env[API_KEY_FILE_ENV] = str(key_file)
+    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_file, sglang_argv)

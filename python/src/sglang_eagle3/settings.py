@@ -1,0 +1,320 @@
+"""The one definition of the EAGLE-3 server's settings.
+
+Every field is declared once, here: its type, default, documentation and the SGLang
+flag it renders to. The CLI's help, the JSON Schema (used by the NixOS module), the
+README's settings reference and the argv given to SGLang are all generated from it.
+
+The built-in defaults are the users' tuned configuration (96.1 tok/s single-stream on
+8x RTX PRO 6000): Kimi-K2.5 NVFP4 + AQ-MedAI EAGLE-3 draft, tp 8, 3 steps / top-k 1 /
+4 draft tokens, FlashInfer attention, torch symm mem and FlashInfer allreduce fusion.
+
+Where values come from, later wins:
+  1. the built-in defaults below
+  2. the settings file (--config FILE, JSON or TOML)
+  3. environment variables SGLANG_EAGLE3_<FIELD> (e.g. SGLANG_EAGLE3_TP_SIZE=4)
+  4. --set field=value on the command line
+  5. the profile: "baseline" turns speculation off (the A/B partner for benchmarks)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "SGLANG_EAGLE3_"
+PROFILES = ("eagle3", "baseline")
+
+
+class SettingsError(Exception):
+    """Settings that cannot be used; the message names the field and what to do."""
+
+
+def flag(name: str | None) -> dict:
+    """Field metadata: the SGLang command-line flag the field renders to (None: launcher-only)."""
+    return {"sglang_flag": name}
+
+
+class ServerSettings(BaseModel):
+    """Settings of one SGLang server started by `sglang-eagle3 serve`."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # -- the model ---------------------------------------------------------------------
+    model_path: str = Field(
+        "nvidia/Kimi-K2.5-NVFP4",
+        description="Target model: a Hugging Face id or a local directory holding config.json.",
+        json_schema_extra=flag("--model-path"),
+    )
+    served_model_name: str | None = Field(
+        None,
+        description="Model name reported by the API (default: model_path).",
+        json_schema_extra=flag("--served-model-name"),
+    )
+    trust_remote_code: bool = Field(
+        True,
+        description="Allow the model's own code from the hub (Kimi-K2.5 needs it).",
+        json_schema_extra=flag("--trust-remote-code"),
+    )
+    context_length: int | None = Field(
+        None,
+        ge=1,
+        description="Maximum context length (default: the model's).",
+        json_schema_extra=flag("--context-length"),
+    )
+
+    # -- speculative decoding ------------------------------------------------------------
+    speculative_algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = Field(
+        "EAGLE3", description="Speculative decoding algorithm; null turns speculation off.",
+        json_schema_extra=flag("--speculative-algorithm"),
+    )  # fmt: skip
+    speculative_draft_model_path: str | None = Field(
+        "AQ-MedAI/Kimi-K25-eagle3",
+        description="EAGLE-3 draft model (Llama architecture): hub id or local directory.",
+        json_schema_extra=flag("--speculative-draft-model-path"),
+    )
+    speculative_num_steps: int = Field(
+        3, ge=1, description="Draft steps per verification.", json_schema_extra=flag("--speculative-num-steps")
+    )
+    speculative_eagle_topk: int = Field(
+        1,
+        ge=1,
+        description="Branching factor of the draft tree (1 = a chain).",
+        json_schema_extra=flag("--speculative-eagle-topk"),
+    )
+    speculative_num_draft_tokens: int = Field(
+        4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1.",
+        json_schema_extra=flag("--speculative-num-draft-tokens"),
+    )  # fmt: skip
+    speculative_draft_attention_backend: str | None = Field(
+        None, description="Attention backend of the draft model (default: SGLang's choice).",
+        json_schema_extra=flag("--speculative-draft-attention-backend"),
+    )  # fmt: skip
+
+    # -- parallelism and memory -----------------------------------------------------------
+    tp_size: int = Field(
+        8, ge=1, description="Tensor parallel size: GPUs per model replica.", json_schema_extra=flag("--tp-size")
+    )
+    nnodes: int = Field(1, ge=1, description="Number of hosts the model spans.", json_schema_extra=flag("--nnodes"))
+    node_rank: int = Field(0, ge=0, description="This host's rank among nnodes.", json_schema_extra=flag("--node-rank"))
+    dist_init_addr: str | None = Field(
+        None, description="host:port of node 0 for multi-host rendezvous.", json_schema_extra=flag("--dist-init-addr")
+    )
+    mem_fraction_static: float | None = Field(
+        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache.",
+        json_schema_extra=flag("--mem-fraction-static"),
+    )  # fmt: skip
+    cuda_graph_max_bs: int | None = Field(
+        None,
+        ge=1,
+        description="Largest batch size captured in CUDA graphs.",
+        json_schema_extra=flag("--cuda-graph-max-bs"),
+    )
+    max_running_requests: int | None = Field(
+        None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation).",
+        json_schema_extra=flag("--max-running-requests"),
+    )  # fmt: skip
+
+    # -- kernels and communication ------------------------------------------------------------
+    attention_backend: str = Field(
+        "flashinfer",
+        description="Attention backend of the target model.",
+        json_schema_extra=flag("--attention-backend"),
+    )
+    enable_torch_symm_mem: bool = Field(
+        True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002).",
+        json_schema_extra=flag("--enable-torch-symm-mem"),
+    )  # fmt: skip
+    enable_flashinfer_allreduce_fusion: bool = Field(
+        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work).",
+        json_schema_extra=flag("--enable-flashinfer-allreduce-fusion"),
+    )  # fmt: skip
+
+    # -- serving ---------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.", json_schema_extra=flag("--host"))
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port.", json_schema_extra=flag("--port"))
+    enable_metrics: bool = Field(
+        True,
+        description="Prometheus metrics at /metrics (acceptance length gauges).",
+        json_schema_extra=flag("--enable-metrics"),
+    )
+    api_key_file: Path | None = Field(
+        None, description="File holding the API key (never the key itself). Under systemd, "
+        "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=flag(None),
+    )  # fmt: skip
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More SGLang arguments, checked by SGLang's parser.",
+        json_schema_extra=flag(None),
+    )
+    environment: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables for the server process.",
+        json_schema_extra=flag(None),
+    )
+
+    # -- the launcher ---------------------------------------------------------------------------
+    ready_timeout: float = Field(
+        3600, gt=0, description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
+        json_schema_extra=flag(None),
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerSettings:
+        if self.speculative_algorithm in ("EAGLE3", "EAGLE", "STANDALONE") and not self.speculative_draft_model_path:
+            raise ValueError(
+                f"speculative_draft_model_path: {self.speculative_algorithm} needs a draft model "
+                "(e.g. AQ-MedAI/Kimi-K25-eagle3); SGLang 0.5.9 does not pick one for Kimi-K2.5"
+            )
+        if self.speculative_algorithm:
+            steps, topk, tokens = (
+                self.speculative_num_steps,
+                self.speculative_eagle_topk,
+                self.speculative_num_draft_tokens,
+            )
+            if topk == 1 and tokens != steps + 1:
+                raise ValueError(
+                    f"speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be "
+                    f"speculative_num_steps + 1 = {steps + 1}, not {tokens} (SGLang would silently change it)"
+                )
+            # EAGLE's draft tree: top-k candidates at the first step, top-k x top-k at each later
+            # one, plus the verified root token. More draft tokens than that cannot be filled.
+            limit = topk + (steps - 1) * topk * topk + 1
+            if topk > 1 and tokens > limit:
+                raise ValueError(
+                    f"speculative_num_draft_tokens: {tokens} cannot be filled by top-k {topk} over "
+                    f"{steps} steps (at most {limit})"
+                )
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank: {self.node_rank} must be below nnodes ({self.nnodes})")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("dist_init_addr: more than one node needs the rendezvous address host:port of node 0")
+        if self.tp_size % self.nnodes:
+            raise ValueError(f"tp_size: {self.tp_size} must split evenly over nnodes ({self.nnodes})")
+        if any(a.split("=", 1)[0] == "--api-key" for a in self.extra_args):
+            raise ValueError("extra_args: do not pass --api-key (it would show in process lists); use api_key_file")
+        return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.tp_size // self.nnodes
+
+
+def field_flag(name: str) -> str | None:
+    extra = ServerSettings.model_fields[name].json_schema_extra or {}
+    return extra.get("sglang_flag")
+
+
+def _parse_value(raw: str) -> Any:
+    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _check_keys(keys, source: str) -> None:
+    known = list(ServerSettings.model_fields)
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known settings: {', '.join(known)}"
+            raise SettingsError(f"{source}: unknown setting {key!r}{hint}")
+
+
+def read_file(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        raise SettingsError(f"{path} is not valid {kind}: {err}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a table/object of settings at the top level")
+    _check_keys(data, str(path))
+    return data
+
+
+def from_environment(environ: dict[str, str]) -> dict:
+    values = {}
+    for key, raw in environ.items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in ("config", "patches"):  # the launcher's own variables, not settings
+                continue
+            _check_keys([name], f"environment variable {key}")
+            values[name] = _parse_value(raw)
+    return values
+
+
+def from_assignments(assignments: list[str]) -> dict:
+    values = {}
+    for item in assignments:
+        if "=" not in item:
+            raise SettingsError(f"--set {item!r}: expected field=value, e.g. --set tp_size=4")
+        key, raw = item.split("=", 1)
+        _check_keys([key.strip()], f"--set {item}")
+        values[key.strip()] = _parse_value(raw)
+    return values
+
+
+def load(
+    config: Path | None = None,
+    assignments: list[str] | None = None,
+    environ: dict[str, str] | None = None,
+    profile: str = "eagle3",
+) -> ServerSettings:
+    """Settings from all sources, in the documented order (see the module docstring)."""
+    if profile not in PROFILES:
+        raise SettingsError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    environ = os.environ if environ is None else environ
+    values: dict = {}
+    if config is not None:
+        values.update(read_file(config))
+    values.update(from_environment(environ))
+    values.update(from_assignments(assignments or []))
+    if profile == "baseline":
+        values.update(speculative_algorithm=None, speculative_draft_model_path=None)
+    try:
+        return ServerSettings(**values)
+    except ValidationError as err:
+        raise SettingsError(describe(err)) from None
+
+
+def describe(err: ValidationError) -> str:
+    """Pydantic's errors as one line per field: 'tp_size: Input should be greater than or equal to 1 (got 0)'."""
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        got = f" (got {e['input']!r})" if where and "input" in e and not isinstance(e["input"], dict) else ""
+        lines.append(f"{where}: {message}{got}" if where else message)
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def json_schema() -> dict:
+    return ServerSettings.model_json_schema()
+
+
+def reference_markdown() -> str:
+    """The settings reference table for the README, generated from the definition."""
+    rows = ["| setting | type | default | SGLang flag | description |", "|---|---|---|---|---|"]
+    schema = json_schema()["properties"]
+    for name, info in ServerSettings.model_fields.items():
+        prop = schema[name]
+        kinds = [p.get("type", "enum" if "enum" in p else "?") for p in prop.get("anyOf", [prop])]
+        default = info.get_default(call_default_factory=True)
+        sglang = field_flag(name)
+        rows.append(
+            f"| `{name}` | {' or '.join(kinds)} | `{json.dumps(default, default=str)}` | "
+            f"{f'`{sglang}`' if sglang else '(launcher)'} | {info.description} |"
+        )
+    return "\n".join(rows)

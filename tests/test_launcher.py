@@ -1,0 +1,153 @@
+"""The launcher against real processes: readiness, timeout, signals, systemd notifications.
+
+The server child is tests/fake_sglang_server.py, a stand-in for SGLang (which needs
+GPUs): a real process with a real HTTP server on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sglang_eagle3 import launcher
+from sglang_eagle3.render import LaunchPlan
+
+FAKE = Path(__file__).with_name("fake_sglang_server.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fake_plan(port: int, *args: str) -> LaunchPlan:
+    return LaunchPlan([sys.executable, str(FAKE), "--port", str(port), *args], {})
+
+
+@pytest.fixture
+def notify_socket(tmp_path, monkeypatch):
+    """A real datagram socket standing where systemd's NOTIFY_SOCKET would be."""
+    path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(10)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+    yield sock
+    sock.close()
+
+
+def received(sock) -> list[str]:
+    messages = []
+    sock.setblocking(False)
+    try:
+        while True:
+            messages.append(sock.recv(4096).decode())
+    except BlockingIOError:
+        pass
+    return messages
+
+
+def test_waits_for_health_then_notifies_ready(notify_socket, tmp_path):
+    port = free_port()
+    log = tmp_path / "signals"
+    process_plan = fake_plan(port, "--ready-after", "1.0", "--exit-after", "3.0", "--signal-log", str(log))
+    start = time.monotonic()
+    outcome = launcher.serve(
+        process_plan, f"http://127.0.0.1:{port}/health_generate", 30, log=lambda m: None, interval=0.1
+    )
+    # The fake server becomes healthy after 1 s and then crashes with code 7 at 3 s.
+    assert outcome.code == 7 and "exited with 7" in outcome.message
+    assert time.monotonic() - start >= 1.0
+    messages = received(notify_socket)
+    ready = [m for m in messages if m.startswith("READY=1")]
+    assert len(ready) == 1
+    assert messages.index(ready[0]) > 0  # loading STATUS came first
+
+
+def test_never_ready_times_out_stops_the_child_and_exits_cleanly(notify_socket, tmp_path):
+    port = free_port()
+    log = tmp_path / "signals"
+    outcome = launcher.serve(
+        fake_plan(port, "--never-ready", "--signal-log", str(log)),
+        f"http://127.0.0.1:{port}/health_generate",
+        1.5,
+        log=lambda m: None,
+        interval=0.1,
+    )
+    assert outcome.code == 3 and "not ready after 2s" in outcome.message
+    assert log.read_text().split() == ["SIGTERM"]  # the child was asked to stop, gracefully
+    messages = received(notify_socket)
+    assert "STOPPING=1" in messages and not any(m.startswith("READY=1") for m in messages)
+    with socket.socket() as s:  # and it is gone: nothing listens on the port any more
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def test_child_that_dies_during_load_is_reported(tmp_path):
+    port = free_port()
+    outcome = launcher.serve(
+        fake_plan(port, "--never-ready", "--exit-after", "0.5"),
+        f"http://127.0.0.1:{port}/health_generate",
+        30,
+        log=lambda m: None,
+        interval=0.1,
+    )
+    assert outcome.code == 7 and "exited 7 before it was ready" in outcome.message
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded_to_the_server(tmp_path, sig):
+    """The launcher runs as its own process (as under systemd); we signal it, the child must get it."""
+    port = free_port()
+    log = tmp_path / "signals"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from sglang_eagle3 import launcher
+        from sglang_eagle3.render import LaunchPlan
+        plan = LaunchPlan([sys.executable, {str(FAKE)!r}, "--port", "{port}", "--signal-log", {str(log)!r}], {{}})
+        outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, interval=0.1)
+        print("OUTCOME", outcome.code, outcome.message, flush=True)
+        sys.exit(outcome.code)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while True:  # wait until the fake server answers, i.e. the launcher reached "ready"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "fake server never came up"
+            time.sleep(0.1)
+    time.sleep(0.5)
+    os.kill(proc.pid, sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "OUTCOME 0 stopped" in out
+    assert log.read_text().split() == [signal.Signals(sig).name]
+
+
+def test_sd_notify_without_systemd_is_a_no_op(monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert launcher.sd_notify("READY=1") is False
+
+
+def test_sd_notify_abstract_socket():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    name = f"sglang-eagle3-test-{os.getpid()}"
+    sock.bind("\0" + name)
+    sock.settimeout(5)
+    try:
+        assert launcher.sd_notify("READY=1", {"NOTIFY_SOCKET": "@" + name})
+        assert sock.recv(100) == b"READY=1"
+    finally:
+        sock.close()

@@ -1,0 +1,163 @@
+"""Preflight on recorded nvidia-smi outputs, model directories, ports and extra_args."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from sglang_eagle3 import preflight, settings, sglang_source
+
+DATA = Path(__file__).parent / "data" / "nvidia-smi"
+
+
+def fake_nvidia_smi(tmp_path: Path, recording: str | None) -> str:
+    """An executable that prints a recorded `nvidia-smi --query-gpu=...` output."""
+    script = tmp_path / "nvidia-smi"
+    if recording is None:
+        script.write_text(
+            "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n"
+        )
+    else:
+        script.write_text(f"#!/bin/sh\ncat {DATA / recording}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def checks(report):
+    return {c.name: c for c in report.checks}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(tmp_path, tree, recording, **overrides):
+    s = settings.ServerSettings(port=free_port(), **overrides)
+    return preflight.run(
+        s,
+        str(tree),
+        nvidia_smi=fake_nvidia_smi(tmp_path, recording) if recording != "absent" else "/nonexistent/nvidia-smi",
+    )
+
+
+def test_rtx_pro_6000_host_with_patched_sglang_passes_with_sm120_warnings(tmp_path, patched_tree):
+    report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv")
+    assert report.ok, report.checks
+    c = checks(report)
+    assert "8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (compute capability 12.0)" in c["gpus"].message
+    warnings = [x.message for x in report.checks if x.verdict == "warn"]
+    assert any("multicast" in w for w in warnings) and any("allreduce-fusion" in w for w in warnings)
+
+
+def test_rtx_pro_6000_host_with_pristine_sglang_fails_before_any_load(tmp_path, pristine_tree):
+    report = run(tmp_path, pristine_tree, "8x-rtx-pro-6000.csv")
+    assert not report.ok
+    message = checks(report)["probe"].message
+    assert "set_eagle3_layers_to_capture" in message and "KeyError: 12" in message and "patch apply" in message
+
+
+def test_h200_host(tmp_path, pristine_tree):
+    report = run(tmp_path, pristine_tree, "8x-h200.csv", model_path="deepseek-ai/DeepSeek-V3")
+    c = checks(report)
+    assert "compute capability 9.0" in c["gpus"].message
+    # On SM90 symm mem and fusion are supported; the architecture still decides the probe (Kimi by default).
+    assert not any(x.name == "optimisations" and "ignored" in x.message for x in report.checks)
+
+
+def test_too_few_gpus(tmp_path, patched_tree):
+    report = run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv")
+    assert checks(report)["gpus"].verdict == "fail"
+    assert "4 GPU(s) visible, tp_size 8 over 1 node(s) needs 8 here" in checks(report)["gpus"].message
+    assert run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv", tp_size=4).ok
+
+
+def test_no_gpus(tmp_path, patched_tree):
+    report = run(tmp_path, patched_tree, "absent")
+    assert checks(report)["gpus"].verdict == "fail" and "nvidia-smi not found" in checks(report)["gpus"].message
+    broken = run(tmp_path, patched_tree, None)
+    assert "could not communicate with the NVIDIA driver" in checks(broken)["gpus"].message
+
+
+def test_local_model_directories(tmp_path, patched_tree):
+    model = tmp_path / "kimi"
+    model.mkdir()
+    report = run(
+        tmp_path,
+        patched_tree,
+        "8x-rtx-pro-6000.csv",
+        model_path=str(model),
+        speculative_draft_model_path=str(tmp_path / "nope"),
+    )
+    c = checks(report)
+    assert c["model"].verdict == "fail" and "has no config.json" in c["model"].message
+    assert c["draft model"].verdict == "fail" and "does not exist" in c["draft model"].message
+    (model / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]}))
+    report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv", model_path=str(model))
+    assert checks(report)["model"].verdict == "ok"
+
+
+def test_port_in_use(tmp_path, patched_tree):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        s = settings.ServerSettings(port=busy.getsockname()[1])
+        report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    assert checks(report)["port"].verdict == "fail" and "is in use" in checks(report)["port"].message
+
+
+@pytest.mark.parametrize(
+    "extra, verdict, message",
+    [
+        (["--log-level", "debug", "--disable-radix-cache"], "ok", "--log-level debug"),
+        (["--log-levl", "debug"], "fail", "has no flag --log-levl; did you mean --log-level?"),
+        (["--tensor-parallel-size", "2"], "fail", "is the setting 'tp_size'"),
+        (["--log-level"], "fail", "--log-level needs a value"),
+        (["debug"], "fail", "is not a flag"),
+    ],
+)
+def test_extra_args_are_checked_against_sglangs_flags(tmp_path, patched_tree, extra, verdict, message):
+    report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv", extra_args=extra)
+    assert checks(report)["extra_args"].verdict == verdict and message in checks(report)["extra_args"].message
+
+
+def test_sglang_flags_are_read_from_its_source(patched_tree):
+    flags = preflight.sglang_flags(sglang_source.locate(patched_tree))
+    assert flags["--tp-size"][0] == {"--tp-size", "--tensor-parallel-size"} and flags["--tp-size"][1]
+    assert flags["--enable-torch-symm-mem"][1] is False
+
+
+def test_serve_on_this_machine_fails_fast_and_clearly(run_cli, patched_tree):
+    result = run_cli("serve", "--sglang", str(patched_tree), env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert "nvidia-smi not found" in result.stdout and "nothing was started" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_dry_run_json_masks_secrets_and_keeps_the_key_out_of_argv(run_cli, patched_tree, tmp_path):
+    key = tmp_path / "api-key"
+    key.write_text("sk-very-secret\n")
+    result = run_cli(
+        "serve", "--dry-run", "--json", "--sglang", str(patched_tree),
+        "--set", f"api_key_file={key}", "--set", 'environment={"HF_TOKEN": "hf_secret", "NCCL_DEBUG": "INFO"}',
+    )  # fmt: skip
+    plan = json.loads(result.stdout)
+    text = result.stdout + result.stderr
+    assert "sk-very-secret" not in text and "hf_secret" not in text
+    assert plan["env"]["HF_TOKEN"] == "***" and plan["env"]["NCCL_DEBUG"] == "INFO"
+    assert plan["env"]["SGLANG_EAGLE3_API_KEY_FILE"] == str(key)
+    assert plan["argv"][1:3] == ["-m", "sglang_eagle3.sglang_main"] and "--api-key" not in plan["argv"]
+    assert plan["sglang_argv"][1:3] == ["-m", "sglang.launch_server"]
+
+
+def test_credentials_directory_is_used_under_systemd(tmp_path):
+    from sglang_eagle3 import render
+
+    (tmp_path / "api-key").write_text("k")
+    plan = render.plan(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    assert plan.env[render.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
+    assert render.plan(settings.ServerSettings(), environ={}).api_key_file is None

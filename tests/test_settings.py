@@ -1,0 +1,101 @@
+"""The settings definition: sources and their order, bad input, schema, generated reference."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import REPO
+from sglang_eagle3 import settings
+
+
+def test_defaults_are_the_tuned_configuration():
+    s = settings.load(environ={})
+    assert (s.model_path, s.speculative_draft_model_path) == ("nvidia/Kimi-K2.5-NVFP4", "AQ-MedAI/Kimi-K25-eagle3")
+    assert (s.tp_size, s.speculative_num_steps, s.speculative_eagle_topk, s.speculative_num_draft_tokens) == (
+        8,
+        3,
+        1,
+        4,
+    )
+
+
+def test_sources_in_documented_order(tmp_path):
+    config = tmp_path / "server.toml"
+    config.write_text('tp_size = 4\nport = 31000\nhost = "0.0.0.0"\n')
+    environ = {"SGLANG_EAGLE3_PORT": "32000", "SGLANG_EAGLE3_HOST": "127.0.0.2"}
+    s = settings.load(config, ["host=127.0.0.3"], environ=environ)
+    assert s.tp_size == 4  # file over default
+    assert s.port == 32000  # environment over file
+    assert s.host == "127.0.0.3"  # --set over environment
+    baseline = settings.load(config, ["speculative_algorithm=EAGLE3"], environ=environ, profile="baseline")
+    assert baseline.speculative_algorithm is None  # the profile is applied last
+
+
+def test_json_file(tmp_path):
+    config = tmp_path / "server.json"
+    config.write_text(json.dumps({"extra_args": ["--log-level", "debug"], "environment": {"NCCL_DEBUG": "INFO"}}))
+    s = settings.load(config, environ={})
+    assert s.extra_args == ["--log-level", "debug"] and s.environment == {"NCCL_DEBUG": "INFO"}
+
+
+@pytest.mark.parametrize(
+    "assignments, message",
+    [
+        (["tp_sise=4"], "unknown setting 'tp_sise'; did you mean 'tp_size'?"),
+        (["tp_size=0"], "tp_size: Input should be greater than or equal to 1"),
+        (["tp_size=eight"], "tp_size: Input should be a valid integer"),
+        (["port=70000"], "port: Input should be less than or equal to 65535"),
+        (["speculative_num_draft_tokens=6"], "with speculative_eagle_topk 1 it must be speculative_num_steps + 1 = 4"),
+        (["speculative_eagle_topk=2", "speculative_num_draft_tokens=20"], "cannot be filled by top-k 2 over 3 steps"),
+        (["speculative_algorithm=MEDUSA"], "speculative_algorithm: Input should be 'EAGLE3', 'EAGLE', 'NEXTN'"),
+        (["speculative_draft_model_path=null"], "EAGLE3 needs a draft model"),
+        (["nnodes=2"], "dist_init_addr: more than one node needs"),
+        (["node_rank=1"], "node_rank: 1 must be below nnodes (1)"),
+        (["mem_fraction_static=1.5"], "mem_fraction_static: Input should be less than 1"),
+        (['extra_args=["--api-key", "s3cret"]'], "do not pass --api-key"),
+        (["tp_size"], "expected field=value"),
+    ],
+)
+def test_bad_values_name_the_field(assignments, message):
+    with pytest.raises(settings.SettingsError) as err:
+        settings.load(None, assignments, environ={})
+    assert message in str(err.value)
+
+
+def test_bad_files_and_environment(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("tp_size = \n")
+    with pytest.raises(settings.SettingsError, match="is not valid TOML"):
+        settings.load(bad, environ={})
+    with pytest.raises(settings.SettingsError, match="cannot read settings file"):
+        settings.load(tmp_path / "missing.json", environ={})
+    with pytest.raises(settings.SettingsError, match="SGLANG_EAGLE3_TP: unknown setting 'tp'"):
+        settings.load(environ={"SGLANG_EAGLE3_TP": "4"})
+
+
+def test_cli_reports_bad_settings_without_traceback(run_cli):
+    result = run_cli("serve", "--dry-run", "--set", "specultive_num_steps=2")
+    assert result.returncode == 2
+    assert "did you mean 'speculative_num_steps'?" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_json_schema_documents_every_field(run_cli):
+    result = run_cli("settings", "schema")
+    schema = json.loads(result.stdout)
+    assert set(schema["properties"]) == set(settings.ServerSettings.model_fields)
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), name
+        assert "sglang_flag" in prop, name
+    assert schema["properties"]["tp_size"]["default"] == 8 and schema["properties"]["tp_size"]["minimum"] == 1
+    assert schema["additionalProperties"] is False
+
+
+def test_readme_reference_is_generated_from_the_definition():
+    readme = (REPO / "README.md").read_text()
+    match = re.search(r"<!-- settings-reference:start -->\n(.*?)\n<!-- settings-reference:end -->", readme, re.S)
+    assert match, "README lacks the generated settings reference block"
+    assert match.group(1).strip() == settings.reference_markdown().strip(), (
+        "README settings reference is stale: regenerate with `sglang-eagle3 settings reference`"
+    )
