@@ -1,7 +1,8 @@
 """The launcher against real processes: readiness, timeout, signals, systemd notifications.
 
-The server child is tests/fake_sglang_server.py, a stand-in for SGLang (which needs
-GPUs): a real process with a real HTTP server on loopback.
+The server child is the stand-in SGLang server in tests/stand_ins/fake_sglang (SGLang
+needs GPUs): a real process, started as `python -m sglang.launch_server`, with a real
+HTTP server on loopback.
 """
 
 from __future__ import annotations
@@ -13,23 +14,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from bench_fixtures import FAKE_SGLANG, free_port
 from sglang_eagle3 import launcher
 from sglang_eagle3.render import LaunchPlan
 
-FAKE = Path(__file__).with_name("fake_sglang_server.py")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def fake_plan(port: int, *args: str) -> LaunchPlan:
-    return LaunchPlan([sys.executable, str(FAKE), "--port", str(port), *args], {})
+def fake_plan(port: int, **behaviour) -> LaunchPlan:
+    env = {"PYTHONPATH": str(FAKE_SGLANG), **{f"FAKE_SGLANG_{k}": str(v) for k, v in behaviour.items()}}
+    return LaunchPlan([sys.executable, "-m", "sglang.launch_server", "--port", str(port)], env)
 
 
 @pytest.fixture
@@ -58,7 +52,7 @@ def received(sock) -> list[str]:
 def test_waits_for_health_then_notifies_ready(notify_socket, tmp_path):
     port = free_port()
     log = tmp_path / "signals"
-    process_plan = fake_plan(port, "--ready-after", "1.0", "--exit-after", "3.0", "--signal-log", str(log))
+    process_plan = fake_plan(port, READY_AFTER=1.0, EXIT_AFTER=3.0, SIGNAL_LOG=log)
     start = time.monotonic()
     outcome = launcher.serve(
         process_plan, f"http://127.0.0.1:{port}/health_generate", 30, log=lambda m: None, interval=0.1
@@ -76,7 +70,7 @@ def test_never_ready_times_out_stops_the_child_and_exits_cleanly(notify_socket, 
     port = free_port()
     log = tmp_path / "signals"
     outcome = launcher.serve(
-        fake_plan(port, "--never-ready", "--signal-log", str(log)),
+        fake_plan(port, NEVER_READY=1, SIGNAL_LOG=log),
         f"http://127.0.0.1:{port}/health_generate",
         1.5,
         log=lambda m: None,
@@ -94,7 +88,7 @@ def test_never_ready_times_out_stops_the_child_and_exits_cleanly(notify_socket, 
 def test_child_that_dies_during_load_is_reported(tmp_path):
     port = free_port()
     outcome = launcher.serve(
-        fake_plan(port, "--never-ready", "--exit-after", "0.5"),
+        fake_plan(port, NEVER_READY=1, EXIT_AFTER=0.5),
         f"http://127.0.0.1:{port}/health_generate",
         30,
         log=lambda m: None,
@@ -113,7 +107,8 @@ def test_signals_are_forwarded_to_the_server(tmp_path, sig):
         import sys
         from sglang_eagle3 import launcher
         from sglang_eagle3.render import LaunchPlan
-        plan = LaunchPlan([sys.executable, {str(FAKE)!r}, "--port", "{port}", "--signal-log", {str(log)!r}], {{}})
+        plan = LaunchPlan([sys.executable, "-m", "sglang.launch_server", "--port", "{port}"],
+                          {{"PYTHONPATH": {str(FAKE_SGLANG)!r}, "FAKE_SGLANG_SIGNAL_LOG": {str(log)!r}}})
         outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, interval=0.1)
         print("OUTCOME", outcome.code, outcome.message, flush=True)
         sys.exit(outcome.code)

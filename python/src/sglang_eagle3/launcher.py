@@ -8,15 +8,16 @@ server is healthy and STOPPING=1 on shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
-
-import httpx
 
 from .render import LaunchPlan
 
@@ -52,22 +53,23 @@ def wait_ready(
 ) -> str | None:
     """Poll url until 200. Returns None when ready, else why not ('timeout' or 'exited N')."""
     start = time.monotonic()
-    with httpx.Client(timeout=10.0, headers=headers) as client:
-        while True:
-            code = process.poll()
-            if code is not None:
-                return f"exited {code}"
-            try:
-                if client.get(url).status_code == 200:
+    request = urllib.request.Request(url, headers=headers or {})
+    while True:
+        code = process.poll()
+        if code is not None:
+            return f"exited {code}"
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                if response.status == 200:
                     return None
-            except httpx.HTTPError:
-                pass  # not listening yet, or still loading
-            elapsed = time.monotonic() - start
-            if progress is not None:
-                progress(elapsed)
-            if elapsed >= timeout:
-                return "timeout"
-            time.sleep(min(interval, max(0.0, timeout - elapsed)))
+        except (urllib.error.URLError, OSError):
+            pass  # not listening yet (connection refused), or 503 while loading
+        elapsed = time.monotonic() - start
+        if progress is not None:
+            progress(elapsed)
+        if elapsed >= timeout:
+            return "timeout"
+        time.sleep(min(interval, max(0.0, timeout - elapsed)))
 
 
 def exit_code(returncode: int) -> int:
@@ -90,11 +92,31 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = ST
     return process.returncode
 
 
+def start(plan: LaunchPlan) -> subprocess.Popen:
+    """Start the server in its own process group, so one signal reaches SGLang's children too."""
+    return subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
+
+
+class NotReady(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def running(plan: LaunchPlan, health_url: str, ready_timeout: float, interval: float = 2.0, progress=None):
+    """The server, started and healthy, for the duration of the block; stopped afterwards."""
+    process = start(plan)
+    try:
+        why = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+        if why is not None:
+            raise NotReady(f"server {why} before /health_generate answered (after at most {ready_timeout:.0f}s)")
+        yield process
+    finally:
+        stop(process)
+
+
 def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, interval: float = 2.0) -> Outcome:
     """Run the server in the foreground until it exits or we are told to stop."""
-    env = {**os.environ, **plan.env}
-    # Own process group, so one signal reaches SGLang's scheduler and detokenizer children.
-    process = subprocess.Popen(plan.argv, env=env, start_new_session=True)
+    process = start(plan)
     stopping = {"signal": None}
 
     def forward(signum, _frame):

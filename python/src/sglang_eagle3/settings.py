@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
+# SGLANG_EAGLE3_* variables that configure the tools, not the server.
+NOT_SETTINGS = {"config", "patches", "nvidia_smi", "test_cache"}
 
 
 class SettingsError(Exception):
@@ -248,7 +250,7 @@ def from_environment(environ: dict[str, str]) -> dict:
     for key, raw in environ.items():
         if key.startswith(ENV_PREFIX):
             name = key[len(ENV_PREFIX) :].lower()
-            if name in ("config", "patches"):  # the launcher's own variables, not settings
+            if name in NOT_SETTINGS:
                 continue
             _check_keys([name], f"environment variable {key}")
             values[name] = _parse_value(raw)

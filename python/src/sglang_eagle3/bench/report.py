@@ -1,0 +1,201 @@
+"""Read result files, summarise them, plot them, and gate EAGLE-3 against the baseline."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .client import BenchError, inter_token_latencies_ms
+
+METRICS = {  # record field -> (label, unit, scale for display)
+    "decode_tok_s": ("decode", "tok/s", 1.0),
+    "ttft_s": ("TTFT", "ms", 1000.0),
+    "e2e_s": ("end-to-end", "s", 1.0),
+    "output_tokens": ("output", "tokens", 1.0),
+    "spec_accept_length": ("accept length", "tokens", 1.0),
+}
+
+
+def reference() -> dict:
+    """The users' measured numbers on 8x RTX PRO 6000 (shipped as data)."""
+    return json.loads(resources.files(__package__).joinpath("reference.json").read_text())
+
+
+def load(path: Path) -> list[dict]:
+    """Records of a results file. A torn last line (a crash mid-write) is skipped; other bad lines are errors."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise BenchError(f"cannot read results file {path}: {err.strerror}") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # torn final line
+            raise BenchError(f"{path}:{number} is not a JSON record; is this a sglang-eagle3 results file?") from None
+        if not isinstance(record, dict) or "type" not in record:
+            raise BenchError(f"{path}:{number} is not a sglang-eagle3 result record (no 'type')")
+        records.append(record)
+    if not any(r["type"] == "run" for r in records):
+        raise BenchError(f"{path} has no 'run' record; is this a sglang-eagle3 results file?")
+    return records
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    """(p10, median, p90)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return deciles[0], statistics.median(values), deciles[8]
+
+
+@dataclass
+class Group:
+    label: str
+    concurrency: int
+    ok: int = 0
+    failed: int = 0
+    stats: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    itl_ms: tuple[float, float, float] | None = None
+    avg_spec_accept_length: float | None = None
+
+
+def summarize(records: list[dict]) -> list[Group]:
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in records:
+        if r["type"] == "request":
+            groups.setdefault((r["label"], r["concurrency"]), []).append(r)
+    server_accept = {r["label"]: r.get("avg_spec_accept_length") for r in records if r["type"] == "server_info"}
+    out = []
+    for (label, concurrency), rs in sorted(groups.items()):
+        ok = [r for r in rs if r.get("ok")]
+        group = Group(label, concurrency, ok=len(ok), failed=len(rs) - len(ok))
+        for metric in METRICS:
+            values = [r[metric] for r in ok if isinstance(r.get(metric), (int, float))]
+            if values:
+                group.stats[metric] = quantiles(values)
+        itl = [x for r in ok for x in inter_token_latencies_ms(r["chunk_times_us"], r["chunk_tokens"])]
+        if itl:
+            group.itl_ms = quantiles(itl)
+        group.avg_spec_accept_length = server_accept.get(label)
+        out.append(group)
+    return out
+
+
+def render_summary(groups: list[Group]) -> str:
+    if not groups:
+        return "no finished requests"
+    lines = [
+        f"{'label':<12} {'conc':>4} {'ok':>4} {'fail':>4}  {'decode tok/s p10/med/p90':>27}  "
+        f"{'TTFT ms med':>11}  {'ITL ms med':>10}  {'accept len':>10}"
+    ]
+    for g in groups:
+        d = g.stats.get("decode_tok_s")
+        ttft = g.stats.get("ttft_s")
+        accept = g.stats.get("spec_accept_length")
+        accept_value = accept[1] if accept else g.avg_spec_accept_length
+        lines.append(
+            f"{g.label:<12} {g.concurrency:>4} {g.ok:>4} {g.failed:>4}  "
+            + (f"{d[0]:>8.1f} / {d[1]:>7.1f} / {d[2]:>7.1f}" if d else f"{'-':>27}")
+            + f"  {ttft[1] * 1000 if ttft else float('nan'):>11.1f}"
+            + f"  {g.itl_ms[1] if g.itl_ms else float('nan'):>10.2f}"
+            + (f"  {accept_value:>10.2f}" if accept_value else f"  {'-':>10}")
+        )
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], path: Path) -> Path:
+    """PNG: decode tok/s (median, p10-p90) per concurrency and label; inter-token latency distribution."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = summarize(records)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label in sorted({g.label for g in groups}):
+        gs = [g for g in groups if g.label == label and "decode_tok_s" in g.stats]
+        if not gs:
+            continue
+        xs = [g.concurrency for g in gs]
+        med = [g.stats["decode_tok_s"][1] for g in gs]
+        low = [m - g.stats["decode_tok_s"][0] for m, g in zip(med, gs, strict=True)]
+        high = [g.stats["decode_tok_s"][2] - m for m, g in zip(med, gs, strict=True)]
+        left.errorbar(xs, med, yerr=[low, high], marker="o", capsize=4, label=label)
+        itl = [
+            x
+            for r in records
+            if r["type"] == "request" and r["label"] == label and r.get("ok")
+            for x in inter_token_latencies_ms(r["chunk_times_us"], r["chunk_tokens"])
+        ]
+        if itl:
+            right.hist(itl, bins=50, alpha=0.6, label=label)
+    for ref, style in zip(reference()["runs"], [":", "--", "-.", (0, (1, 3))], strict=False):
+        left.axhline(ref["tok_s"], linestyle=style, linewidth=0.8, color="grey",
+                     label=f"users: {ref['tok_s']} ({ref['configuration'][:34]})")  # fmt: skip
+    left.set(xlabel="concurrency", ylabel="decode tok/s per request (median, p10-p90)", title="Decode throughput")
+    left.set_xscale("log", base=2)
+    left.legend(fontsize=7)
+    right.set(xlabel="inter-token latency (ms)", ylabel="tokens", title="Inter-token latency")
+    if right.has_data():
+        right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    baseline_tok_s: float
+    eagle3_tok_s: float
+    ratio: float
+    threshold: float
+    floor: float | None
+    reasons: list[str]
+
+
+def single_stream_median(records: list[dict], what: str) -> float:
+    values = [r["decode_tok_s"] for r in records if r["type"] == "request" and r.get("ok") and r["concurrency"] == 1
+              and isinstance(r.get("decode_tok_s"), (int, float))]  # fmt: skip
+    if not values:
+        raise BenchError(f"{what} has no finished single-stream (concurrency 1) requests to compare")
+    return statistics.median(values)
+
+
+def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None) -> Verdict:
+    base = single_stream_median(baseline, "the baseline")
+    spec = single_stream_median(eagle3, "the EAGLE-3 run")
+    ratio = spec / base
+    reasons = []
+    if ratio < threshold:
+        reasons.append(
+            f"EAGLE-3 {spec:.1f} tok/s is {ratio:.3f}x the baseline's {base:.1f}, below the threshold {threshold:g}x"
+        )
+    if floor is not None and spec < floor:
+        reasons.append(f"EAGLE-3 {spec:.1f} tok/s is below the floor {floor:g} tok/s")
+    return Verdict(not reasons, base, spec, ratio, threshold, floor, reasons)
+
+
+def render_verdict(v: Verdict) -> str:
+    lines = [
+        "Single-stream decode, median tok/s:",
+        f"  baseline  {v.baseline_tok_s:8.1f}",
+        f"  EAGLE-3   {v.eagle3_tok_s:8.1f}   ({v.ratio:.3f}x, gate: >= {v.threshold:g}x"
+        + (f" and >= {v.floor:g} tok/s)" if v.floor is not None else ")"),
+        "",
+        f"Reference ({reference()['host']}):",
+    ]
+    for ref in reference()["runs"]:
+        lines.append(f"  {ref['tok_s']:8.1f}  {ref['configuration']}")
+    lines.append("")
+    lines.append("PASS: EAGLE-3 pays for itself" if v.passed else "FAIL: " + "; ".join(v.reasons))
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""Run the benchmark against a live server, writing each finished request as it completes.
+
+The results file is JSON Lines: a "run" record, then one "request" record per
+request the moment it finishes (flushed), then a "server_info" record. A run that is
+interrupted (SIGINT) or whose server dies keeps every finished request on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import signal
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import aiohttp
+
+from .client import APIS, BenchError, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
+
+ABORT_AFTER_CONSECUTIVE_FAILURES = 3
+
+
+def load_prompts() -> list[dict]:
+    return json.loads(resources.files(__package__).joinpath("prompts.json").read_text())
+
+
+@dataclass
+class RunConfig:
+    url: str
+    output: Path
+    label: str = "run"
+    api: str = "native"
+    concurrencies: list[int] = field(default_factory=lambda: [1])
+    requests: int = 8  # measured requests per concurrency level
+    warmup: int = 2  # per concurrency level, not recorded
+    max_tokens: int = 256
+    ignore_eos: bool = True
+    timeout: float = 600.0
+
+    def __post_init__(self):
+        if self.api not in APIS:
+            raise BenchError(f"api must be one of {', '.join(APIS)}, not {self.api!r}")
+        if not self.url.startswith(("http://", "https://")):
+            raise BenchError(f"{self.url!r} is not an http(s) URL, e.g. http://127.0.0.1:30000")
+        if any(c < 1 for c in self.concurrencies) or self.requests < 1 or self.max_tokens < 2:
+            raise BenchError("concurrency and requests must be >= 1, max_tokens >= 2")
+
+
+@dataclass
+class RunOutcome:
+    finished: int = 0
+    failed: int = 0
+    interrupted: bool = False
+    aborted: str | None = None  # why the run stopped early (server gone)
+
+
+class ResultWriter:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = path.open("a")
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()  # a crash one second later must not lose this request
+
+    def close(self) -> None:
+        self.file.close()
+
+
+async def _level(client, config: RunConfig, prompts, concurrency: int, writer, outcome: RunOutcome, on_result):
+    """Warm-up, then config.requests requests with `concurrency` in flight."""
+    queue: asyncio.Queue = asyncio.Queue()
+    total = config.warmup + config.requests
+    for i in range(total):
+        queue.put_nowait(i)
+    failures = {"consecutive": 0}
+
+    async def worker():
+        while not queue.empty() and outcome.aborted is None:
+            i = queue.get_nowait()
+            prompt = prompts[i % len(prompts)]
+            result = await stream_one(
+                client, config.api, prompt["id"], prompt["prompt"], config.max_tokens, config.ignore_eos,
+                index=i - config.warmup, concurrency=concurrency,
+            )  # fmt: skip
+            if i < config.warmup:
+                continue
+            writer.write(result.to_record(config.label))
+            if result.ok:
+                outcome.finished += 1
+                failures["consecutive"] = 0
+            else:
+                outcome.failed += 1
+                failures["consecutive"] += 1
+                if failures["consecutive"] >= ABORT_AFTER_CONSECUTIVE_FAILURES:
+                    outcome.aborted = f"{failures['consecutive']} requests in a row failed; last: {result.error}"
+            on_result(result)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:
+    outcome = RunOutcome()
+    prompts = load_prompts()
+    connector = aiohttp.TCPConnector(limit=max(config.concurrencies) + 4)
+    timeout = aiohttp.ClientTimeout(total=config.timeout, connect=10.0)
+    async with aiohttp.ClientSession(base_url=config.url, timeout=timeout, connector=connector) as client:
+        model_info = await identify(client, config.api)
+        writer = ResultWriter(config.output)
+        try:
+            started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            writer.write(
+                {"type": "run", **asdict(config), "output": str(config.output),
+                 "model": model_info.get("model_path"), "started": started}
+            )  # fmt: skip
+            for concurrency in config.concurrencies:
+                on_level(concurrency, config.requests)
+                await _level(client, config, prompts, concurrency, writer, outcome, on_result)
+                if outcome.aborted:
+                    break
+        except asyncio.CancelledError:
+            outcome.interrupted = True
+        finally:
+            if not outcome.aborted and not outcome.interrupted:
+                info = await server_info(client)
+                writer.write({"type": "server_info", "label": config.label,
+                              "avg_spec_accept_length": avg_spec_accept_length(info), "raw": info})  # fmt: skip
+            writer.close()
+    return outcome
+
+
+def run(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:
+    """Run to completion, or until SIGINT: then the requests in flight are dropped and the rest kept."""
+
+    async def main():
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, task.cancel)
+        try:
+            return await run_async(config, on_result, on_level)
+        except asyncio.CancelledError:
+            return RunOutcome(interrupted=True)
+
+    return asyncio.run(main())
+
+
+def result_summary_line(result: RequestResult) -> str:
+    if not result.ok:
+        return f"failed: {result.error}"
+    return f"{result.decode_tok_s or 0:.1f} tok/s, ttft {result.ttft_s * 1000:.0f} ms"

@@ -1,0 +1,181 @@
+"""A stand-in SGLang server: SGLang's HTTP formats, tokens streamed at a known rate.
+
+Accepts SGLang's command line (it reads --host, --port and the --speculative-* flags
+and ignores the rest). Behaviour is set with environment variables:
+
+  FAKE_SGLANG_RATE          true decode rate in tok/s per request (default 100)
+  FAKE_SGLANG_FIRST_DELAY   seconds before the first token (default 0.05)
+  FAKE_SGLANG_BURST         tokens per streamed chunk after the first (EAGLE-style bursts)
+  FAKE_SGLANG_READY_AFTER   seconds until /health_generate answers 200 (default 0)
+  FAKE_SGLANG_NEVER_READY   never healthy
+  FAKE_SGLANG_EXIT_AFTER    exit with code 7 after this many seconds
+  FAKE_SGLANG_SIGNAL_LOG    file to append the names of received SIGTERM/SIGINT to
+  FAKE_SGLANG_FAIL_AFTER    break every stream after this many tokens (error mid-stream)
+  FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
+
+With a speculative algorithm the rate and burst follow a made-up speed-up model of
+(steps, top-k, draft tokens) with one best point, so sweeps have something to find.
+The true rate is reported in /server_info as "fake_true_rate".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--port", type=int, default=30000)
+parser.add_argument("--model-path", default="fake/model")
+parser.add_argument("--speculative-algorithm")
+parser.add_argument("--speculative-num-steps", type=int, default=3)
+parser.add_argument("--speculative-eagle-topk", type=int, default=1)
+parser.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+args, _ = parser.parse_known_args()
+env = os.environ
+
+BASE_RATE = float(env.get("FAKE_SGLANG_RATE", 100))
+FIRST_DELAY = float(env.get("FAKE_SGLANG_FIRST_DELAY", 0.05))
+STARTED = time.monotonic()
+READY_AFTER = float(env.get("FAKE_SGLANG_READY_AFTER", 0))
+FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFTER") else None
+DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
+
+if args.speculative_algorithm:
+    steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    ACCEPT_LENGTH = 1 + 0.75 * min(steps, draft - 1) * (1 - 0.08 * steps) + 0.1 * (topk - 1)
+    verify_cost = 1 + 0.12 * draft + 0.05 * steps  # relative to one plain decode step
+    RATE = BASE_RATE * ACCEPT_LENGTH / verify_cost
+    BURST = int(env.get("FAKE_SGLANG_BURST", round(ACCEPT_LENGTH)))
+else:
+    ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
+finished = {"count": 0}
+
+
+def ready() -> bool:
+    return not env.get("FAKE_SGLANG_NEVER_READY") and time.monotonic() - STARTED >= READY_AFTER
+
+
+def schedule(max_tokens: int):
+    """(due time offset, tokens in the chunk): one token first, then bursts; token i is due at FIRST_DELAY + i/RATE."""
+    yield FIRST_DELAY, 1
+    sent = 1
+    while sent < max_tokens:
+        n = min(BURST, max_tokens - sent)
+        sent += n
+        yield FIRST_DELAY + (sent - 1) / RATE, n
+
+
+def native_chunk(done: int, total: int, final: bool) -> dict:
+    meta = {"id": "req", "prompt_tokens": 12, "completion_tokens": done, "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": total} if final else None}  # fmt: skip
+    if final and ACCEPT_LENGTH:
+        verify = max(1, round((total - 1) / ACCEPT_LENGTH))
+        rate = (total / verify - 1) / max(1, args.speculative_num_draft_tokens - 1)
+        meta.update(spec_verify_ct=verify, spec_accept_length=total / verify, spec_accept_rate=rate)
+    return {"text": " tok" * done, "meta_info": meta}
+
+
+def openai_chunk(done: int, total: int, final: bool) -> dict:
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": args.model_path,
+            "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": "length" if final else None}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": done, "total_tokens": 12 + done}}  # fmt: skip
+
+
+def response(code: int, body: bytes = b"", content_type: str = "application/json") -> bytes:
+    reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+    head = f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+    return (head + "Connection: close\r\n\r\n").encode() + body
+
+
+def get(path: str) -> bytes:
+    if path.startswith("/health"):
+        return response(200 if ready() else 503)
+    if path in ("/model_info", "/get_model_info"):
+        return response(200, json.dumps({"model_path": args.model_path, "is_generation": True}).encode())
+    if path in ("/server_info", "/get_server_info"):
+        state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
+        body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
+                "fake_true_rate": RATE, "fake_burst": BURST}  # fmt: skip
+        return response(200, json.dumps(body).encode())
+    if path == "/v1/models":
+        return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
+    return response(404, b'{"detail": "Not Found"}')
+
+
+async def stream(writer: asyncio.StreamWriter, max_tokens: int, chunk) -> None:
+    # Streams end when the connection closes, as SSE over HTTP/1.1 with Connection: close.
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    done = 0
+    for due, n in schedule(max_tokens):
+        delay = start + due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        done += n
+        if FAIL_AFTER is not None and done > FAIL_AFTER:
+            writer.write(b'data: {"error": {"message": "fake failure mid-stream"}}\n\n')
+            return
+        writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
+        await writer.drain()
+    writer.write(b"data: [DONE]\n\n")
+    await writer.drain()
+    finished["count"] += 1
+    if DIE_AFTER is not None and finished["count"] >= DIE_AFTER:
+        os._exit(9)  # killed: no goodbye
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        request_line = (await reader.readline()).decode()
+        if not request_line:
+            return
+        method, path, _ = request_line.split(" ", 2)
+        length = 0
+        while (line := (await reader.readline()).decode().strip()) != "":
+            name, _, value = line.partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        body = json.loads(await reader.readexactly(length)) if length else {}
+        if method == "GET":
+            writer.write(get(path))
+        elif path == "/generate":
+            await stream(writer, body.get("sampling_params", {}).get("max_new_tokens", 16), native_chunk)
+        elif path == "/v1/chat/completions":
+            await stream(writer, body.get("max_tokens", 16), openai_chunk)
+        else:
+            writer.write(response(404, b'{"detail": "Not Found"}'))
+        await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(handle, args.host, args.port, reuse_address=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if env.get("FAKE_SGLANG_SIGNAL_LOG"):
+            with open(env["FAKE_SGLANG_SIGNAL_LOG"], "a") as f:
+                f.write(signal.Signals(signum).name + "\n")
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    if env.get("FAKE_SGLANG_EXIT_AFTER"):
+        loop.call_later(float(env["FAKE_SGLANG_EXIT_AFTER"]), os._exit, 7)
+    async with server:
+        await stop.wait()
+
+
+asyncio.run(main())
+sys.exit(0)

@@ -1,0 +1,212 @@
+"""The benchmark against a real HTTP server on loopback streaming at a known rate.
+
+The server is the stand-in in tests/stand_ins/fake_sglang (SGLang itself needs GPUs):
+SGLang's /generate and /v1/chat/completions streaming formats, a first-token delay,
+EAGLE-style bursts of several tokens per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from threading import Thread
+
+import pytest
+from bench_fixtures import fake_server, free_port
+from sglang_eagle3.bench import report
+from sglang_eagle3.bench.runner import RunConfig, run
+
+
+def tokens_for(rate: float) -> int:
+    return int(min(2000, max(32, rate * 1.0)))  # about 1 s of decoding per request (at least 32 tokens)
+
+
+@pytest.mark.parametrize("rate", [20, 200, 2000])
+@pytest.mark.parametrize("burst", [1, 4])
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_decode_rate_within_one_percent_of_truth(tmp_path, rate, burst, concurrency):
+    with fake_server(RATE=rate, BURST=burst, FIRST_DELAY=0.2) as (url, true_rate):
+        output = tmp_path / "r.jsonl"
+        outcome = run(RunConfig(url=url, output=output, concurrencies=[concurrency], requests=concurrency,
+                                warmup=1, max_tokens=tokens_for(rate)))  # fmt: skip
+    assert outcome.finished == concurrency and outcome.failed == 0
+    requests = [r for r in report.load(output) if r["type"] == "request"]
+    for r in requests:
+        assert abs(r["decode_tok_s"] / true_rate - 1) < 0.01, (r["decode_tok_s"], true_rate)
+        assert r["ttft_s"] >= 0.2  # the first-token delay is not counted as decode time
+        assert r["output_tokens"] == tokens_for(rate)
+        if burst > 1:
+            assert max(r["chunk_tokens"]) == burst  # bursts were seen and counted exactly
+
+
+def test_openai_api_with_usage_counts(tmp_path):
+    with fake_server(RATE=300, BURST=3) as (url, true_rate):
+        output = tmp_path / "r.jsonl"
+        run(RunConfig(url=url, output=output, api="openai", requests=2, warmup=0, max_tokens=120))
+    requests = [r for r in report.load(output) if r["type"] == "request"]
+    assert all(r["ok"] and not r["tokens_estimated"] for r in requests)
+    assert all(abs(r["decode_tok_s"] / true_rate - 1) < 0.01 for r in requests)
+
+
+def test_speculative_metrics_are_recorded(tmp_path):
+    with fake_server("--speculative-algorithm", "EAGLE3", RATE=100) as (url, _):
+        output = tmp_path / "r.jsonl"
+        run(RunConfig(url=url, output=output, requests=2, warmup=0, max_tokens=40))
+    records = report.load(output)
+    request = next(r for r in records if r["type"] == "request")
+    assert request["spec_accept_length"] > 1 and request["spec_verify_ct"] > 0 and 0 < request["spec_accept_rate"] <= 1
+    info = next(r for r in records if r["type"] == "server_info")
+    assert info["avg_spec_accept_length"] == info["raw"]["internal_states"][0]["avg_spec_accept_length"]
+    group = report.summarize(records)[0]
+    assert group.avg_spec_accept_length and group.stats["spec_accept_length"][1] > 1
+
+
+def bench_cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sglang_eagle3.cli", "bench", "run", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw,
+    )  # fmt: skip
+
+
+def count_requests(path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if '"type": "request"' in line) if path.exists() else 0
+
+
+def test_sigint_keeps_every_finished_request_and_prints_a_summary(tmp_path):
+    output = tmp_path / "r.jsonl"
+    with fake_server(RATE=100) as (url, _):
+        proc = bench_cli("--url", url, "--requests", "50", "--warmup", "0", "--max-tokens", "20",
+                         "--output", str(output), "--no-plot")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while count_requests(output) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    finished = count_requests(output)
+    assert 3 <= finished < 50
+    assert f"interrupted: {finished} finished requests are kept" in err
+    assert f"run             1 {finished:>4}    0" in out  # the summary covers exactly those
+
+
+def test_server_killed_mid_run_keeps_what_finished(tmp_path, run_cli):
+    output = tmp_path / "r.jsonl"
+    with fake_server(RATE=200, DIE_AFTER=3) as (url, _):
+        result = run_cli("bench", "run", "--url", url, "--requests", "10", "--warmup", "0", "--max-tokens", "20",
+                         "--output", str(output))  # fmt: skip
+    assert result.returncode == 1
+    records = [r for r in report.load(output) if r["type"] == "request"]
+    assert sum(r["ok"] for r in records) == 3
+    assert "stopped early: 3 requests in a row failed" in result.stderr
+    assert "run             1    3" in result.stdout  # summary of what finished
+    assert "Traceback" not in result.stderr
+
+
+def test_error_mid_stream_is_reported_per_request(tmp_path, run_cli):
+    output = tmp_path / "r.jsonl"
+    with fake_server(RATE=200, FAIL_AFTER=10) as (url, _):
+        result = run_cli("bench", "run", "--url", url, "--requests", "2", "--warmup", "0", "--max-tokens", "20",
+                         "--output", str(output), "--no-plot")  # fmt: skip
+    assert result.returncode == 1
+    errors = [r["error"] for r in report.load(output) if r["type"] == "request"]
+    assert errors and all("server error mid-stream" in e for e in errors)
+
+
+def test_unreachable_url(tmp_path, run_cli):
+    result = run_cli("bench", "run", "--url", f"http://127.0.0.1:{free_port()}", "--output", str(tmp_path / "r.jsonl"))
+    assert result.returncode == 2 and "cannot reach http://127.0.0.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_not_an_sglang_server(tmp_path, run_cli):
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), NotFound)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = run_cli("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"))
+    finally:
+        server.shutdown()
+    assert result.returncode == 2 and "does not look like an SGLang server" in result.stderr
+
+
+def write_results(path, label, rates):
+    lines = [{"type": "run", "label": label}]
+    lines += [{"type": "request", "label": label, "concurrency": 1, "ok": True, "decode_tok_s": r,
+               "chunk_times_us": [100000, 110000], "chunk_tokens": [1, 1]} for r in rates]  # fmt: skip
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_compare_gate_and_reference_numbers(tmp_path, run_cli):
+    base = write_results(tmp_path / "base.jsonl", "baseline", [92.0, 92.6, 93.0])
+    fast = write_results(tmp_path / "fast.jsonl", "eagle3", [95.0, 96.1, 97.0])
+    slow = write_results(tmp_path / "slow.jsonl", "eagle3", [53.0, 54.1, 55.0])
+    result = run_cli("bench", "compare", str(base), str(fast))
+    assert result.returncode == 0 and "PASS" in result.stdout
+    for ref in ("89.5", "92.6", "54.1", "96.1"):
+        assert ref in result.stdout
+    result = run_cli("bench", "compare", str(base), str(slow))
+    assert result.returncode == 1 and "FAIL: EAGLE-3 54.1 tok/s is 0.584x the baseline's 92.6" in result.stdout
+    assert run_cli("bench", "compare", str(base), str(fast), "--threshold", "1.1").returncode == 1
+    result = run_cli("bench", "compare", str(base), str(fast), "--floor", "100")
+    assert result.returncode == 1 and "below the floor 100 tok/s" in result.stdout
+
+
+def test_compare_against_live_urls(run_cli, tmp_path):
+    with (
+        fake_server(RATE=80) as (base_url, _),
+        fake_server("--speculative-algorithm", "EAGLE3", RATE=80) as (spec_url, spec_rate),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "compare", base_url, spec_url],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"EAGLE-3   {spec_rate:8.1f}"[:16] in result.stdout
+    assert len(list((tmp_path / "results").glob("*.jsonl"))) == 2  # both measurements kept
+
+
+def test_malformed_result_files(tmp_path, run_cli):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "run"}\nnot json\n{"type": "request"}\n')
+    result = run_cli("bench", "compare", str(bad), str(bad))
+    assert result.returncode == 2 and "bad.jsonl:2 is not a JSON record" in result.stderr
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}\n')
+    assert "is not a sglang-eagle3 result record" in run_cli("bench", "summary", str(other)).stderr
+    torn = write_results(tmp_path / "torn.jsonl", "baseline", [90.0])
+    torn.write_text(torn.read_text() + '{"type": "requ')  # a crash mid-write
+    assert run_cli("bench", "summary", str(torn), "--no-plot").returncode == 0
+
+
+def test_plot_is_a_png(tmp_path):
+    records = report.load(write_results(tmp_path / "r.jsonl", "baseline", [90.0, 91.0]))
+    png = report.plot(records, tmp_path / "r.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(
+    not (os.environ.get("SGLANG_EAGLE3_BASELINE_URL") and os.environ.get("SGLANG_EAGLE3_EAGLE3_URL")),
+    reason="live A/B gate: set SGLANG_EAGLE3_BASELINE_URL and SGLANG_EAGLE3_EAGLE3_URL to running servers",
+)
+def test_live_eagle3_beats_baseline(run_cli):
+    threshold = os.environ.get("SGLANG_EAGLE3_THRESHOLD", "1.0")
+    result = run_cli(
+        "bench", "compare", os.environ["SGLANG_EAGLE3_BASELINE_URL"], os.environ["SGLANG_EAGLE3_EAGLE3_URL"],
+        "--threshold", threshold,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
