@@ -28,6 +28,20 @@ APIS = ("native", "openai")
 YIELD_BEFORE_BOOKKEEPING_S = 0.002
 # meta_info.completion_tokens (native) and usage.completion_tokens (OpenAI) are both cumulative.
 COMPLETION_TOKENS = re.compile(r'"completion_tokens":\s*(\d+)')
+_KEY = '"completion_tokens"'
+
+
+def _completion_tokens(payload: str) -> int | None:
+    """The cumulative token count of an event, without parsing it.
+
+    Events carry the whole text so far, so parsing each one costs O(tokens); the count
+    sits in meta_info / usage at the end of the event, so search backwards for it.
+    """
+    at = payload.rfind(_KEY)
+    if at < 0:
+        return None
+    match = COMPLETION_TOKENS.match(payload, at)
+    return int(match.group(1)) if match else None
 
 
 class BenchError(Exception):
@@ -137,12 +151,8 @@ async def stream_one(
                 payload = line[5:].strip().decode()
                 if payload == "[DONE]":
                     break
-                # Fast path: SGLang's events carry the cumulative count; finding it is far cheaper
-                # than parsing the event (whose cumulative text grows with every token).
-                match = COMPLETION_TOKENS.search(payload)
-                if match is not None:
-                    so_far = int(match.group(1))
-                else:
+                so_far = _completion_tokens(payload)
+                if so_far is None:
                     event = json.loads(payload)
                     if "error" in event:
                         raise BenchError(f"server error mid-stream: {event['error']}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import gc
 import json
 import signal
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,26 @@ class ResultWriter:
         self.file.close()
 
 
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """No cyclic garbage collection while requests stream.
+
+    A collection stops the event loop for milliseconds; chunks arriving meanwhile would
+    be timestamped late and the decode rate measured low. The streaming path creates no
+    reference cycles, so collection waits until the level is done.
+    """
+    gc.freeze()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.unfreeze()
+        gc.collect()
+
+
 async def _level(client, config: RunConfig, prompts, concurrency: int, writer, outcome: RunOutcome, on_result):
     """Warm-up, then config.requests requests with `concurrency` in flight."""
     queue: asyncio.Queue = asyncio.Queue()
@@ -118,7 +139,8 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
             )  # fmt: skip
             for concurrency in config.concurrencies:
                 on_level(concurrency, config.requests)
-                await _level(client, config, prompts, concurrency, writer, outcome, on_result)
+                with _no_gc_pauses():
+                    await _level(client, config, prompts, concurrency, writer, outcome, on_result)
                 if outcome.aborted:
                     break
         except asyncio.CancelledError:
