@@ -26,6 +26,12 @@ CACHE = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" /
 
 @pytest.fixture(scope="session")
 def pristine_wheel() -> Path:
+    # In the Nix sandbox (no network) the wheel comes from the same pin, via fetchurl.
+    given = os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL")
+    if given:
+        actual = pins.sha256_of(Path(given))
+        assert actual == pins.pins()["sglang"]["sha256"], f"{given} has sha256 {actual}, not the pinned one"
+        return Path(given)
     return pins.fetch_wheel("sglang", CACHE)
 
 

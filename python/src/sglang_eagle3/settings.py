@@ -30,7 +30,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
 # SGLANG_EAGLE3_* variables that configure the tools, not the server.
-NOT_SETTINGS = {"config", "patches", "nvidia_smi", "test_cache"}
+NOT_SETTINGS = {
+    "config",
+    "patches",
+    "nvidia_smi",
+    "test_cache",
+    "sglang_wheel",
+    "baseline_url",
+    "eagle3_url",
+    "threshold",
+}
 
 
 class SettingsError(Exception):

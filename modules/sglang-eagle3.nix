@@ -1,0 +1,457 @@
+# services.sglang-eagle3: SGLang 0.5.9 serving Kimi-K2.5 with EAGLE-3, as a hardened
+# systemd service. The server is started by `sglang-eagle3 serve`, which runs the
+# preflight, starts SGLang and tells systemd when /health_generate answers (Type=notify).
+#
+# `settings` options are generated from the launcher's own settings schema
+# (settings-schema.json, exported from python/src/sglang_eagle3/settings.py), so each
+# field is documented once, in Python.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  inherit (lib) mkOption types literalExpression;
+  cfg = config.services.sglang-eagle3;
+
+  # Fields that have their own options below (secrets, environment, multi-host, timeout).
+  ownedFields = [
+    "api_key_file"
+    "environment"
+    "extra_args"
+    "nnodes"
+    "node_rank"
+    "dist_init_addr"
+    "ready_timeout"
+  ];
+  fields = removeAttrs (import ../nix/settings-options.nix { }) ownedFields;
+
+  typeOf =
+    d:
+    let
+      base =
+        if d.kind == "int" then
+          (
+            if d.min != null && d.max != null then
+              types.ints.between d.min d.max
+            else if d.min == 1 then
+              types.ints.positive
+            else if d.min == 0 then
+              types.ints.unsigned
+            else
+              types.int
+          )
+        else if d.kind == "float" then
+          (if d.min != null && d.max != null then types.numbers.between d.min d.max else types.number)
+        else if d.kind == "bool" then
+          types.bool
+        else if d.kind == "enum" then
+          types.enum d.values
+        else if d.kind == "listOfStr" then
+          types.listOf types.str
+        else if d.kind == "attrsOfStr" then
+          types.attrsOf types.str
+        else
+          types.str;
+    in
+    if d.nullable then types.nullOr base else base;
+
+  settingOption =
+    _name: d:
+    mkOption {
+      type = typeOf d;
+      inherit (d) default;
+      description = d.description + lib.optionalString (d.flag != null) " (SGLang `${d.flag}`)";
+    };
+
+  settingsFormat = pkgs.formats.json { };
+  settingsFile = settingsFormat.generate "sglang-eagle3-settings.json" cfg.renderedSettings;
+
+  stateDir = "/var/lib/sglang-eagle3";
+  cacheDir = "/var/cache/sglang-eagle3";
+  port = cfg.settings.port;
+  rendezvousPort =
+    if cfg.distInitAddr == null then null else lib.toInt (lib.last (lib.splitString ":" cfg.distInitAddr));
+  exe = lib.getExe cfg.package;
+  staticUser = cfg.user != null;
+
+  # Shared by the server and the benchmark unit. Everything is locked down except
+  # what CUDA, NCCL and Triton need; each relaxation says why.
+  hardening = {
+    CapabilityBoundingSet = [ "" ];
+    LockPersonality = true;
+    NoNewPrivileges = true;
+    PrivateTmp = true;
+    PrivateMounts = true;
+    PrivateUsers = true;
+    PrivateIPC = true;
+    ProtectClock = true;
+    ProtectControlGroups = true;
+    ProtectHome = true;
+    ProtectHostname = true;
+    ProtectKernelLogs = true;
+    ProtectKernelModules = true;
+    ProtectKernelTunables = true;
+    ProtectProc = "invisible";
+    # psutil and torch read /proc/meminfo and /proc/cpuinfo.
+    ProcSubset = "all";
+    ProtectSystem = "strict";
+    RemoveIPC = true;
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    # AF_NETLINK: NCCL finds its network interfaces with getifaddrs(), which uses netlink.
+    RestrictAddressFamilies = [
+      "AF_INET"
+      "AF_INET6"
+      "AF_UNIX"
+      "AF_NETLINK"
+    ];
+    SystemCallArchitectures = "native";
+    # @resources: CUDA and NCCL set NUMA policies and CPU affinity (mbind, sched_setaffinity).
+    SystemCallFilter = [
+      "@system-service @resources"
+      "~@privileged"
+    ];
+    UMask = "0077";
+    # No MemoryDenyWriteExecute: PyTorch, Triton and FlashInfer JIT-compile kernels and
+    # need writable executable memory.
+  };
+in
+{
+  options.services.sglang-eagle3 = {
+    enable = lib.mkEnableOption "the SGLang EAGLE-3 server (Kimi-K2.5 by default)";
+
+    package = mkOption {
+      type = types.package;
+      description = ''
+        The sglang-eagle3 environment (patched SGLang 0.5.9, CUDA 13 torch, the launcher).
+        The flake's `nixosModules.default` sets it to the flake's package for the host's system.
+      '';
+      example = literalExpression "inputs.sglang-eagle3.packages.x86_64-linux.default";
+    };
+
+    settings = mkOption {
+      type = types.submodule {
+        freeformType = settingsFormat.type;
+        options = lib.mapAttrs settingOption fields;
+      };
+      default = { };
+      description = ''
+        Server settings, as `sglang-eagle3 settings schema` defines them; the defaults are
+        the tuned Kimi-K2.5 NVFP4 + EAGLE-3 configuration. Rendered to a JSON file the
+        launcher reads (`--config`). The API key is not a setting: see `apiKeyFile`.
+      '';
+      example = {
+        model_path = "/var/lib/models/Kimi-K2.5-NVFP4";
+        speculative_draft_model_path = "/var/lib/models/Kimi-K25-eagle3";
+        mem_fraction_static = 0.9;
+      };
+    };
+
+    gpus = mkOption {
+      type = types.nullOr (types.listOf types.ints.unsigned);
+      default = null;
+      example = [
+        0
+        1
+        2
+        3
+        4
+        5
+        6
+        7
+      ];
+      description = "GPU indices the service may use (CUDA_VISIBLE_DEVICES); null means all.";
+    };
+
+    environment = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = {
+        NCCL_DEBUG = "WARN";
+      };
+      description = "Extra environment variables for the server. Not for secrets: they end up in the store.";
+    };
+
+    extraArgs = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [
+        "--log-level"
+        "info"
+      ];
+      description = "More SGLang arguments; checked against SGLang's own flags at start. Not for secrets.";
+    };
+
+    apiKeyFile = mkOption {
+      type = types.nullOr (types.strMatching "/.+");
+      default = null;
+      example = "/run/secrets/sglang-api-key";
+      description = ''
+        File holding the API key, as an absolute path string (so it is never copied into
+        the world-readable store). Delivered with systemd's LoadCredential; the launcher
+        hands it to SGLang without putting it in argv, the environment or logs.
+      '';
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Open `settings.port` in the firewall (set `settings.host` to listen beyond localhost).";
+    };
+
+    user = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      description = "User to run as; null uses a DynamicUser. Created when set.";
+    };
+
+    group = mkOption {
+      type = types.nullOr types.str;
+      default = cfg.user;
+      defaultText = literalExpression "config.services.sglang-eagle3.user";
+      description = "Group to run as, when `user` is set. Created when set.";
+    };
+
+    startTimeoutSec = mkOption {
+      type = types.ints.positive;
+      default = 7200;
+      description = ''
+        How long loading may take before the start counts as failed (seconds). A 600 GB
+        checkpoint read from local NVMe, plus CUDA graph capture, takes tens of minutes.
+      '';
+    };
+
+    nnodes = mkOption {
+      type = types.ints.positive;
+      default = 1;
+      description = "Hosts the model spans (tensor parallelism across hosts). Every host runs this service.";
+    };
+
+    nodeRank = mkOption {
+      type = types.ints.unsigned;
+      default = 0;
+      description = "This host's rank, 0 .. nnodes - 1; rank 0 serves HTTP.";
+    };
+
+    distInitAddr = mkOption {
+      type = types.nullOr (types.strMatching ".+:[0-9]+");
+      default = null;
+      example = "10.0.0.1:50000";
+      description = "host:port of rank 0 for the multi-host rendezvous; required when nnodes > 1.";
+    };
+
+    openRendezvousFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Open the rendezvous port of `distInitAddr` in the firewall. NCCL also opens
+        data connections on ephemeral ports between the hosts; allow those on the
+        private interconnect (e.g. `networking.firewall.trustedInterfaces`).
+      '';
+    };
+
+    renderedSettings = mkOption {
+      type = settingsFormat.type;
+      internal = true;
+      readOnly = true;
+      description = "The settings file's content: `settings` plus the options that own launcher fields.";
+    };
+
+    benchmark = {
+      enable = lib.mkEnableOption "a throughput benchmark run each time the server becomes ready";
+      baselineUrl = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "http://127.0.0.1:30001";
+        description = ''
+          A baseline server (no speculation) to compare against with `bench compare`
+          (the A/B gate). When null, a single run is recorded.
+        '';
+      };
+      requests = mkOption {
+        type = types.ints.positive;
+        default = 8;
+        description = "Measured requests per run.";
+      };
+    };
+
+    gpuChecks = {
+      enable = lib.mkEnableOption ''
+        GPU checks in the Nix sandbox on this host: programs.nix-required-mounts with the
+        NVIDIA preset (derivations requiring the "cuda" system feature see the driver and
+        /dev/nvidia*), plus the model directories, so the flake's gpu-throughput-check runs here
+      '';
+      modelDirs = mkOption {
+        type = types.listOf types.str;
+        default = lib.filter (lib.hasPrefix "/") [
+          cfg.settings.model_path
+          (toString cfg.settings.speculative_draft_model_path)
+        ];
+        defaultText = literalExpression "the local model and draft directories of settings";
+        description = "Directories exposed to GPU check sandboxes.";
+      };
+    };
+  };
+
+  config = lib.mkIf cfg.enable (
+    lib.mkMerge [
+      {
+        services.sglang-eagle3.renderedSettings = cfg.settings // {
+          nnodes = cfg.nnodes;
+          node_rank = cfg.nodeRank;
+          dist_init_addr = cfg.distInitAddr;
+          extra_args = cfg.extraArgs;
+          # The launcher waits this long for /health_generate; systemd a little longer.
+          ready_timeout = cfg.startTimeoutSec;
+        };
+
+        assertions = [
+          {
+            assertion = cfg.nnodes == 1 || cfg.distInitAddr != null;
+            message = "services.sglang-eagle3: nnodes = ${toString cfg.nnodes} needs distInitAddr (host:port of rank 0).";
+          }
+          {
+            assertion = cfg.nodeRank < cfg.nnodes;
+            message = "services.sglang-eagle3: nodeRank ${toString cfg.nodeRank} must be below nnodes (${toString cfg.nnodes}).";
+          }
+          {
+            assertion = lib.mod cfg.settings.tp_size cfg.nnodes == 0;
+            message = "services.sglang-eagle3: settings.tp_size ${toString cfg.settings.tp_size} must split evenly over nnodes (${toString cfg.nnodes}).";
+          }
+          {
+            assertion = cfg.gpus == null || lib.length cfg.gpus >= cfg.settings.tp_size / cfg.nnodes;
+            message = "services.sglang-eagle3: settings.tp_size ${toString cfg.settings.tp_size} over ${toString cfg.nnodes} node(s) needs ${toString (cfg.settings.tp_size / cfg.nnodes)} GPUs per host, but gpus lists ${toString (lib.length cfg.gpus)}.";
+          }
+          {
+            assertion = !cfg.openRendezvousFirewall || cfg.distInitAddr != null;
+            message = "services.sglang-eagle3: openRendezvousFirewall needs distInitAddr.";
+          }
+          {
+            assertion = rendezvousPort == null || rendezvousPort != port;
+            message = "services.sglang-eagle3: the rendezvous port of distInitAddr must differ from settings.port.";
+          }
+        ];
+
+        users = lib.mkIf staticUser {
+          users.${cfg.user} = {
+            isSystemUser = true;
+            inherit (cfg) group;
+            home = stateDir;
+          };
+          groups.${cfg.group} = { };
+        };
+
+        systemd.services.sglang-eagle3 = {
+          description = "SGLang EAGLE-3 server (${cfg.settings.model_path})";
+          wantedBy = [ "multi-user.target" ];
+          wants = [ "network-online.target" ];
+          after = [ "network-online.target" ];
+          environment =
+            cfg.environment
+            // {
+              HOME = stateDir;
+              HF_HOME = "${cacheDir}/huggingface";
+              XDG_CACHE_HOME = cacheDir;
+              TRITON_CACHE_DIR = "${cacheDir}/triton";
+            }
+            // lib.optionalAttrs (cfg.gpus != null) {
+              CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
+            };
+          serviceConfig =
+            hardening
+            // lib.optionalAttrs staticUser {
+              User = cfg.user;
+              Group = cfg.group;
+            }
+            // {
+              # The launcher sends READY=1 once /health_generate answers, STOPPING=1 on stop.
+              Type = "notify";
+              NotifyAccess = "main";
+              ExecStart = "${exe} serve --config ${settingsFile}";
+              DynamicUser = !staticUser;
+              StateDirectory = "sglang-eagle3";
+              CacheDirectory = "sglang-eagle3";
+              WorkingDirectory = stateDir;
+              LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
+              TimeoutStartSec = cfg.startTimeoutSec + 120;
+              # SIGTERM to the launcher, which forwards it and gives SGLang 60 s to drain.
+              KillMode = "mixed";
+              TimeoutStopSec = 90;
+              Restart = "on-failure";
+              RestartSec = "30s";
+              RestartSteps = 5;
+              RestartMaxDelaySec = "10min";
+              # NCCL pins host buffers for GPU transfers.
+              LimitMEMLOCK = "infinity";
+              # GPUs: PrivateDevices would hide /dev/nvidia*; allow only NVIDIA's devices.
+              PrivateDevices = false;
+              DevicePolicy = "closed";
+              DeviceAllow = [
+                "char-nvidiactl"
+                "char-nvidia-caps"
+                "char-nvidia-frontend"
+                "char-nvidia-uvm"
+              ];
+            };
+        };
+
+        networking.firewall.allowedTCPPorts =
+          lib.optional cfg.openFirewall port
+          ++ lib.optional (cfg.openRendezvousFirewall && rendezvousPort != null) rendezvousPort;
+
+        environment.systemPackages = [ cfg.package ];
+      }
+
+      (lib.mkIf cfg.benchmark.enable {
+        assertions = [
+          {
+            assertion = cfg.nodeRank == 0;
+            message = "services.sglang-eagle3.benchmark runs on rank 0, which serves HTTP.";
+          }
+        ];
+        systemd.services.sglang-eagle3-bench = {
+          description = "Throughput benchmark of the SGLang EAGLE-3 server";
+          # After the notify unit is ready, i.e. after /health_generate answered.
+          after = [ "sglang-eagle3.service" ];
+          requires = [ "sglang-eagle3.service" ];
+          wantedBy = [ "sglang-eagle3.service" ];
+          environment.HOME = "/var/lib/sglang-eagle3-bench";
+          script =
+            let
+              url = "http://127.0.0.1:${toString port}";
+              run = "${exe} bench run --requests ${toString cfg.benchmark.requests} --no-plot";
+            in
+            ''
+              stamp=$(date +%Y%m%d-%H%M%S)
+              ${run} --url ${url} --label eagle3 --output "$STATE_DIRECTORY/eagle3-$stamp.jsonl"
+            ''
+            + lib.optionalString (cfg.benchmark.baselineUrl != null) ''
+              ${run} --url ${cfg.benchmark.baselineUrl} --label baseline --output "$STATE_DIRECTORY/baseline-$stamp.jsonl"
+              ${exe} bench compare "$STATE_DIRECTORY/baseline-$stamp.jsonl" "$STATE_DIRECTORY/eagle3-$stamp.jsonl" \
+                | tee "$STATE_DIRECTORY/verdict-$stamp.txt"
+            '';
+          serviceConfig = hardening // {
+            Type = "oneshot";
+            DynamicUser = true;
+            StateDirectory = "sglang-eagle3-bench";
+            PrivateDevices = true;
+          };
+        };
+      })
+
+      (lib.mkIf cfg.gpuChecks.enable {
+        programs.nix-required-mounts = {
+          enable = true;
+          presets.nvidia-gpu.enable = true;
+          allowedPatterns.sglang-eagle3-models = {
+            onFeatures = [ "cuda" ];
+            paths = cfg.gpuChecks.modelDirs;
+          };
+        };
+      })
+    ]
+  );
+}

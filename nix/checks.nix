@@ -1,0 +1,56 @@
+# `nix flake check` on any Linux builder, no GPU needed.
+{
+  pkgs,
+  lib,
+  stack,
+  src,
+  moduleChecks,
+}:
+let
+  pins = import ./pins.nix;
+in
+{
+  # Building the patched wheel applies every patch of the series with no fuzz.
+  patch-series = stack.sglangWheel;
+
+  # The pytest suite (delegation on a tiny CPU model, probe, settings, launcher,
+  # throughput-test logic) against the built environment, inside the sandbox.
+  pytest =
+    pkgs.runCommand "sglang-eagle3-pytest"
+      {
+        nativeBuildInputs = [
+          stack.testEnv
+          pkgs.patch
+        ];
+        # The pristine wheel for the tests, from the same pin (no network in the sandbox).
+        SGLANG_EAGLE3_SGLANG_WHEEL = pkgs.fetchurl (pins.fetchurlArgs "sglang");
+      }
+      ''
+        cp -r ${src} source
+        chmod -R u+w source
+        cd source
+        export HOME=$TMPDIR
+        python -m pytest -p no:cacheprovider -q tests
+        touch $out
+      '';
+
+  # Python formatting and lint (ruff), and every .nix file parses. The .nix files have
+  # not been run through nixfmt yet (it could not be installed where they were written):
+  # `nix fmt` formats them; this check does not enforce nixfmt's layout.
+  formatting =
+    pkgs.runCommand "sglang-eagle3-formatting"
+      {
+        nativeBuildInputs = [
+          pkgs.ruff
+          pkgs.nix
+        ];
+      }
+      ''
+        cd ${src}
+        ruff format --check python tests benchmarks
+        ruff check python tests benchmarks
+        for f in $(find . -name '*.nix'); do nix-instantiate --parse "$f" > /dev/null; done
+        touch $out
+      '';
+}
+// moduleChecks

@@ -1,0 +1,49 @@
+# The throughput A/B gate on real GPUs: start the baseline server, measure, stop; start
+# the EAGLE-3 server, measure, stop; fail unless EAGLE-3 single-stream decode tok/s is
+# at least `threshold` x the baseline's (sglang-eagle3 bench compare).
+#
+# It needs GPUs inside the build sandbox, so, like nixpkgs' gpuCheck, it requires the
+# "cuda" system feature: a host with programs.nix-required-mounts (NVIDIA preset) mounts
+# the driver and /dev/nvidia* into it, and the model directories (the NixOS module's
+# gpuChecks option adds them). It is not in `checks`, so `nix flake check` passes on
+# hosts without GPUs. Build it with: nix build .#gpu-throughput-check
+{
+  pkgs,
+  package,
+  modelPath ? "/var/lib/sglang-eagle3/models/Kimi-K2.5-NVFP4",
+  draftModelPath ? "/var/lib/sglang-eagle3/models/Kimi-K25-eagle3",
+  threshold ? 1.0,
+  requests ? 8,
+}:
+pkgs.runCommand "sglang-eagle3-gpu-throughput-check"
+  {
+    nativeBuildInputs = [
+      package
+      pkgs.curl
+    ];
+    requiredSystemFeatures = [ "cuda" ];
+    # Model directories come from the host through nix-required-mounts, not the store.
+    inherit modelPath draftModelPath;
+  }
+  ''
+    export HOME=$TMPDIR HF_HUB_OFFLINE=1
+    mkdir -p $out
+    common=(--set model_path="$modelPath" --set speculative_draft_model_path="$draftModelPath" --set ready_timeout=5400)
+
+    measure() {  # profile port label
+      sglang-eagle3 serve --profile "$1" "''${common[@]}" --set port="$2" > $out/"$3"-server.log 2>&1 &
+      local server=$!
+      until curl -sf "http://127.0.0.1:$2/health_generate" > /dev/null; do
+        kill -0 $server 2> /dev/null || { cat $out/"$3"-server.log; exit 1; }
+        sleep 10
+      done
+      sglang-eagle3 bench run --url "http://127.0.0.1:$2" --label "$3" --requests ${toString requests} \
+        --output $out/"$3".jsonl
+      kill -TERM $server; wait $server || true
+    }
+
+    measure baseline 30001 baseline
+    measure eagle3 30000 eagle3
+    sglang-eagle3 bench compare $out/baseline.jsonl $out/eagle3.jsonl --threshold ${toString threshold} \
+      | tee $out/verdict.txt
+  ''

@@ -1,0 +1,34 @@
+# Every pinned artifact, read from pins.json (shared with the Python side).
+# Builtins only, so the tests evaluate it with plain `nix-instantiate --eval`.
+let
+  pins = builtins.fromJSON (builtins.readFile ./pins.json);
+  artifacts = removeAttrs pins [
+    "_comment"
+    "stack"
+  ];
+  isSha256 = h: builtins.isString h && builtins.match "[0-9a-f]{64}" h != null;
+in
+{
+  inherit (pins) stack;
+  inherit artifacts;
+
+  # Arguments for fetchurl. A pin without a verified hash stops evaluation and says
+  # how to fill it, instead of building from a placeholder.
+  fetchurlArgs =
+    name:
+    let
+      pin = artifacts.${name} or (throw "nix/pins.json has no pin named '${name}'");
+    in
+    if isSha256 (pin.sha256 or null) then
+      {
+        inherit (pin) url sha256;
+        name = pin.wheel;
+      }
+    else
+      throw ''
+        nix/pins.json: '${name}' (${pin.url}) has no verified sha256.
+        On a host with network access run
+          nix store prefetch-file --json --hash-type sha256 '${pin.url}'
+        and put the hex "hash" it prints into nix/pins.json.
+      '';
+}

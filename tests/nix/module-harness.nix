@@ -1,0 +1,80 @@
+# Evaluate modules/sglang-eagle3.nix with nixpkgs' lib.evalModules and minimal
+# declarations of the NixOS options it touches, without the rest of nixpkgs.
+# Used by tests/test_nix.py when NIXPKGS_LIB points to a copy of nixpkgs' lib/.
+{
+  libPath,
+  config,
+  module ? ../../modules/sglang-eagle3.nix,
+}:
+let
+  lib = import libPath;
+  inherit (lib) mkOption types;
+  anything = mkOption {
+    type = types.attrsOf types.anything;
+    default = { };
+  };
+  # The few pkgs attributes the module uses.
+  pkgs = {
+    formats.json = _: {
+      type = types.attrsOf types.anything;
+      # Evaluation only: the file's content is checked through renderedSettings.
+      generate = name: _value: "/nix/store/eval-only-${name}";
+    };
+  };
+  declarations = {
+    options = {
+      assertions = mkOption {
+        type = types.listOf types.attrs;
+        default = [ ];
+      };
+      users = anything;
+      systemd.services = mkOption {
+        type = types.attrsOf (types.submodule { freeformType = types.attrsOf types.anything; });
+        default = { };
+      };
+      networking.firewall.allowedTCPPorts = mkOption {
+        type = types.listOf types.port;
+        default = [ ];
+      };
+      environment.systemPackages = mkOption {
+        type = types.listOf types.anything;
+        default = [ ];
+      };
+      programs.nix-required-mounts = anything;
+      # Set by the example hosts, not by the module; declared so they evaluate.
+      hardware = anything;
+      nixpkgs = anything;
+      services.xserver = anything;
+      networking.firewall.trustedInterfaces = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+      };
+    };
+  };
+  stubPackage = {
+    type = "derivation";
+    name = "sglang-eagle3";
+    outPath = "/nix/store/sglang-eagle3-stub";
+    meta.mainProgram = "sglang-eagle3";
+  };
+  evaluated = lib.evalModules {
+    modules = [
+      declarations
+      module
+      { services.sglang-eagle3.package = stubPackage; }
+      config
+    ];
+    specialArgs = { inherit pkgs; };
+  };
+  c = evaluated.config;
+in
+{
+  settings = c.services.sglang-eagle3.renderedSettings;
+  failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
+  services = lib.mapAttrs (_: s: removeAttrs s [ "_module" ]) c.systemd.services;
+  allowedTCPPorts = c.networking.firewall.allowedTCPPorts;
+  requiredMounts = c.programs.nix-required-mounts;
+  options = lib.mapAttrs (_: o: o.description or null) (
+    removeAttrs evaluated.options.services.sglang-eagle3 [ "settings" ]
+  );
+}

@@ -1,0 +1,354 @@
+"""The Nix side, as far as it can be checked without nixpkgs (Debian's Nix 2.8 here).
+
+- every .nix file parses; builtins-only logic (pins, patch series, settings schema)
+  is evaluated with `nix-instantiate --eval`;
+- pins carry real hashes, flake.lock locks every input, and the Nix side and the
+  Python side agree on the patch list and on the SGLang / torch / FlashInfer versions;
+- with NIXPKGS_LIB set to a copy of nixpkgs' lib/ directory, the NixOS module is
+  evaluated with lib.evalModules, its unit rendered and checked with systemd-analyze;
+  with UV2NIX_SRC and PYPROJECT_NIX_SRC also set, uv2nix loads python/uv.lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from sglang_eagle3 import SGLANG_VERSION, patchset, settings
+
+NIX = shutil.which("nix-instantiate")
+needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
+NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB")
+needs_lib = pytest.mark.skipif(
+    not (NIX and NIXPKGS_LIB),
+    reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the NixOS module without nixpkgs",
+)
+NIX_FILES = sorted(p for p in REPO.rglob("*.nix") if ".venv" not in p.parts and ".git" not in p.parts)
+PINS = json.loads((REPO / "nix" / "pins.json").read_text())
+LOCK = tomllib.loads((REPO / "python" / "uv.lock").read_text())
+
+
+def nix_eval(expr: str, cwd: Path = REPO) -> object:
+    result = subprocess.run([NIX, "--eval", "--strict", "--json", "-E", expr], capture_output=True, text=True, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def locked(name: str) -> dict:
+    return next(p for p in LOCK["package"] if p["name"] == name)
+
+
+# -- parsing and builtins-only logic ------------------------------------------------------
+
+
+@needs_nix
+@pytest.mark.parametrize("path", NIX_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_nix_file_parses(path):
+    result = subprocess.run([NIX, "--parse", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_nix
+def test_nix_and_python_apply_the_same_patch_series_with_the_same_flags():
+    series = nix_eval("let s = import ./nix/patch-series.nix; in { inherit (s) names flags version; }")
+    python_series = patchset.PatchSeries.load()
+    assert series["names"] == [p.name for p in python_series.patches]
+    assert series["flags"] == patchset.PATCH_FLAGS
+    assert series["version"] == python_series.sglang_version == SGLANG_VERSION
+
+
+@needs_nix
+def test_every_pin_evaluates_to_fetchurl_arguments_with_a_real_hash():
+    names = [n for n in PINS if n not in ("_comment", "stack")]
+    args = nix_eval(f"map (import ./nix/pins.nix).fetchurlArgs {json.dumps(names).replace(',', ' ')}")
+    for name, arg in zip(names, args, strict=True):
+        assert re.fullmatch(r"[0-9a-f]{64}", arg["sha256"]), name
+        assert len(set(arg["sha256"])) > 4, f"{name}: placeholder-looking hash"
+        assert arg["url"].startswith("https://") and arg["name"] == PINS[name]["wheel"]
+        assert "%" not in arg["name"], "store path names cannot contain %"
+
+
+@needs_nix
+def test_a_pin_without_a_verified_hash_stops_evaluation_and_says_how_to_fill_it(tmp_path):
+    (tmp_path / "nix").mkdir()
+    shutil.copy(REPO / "nix" / "pins.nix", tmp_path / "nix")
+    pins = json.loads(json.dumps(PINS))
+    pins["sgl-kernel"]["sha256"] = None
+    (tmp_path / "nix" / "pins.json").write_text(json.dumps(pins))
+    result = subprocess.run(
+        [NIX, "--eval", "--strict", "-E", '(import ./nix/pins.nix).fetchurlArgs "sgl-kernel"'],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "'sgl-kernel'" in result.stderr and "has no verified sha256" in result.stderr
+    assert "nix store prefetch-file --json --hash-type sha256" in result.stderr
+
+
+@needs_nix
+def test_settings_options_are_derived_from_the_launchers_schema():
+    options = nix_eval("import ./nix/settings-options.nix { }")
+    assert set(options) == set(settings.ServerSettings.model_fields)
+    assert options["tp_size"] == {
+        "kind": "int", "nullable": False, "min": 1, "max": None, "values": None, "default": 8,
+        "description": settings.ServerSettings.model_fields["tp_size"].description, "flag": "--tp-size",
+    }  # fmt: skip
+    assert (options["port"]["min"], options["port"]["max"]) == (1, 65535)
+    assert options["speculative_algorithm"]["kind"] == "enum" and options["speculative_algorithm"]["nullable"]
+    assert options["extra_args"]["kind"] == "listOfStr" and options["environment"]["kind"] == "attrsOfStr"
+
+
+def test_committed_schema_is_the_generated_one():
+    committed = json.loads((REPO / "modules" / "settings-schema.json").read_text())
+    assert committed == settings.json_schema(), (
+        "modules/settings-schema.json is stale: sglang-eagle3 settings schema > modules/settings-schema.json"
+    )
+
+
+# -- pins, lock files and versions agree ---------------------------------------------------
+
+
+def test_versions_agree_across_nix_uv_lock_patches_and_launcher():
+    base = lambda v: v.split("+")[0]  # noqa: E731
+    assert PINS["sglang"]["version"] == locked("sglang")["version"] == SGLANG_VERSION
+    assert (REPO / "patches" / f"sglang-{SGLANG_VERSION}" / "series").is_file()
+    for name in ("torch", "torchvision", "sgl-kernel", "flashinfer-python", "flashinfer-cubin"):
+        assert base(PINS[name]["version"]) == locked(name)["version"], name
+    # SGLang's own pins (its wheel metadata) are what uv.lock resolved.
+    assert any(d["name"] == "transformers" for d in locked("sglang")["dependencies"])
+    assert locked("transformers")["version"] == "4.57.1" and locked("torch")["version"] == "2.9.1"
+    assert PINS["stack"]["cudaPackages"] == "cudaPackages_" + PINS["stack"]["cuda"].replace(".", "_")
+
+
+@pytest.mark.parametrize("name", ["sglang", "flashinfer-python", "flashinfer-cubin"])
+def test_pypi_pins_are_the_uv_lock_hashes(name):
+    wheels = {Path(w["url"]).name: w["hash"] for w in locked(name)["wheels"]}
+    assert wheels[PINS[name]["wheel"]] == "sha256:" + PINS[name]["sha256"]
+
+
+def test_flake_lock_locks_every_input_with_real_hashes():
+    lock = json.loads((REPO / "flake.lock").read_text())
+    assert lock["version"] == 7
+    nodes = lock["nodes"]
+    root_inputs = nodes[lock["root"]]["inputs"]
+    assert set(root_inputs) == {"nixpkgs", "pyproject-nix", "uv2nix", "pyproject-build-systems"}
+    for name in root_inputs.values():
+        locked_ = nodes[name]["locked"]
+        assert locked_["type"] == "github"
+        assert re.fullmatch(r"[0-9a-f]{40}", locked_["rev"]), name
+        assert re.fullmatch(r"sha256-[A-Za-z0-9+/]{43}=", locked_["narHash"]), name
+        assert not locked_["narHash"].startswith("sha256-AAAAAAAA"), name
+        assert isinstance(locked_["lastModified"], int) and locked_["lastModified"] > 1.7e9
+    # follows: one nixpkgs and one pyproject-nix for everybody
+    for name in ("pyproject-nix", "uv2nix", "pyproject-build-systems"):
+        assert nodes[name]["inputs"]["nixpkgs"] == ["nixpkgs"]
+    assert nodes["uv2nix"]["inputs"]["pyproject-nix"] == ["pyproject-nix"]
+    assert nodes["pyproject-build-systems"]["inputs"]["uv2nix"] == ["uv2nix"]
+
+
+@needs_nix
+def test_flake_inputs_match_the_lock():
+    inputs = nix_eval("builtins.mapAttrs (_: i: i.url) (import ./flake.nix).inputs")
+    lock = json.loads((REPO / "flake.lock").read_text())["nodes"]
+    for name, url in inputs.items():
+        original = lock[name]["original"]
+        expected = f"github:{original['owner']}/{original['repo']}" + (
+            f"/{original['ref']}" if "ref" in original else ""
+        )
+        assert url == expected, name
+
+
+def test_no_placeholder_hashes_anywhere():
+    pattern = re.compile(r"fakeHash|fakeSha256|lib\.fake|0{32}|sha256-A{43}=")
+    for path in [*NIX_FILES, REPO / "flake.lock", REPO / "nix" / "pins.json"]:
+        assert not pattern.search(path.read_text()), f"placeholder hash in {path.relative_to(REPO)}"
+
+
+# -- the NixOS module, with nixpkgs' lib only ------------------------------------------------
+
+HARNESS = REPO / "tests" / "nix" / "module-harness.nix"
+
+
+def evaluate_module(config: str) -> dict:
+    expr = f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}"
+    return nix_eval(expr)
+
+
+def render_unit(service: dict, exe_stub: Path) -> str:
+    """A unit file from the evaluated service, rendered the way NixOS does for these fields."""
+
+    def value(v):
+        return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+    lines = ["[Unit]", f"Description={service['description']}"]
+    for key in ("after", "wants", "requires"):
+        if service.get(key):
+            lines.append(f"{key.capitalize()}={' '.join(service[key])}")
+    lines.append("[Service]")
+    for key, v in service.get("environment", {}).items():
+        lines.append(f'Environment="{key}={v}"')
+    for key, v in service["serviceConfig"].items():
+        if key == "ExecStart" and isinstance(v, str):
+            v = str(exe_stub) + " " + v.split(" ", 1)[1]
+        for item in v if isinstance(v, list) else [v]:
+            lines.append(f"{key}={value(item)}")
+    if "script" in service:
+        lines.append(f"ExecStart={exe_stub}")
+    lines += ["[Install]", f"WantedBy={' '.join(service.get('wantedBy', []))}"]
+    return "\n".join(lines) + "\n"
+
+
+def systemd_version() -> int:
+    out = subprocess.run(["systemd-analyze", "--version"], capture_output=True, text=True).stdout
+    return int(re.match(r"systemd (\d+)", out).group(1))
+
+
+@pytest.fixture
+def exe_stub(tmp_path):
+    exe = tmp_path / "sglang-eagle3"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@needs_lib
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze (Debian: systemd)")
+def test_module_8_gpu_host(tmp_path, exe_stub):
+    out = evaluate_module(str(REPO / "modules" / "examples" / "8-gpu-host.nix"))
+    assert out["failedAssertions"] == []
+    service = out["services"]["sglang-eagle3"]
+    sc = service["serviceConfig"]
+    assert sc["Type"] == "notify" and sc["NotifyAccess"] == "main"
+    assert sc["LoadCredential"] == ["api-key:/run/secrets/sglang-api-key"]
+    assert sc["PrivateDevices"] is False and "MemoryDenyWriteExecute" not in sc
+    assert sc["ProtectSystem"] == "strict" and sc["UMask"] == "0077" and sc["LimitMEMLOCK"] == "infinity"
+    assert sc["Restart"] == "on-failure" and sc["TimeoutStartSec"] >= 7200
+    assert service["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    exe, *args = sc["ExecStart"].split(" ")
+    assert exe.endswith("/bin/sglang-eagle3") and args[:2] == ["serve", "--config"]
+    assert args[2].endswith("-sglang-eagle3-settings.json")
+    rendered = out["settings"]
+    # The settings file is valid for the launcher: its own loader accepts it.
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps(rendered))
+    loaded = settings.load(settings_file, environ={})
+    assert loaded.model_path == "/var/lib/models/Kimi-K2.5-NVFP4" and loaded.tp_size == 8
+    assert loaded.speculative_algorithm == "EAGLE3" and loaded.ready_timeout == 7200
+    assert "api" not in json.dumps(rendered).lower().replace("api_key_file", "")
+    assert out["allowedTCPPorts"] == [30000]
+    bench = out["services"]["sglang-eagle3-bench"]
+    assert bench["after"] == ["sglang-eagle3.service"] and bench["serviceConfig"]["Type"] == "oneshot"
+    patterns = out["requiredMounts"]["allowedPatterns"]["sglang-eagle3-models"]
+    assert patterns["onFeatures"] == ["cuda"] and out["requiredMounts"]["presets"]["nvidia-gpu"]["enable"]
+
+    unit = tmp_path / "sglang-eagle3.service"
+    unit.write_text(render_unit(service, exe_stub))
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", "--recursive-errors=no", str(unit)], capture_output=True, text=True
+    )
+    if systemd_version() >= 254:
+        assert verify.returncode == 0, verify.stderr
+    else:  # RestartSteps/RestartMaxDelaySec arrived in systemd 254 (NixOS has them); nothing else may be reported
+        newer = re.compile(r"Unknown key '(RestartSteps|RestartMaxDelaySec)'")
+        assert [line for line in verify.stderr.splitlines() if line.strip() and not newer.search(line)] == []
+    security = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True
+    )
+    exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
+    print(f"sglang-eagle3.service exposure: {exposure}")
+    ollama = os.environ.get("OLLAMA_MODULE")
+    if ollama:  # nixpkgs' nixos/modules/services/misc/ollama.nix, rendered the same way
+        reference = ollama_exposure(Path(ollama), tmp_path, exe_stub)
+        print(f"nixpkgs ollama.service exposure: {reference}")
+        assert exposure <= reference
+
+
+def ollama_exposure(module: Path, tmp_path: Path, exe_stub: Path) -> float:
+    expr = f"""
+      let lib = import {NIXPKGS_LIB};
+          stub = {{ type = "derivation"; name = "ollama"; outPath = "/nix/store/ollama-stub";
+                   meta.mainProgram = "ollama"; override = _: stub; }};
+          evaluated = lib.evalModules {{
+            modules = [ {{ options = {{
+                systemd.services = lib.mkOption {{ type = with lib.types;
+                  attrsOf (submodule {{ freeformType = attrsOf anything; }}); }};
+                users = lib.mkOption {{ type = lib.types.attrsOf lib.types.anything; default = {{ }}; }};
+                networking.firewall.allowedTCPPorts = lib.mkOption {{ default = [ ]; }};
+                environment.systemPackages = lib.mkOption {{ default = [ ]; }};
+                assertions = lib.mkOption {{ default = [ ]; }};
+                warnings = lib.mkOption {{ default = [ ]; }};
+              }}; }}
+              {module} {{ services.ollama.enable = true; }} ];
+            specialArgs.pkgs = {{ ollama = stub; }};
+          }};
+      in removeAttrs evaluated.config.systemd.services.ollama [ "_module" ]
+    """
+    service = nix_eval(expr)
+    unit = tmp_path / "ollama.service"
+    unit.write_text(render_unit(service, exe_stub))
+    security = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True
+    )
+    return float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
+
+
+@needs_lib
+def test_module_two_node_rank_0(tmp_path):
+    out = evaluate_module(str(REPO / "modules" / "examples" / "two-node.nix"))
+    assert out["failedAssertions"] == []
+    assert out["allowedTCPPorts"] == [50000]
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps(out["settings"]))
+    loaded = settings.load(settings_file, environ={})
+    assert (loaded.nnodes, loaded.node_rank, loaded.dist_init_addr, loaded.tp_size) == (2, 0, "10.0.0.1:50000", 16)
+
+
+@needs_lib
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("{ services.sglang-eagle3.distInitAddr = lib.mkForce null; }", "nnodes = 2 needs distInitAddr"),
+        ("{ services.sglang-eagle3.nodeRank = lib.mkForce 2; }", "nodeRank 2 must be below nnodes (2)"),
+        ("{ services.sglang-eagle3.gpus = lib.mkForce [ 0 1 2 3 ]; }", "needs 8 GPUs per host, but gpus lists 4"),
+        ("{ services.sglang-eagle3.settings.tp_size = lib.mkForce 15; }", "must split evenly over nnodes (2)"),
+        ('{ services.sglang-eagle3.distInitAddr = lib.mkForce "10.0.0.1:30000"; }', "must differ from settings.port"),
+    ],
+)
+def test_module_assertions_fire(override, message):
+    config = f"{{ lib, ... }}: {{ imports = [ {REPO / 'modules' / 'examples' / 'two-node.nix'} ]; }} // ({override})"
+    out = evaluate_module(f"({config})")
+    assert any(message in m for m in out["failedAssertions"]), out["failedAssertions"]
+
+
+@needs_lib
+def test_module_rejects_an_api_key_given_as_a_store_path():
+    result = subprocess.run(
+        [NIX, "--eval", "--strict", "--json", "-E",
+         f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {{ services.sglang-eagle3 = {{ enable = true; "
+         'apiKeyFile = "relative/key"; }; }; }'],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode != 0 and "apiKeyFile" in result.stderr
+
+
+@pytest.mark.skipif(
+    not (NIX and NIXPKGS_LIB and os.environ.get("UV2NIX_SRC") and os.environ.get("PYPROJECT_NIX_SRC")),
+    reason="needs NIXPKGS_LIB, UV2NIX_SRC and PYPROJECT_NIX_SRC (source trees of the flake inputs)",
+)
+def test_uv2nix_loads_the_workspace():
+    expr = f"""
+      let lib = import {NIXPKGS_LIB};
+          pyproject-nix = import {os.environ["PYPROJECT_NIX_SRC"]} {{ inherit lib; }};
+          uv2nix = import {os.environ["UV2NIX_SRC"]}/lib {{ inherit pyproject-nix lib; }};
+          ws = uv2nix.workspace.loadWorkspace {{ workspaceRoot = {REPO / "python"}; }};
+          overlay = ws.mkPyprojectOverlay {{ sourcePreference = "wheel"; }};
+      in {{ all = ws.deps.all; overlay = builtins.isFunction overlay; }}
+    """
+    out = nix_eval(expr)
+    assert out == {"all": {"sglang-eagle3": ["server", "test"]}, "overlay": True}
