@@ -44,7 +44,10 @@ in
   module-8-gpu-host =
     pkgs.runCommand "sglang-eagle3-module-8-gpu-host"
       {
-        nativeBuildInputs = [ pkgs.systemd ];
+        nativeBuildInputs = [
+          pkgs.systemd
+          pkgs.jq
+        ];
         unit = unitFile host8 "sglang-eagle3.service";
         bench = unitFile host8 "sglang-eagle3-bench.service";
         failed = builtins.toJSON (failedAssertions host8);
@@ -61,14 +64,14 @@ in
         grep -qx 'ProtectSystem=strict' $unit
         grep -qx 'LimitMEMLOCK=infinity' $unit
         ! grep -q 'MemoryDenyWriteExecute' $unit
-        grep -qx 'After=sglang-eagle3.service' $bench
+        grep -q '^After=.*sglang-eagle3.service' $bench
         [ "$ports" = "[30000]" ]
         [ "$mounts" = '["/var/lib/models/Kimi-K2.5-NVFP4","/var/lib/models/Kimi-K25-eagle3"]' ]
         # The settings file the launcher reads: the tuned defaults plus the host's values.
         settings=$(grep -o -- '--config [^ ]*' $unit | cut -d' ' -f2)
-        grep -q '"tp_size":8' $settings
-        grep -q '"model_path":"/var/lib/models/Kimi-K2.5-NVFP4"' $settings
-        ! grep -qi 'api_key"' $settings
+        jq -e '.tp_size == 8 and .speculative_algorithm == "EAGLE3"' $settings
+        jq -e '.model_path == "/var/lib/models/Kimi-K2.5-NVFP4"' $settings
+        jq -e 'has("api_key_file") | not' $settings
         systemd-analyze verify --man=no --recursive-errors=no $unit
         systemd-analyze security --offline=true $unit | tail -1
         touch $out
@@ -77,6 +80,7 @@ in
   module-two-node =
     pkgs.runCommand "sglang-eagle3-module-two-node"
       {
+        nativeBuildInputs = [ pkgs.jq ];
         unit = unitFile twoNode "sglang-eagle3.service";
         failed = builtins.toJSON (failedAssertions twoNode);
         ports = builtins.toJSON twoNode.config.networking.firewall.allowedTCPPorts;
@@ -85,8 +89,7 @@ in
         [ "$failed" = "[]" ]
         [ "$ports" = "[50000]" ]
         settings=$(grep -o -- '--config [^ ]*' $unit | cut -d' ' -f2)
-        grep -q '"nnodes":2' $settings
-        grep -q '"dist_init_addr":"10.0.0.1:50000"' $settings
+        jq -e '.nnodes == 2 and .node_rank == 0 and .dist_init_addr == "10.0.0.1:50000"' $settings
         touch $out
       '';
 

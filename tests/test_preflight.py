@@ -161,3 +161,15 @@ def test_credentials_directory_is_used_under_systemd(tmp_path):
     plan = render.plan(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     assert plan.env[render.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
     assert render.plan(settings.ServerSettings(), environ={}).api_key_file is None
+
+
+def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, monkeypatch):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in [*(f"nvidia{i}" for i in range(8)), "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
+        (dev / name).touch()
+    assert [p.name for p in preflight.device_nodes(dev)] == [f"nvidia{i}" for i in range(8)]
+    found = preflight.device_nodes(dev)
+    monkeypatch.setattr(preflight, "device_nodes", lambda: found)
+    report = run(tmp_path, patched_tree, "absent")
+    assert checks(report)["gpus"].verdict == "warn" and "8 GPU device nodes" in checks(report)["gpus"].message

@@ -12,6 +12,7 @@ import csv
 import difflib
 import errno
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -66,6 +67,11 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
         index, name, cap, memory = (cell.strip() for cell in row)
         gpus.append(Gpu(int(index), name, cap, memory))
     return gpus
+
+
+def device_nodes(dev: Path = Path("/dev")) -> list[Path]:
+    """/dev/nvidia0, /dev/nvidia1, ... (not nvidiactl or nvidia-uvm)."""
+    return sorted(p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
 
 
 def _looks_local(path: str) -> bool:
@@ -156,9 +162,16 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
     try:
         report.gpus = query_gpus(nvidia_smi)
     except FileNotFoundError:
-        report.add(
-            "gpus", "fail", "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)"
-        )
+        devices = device_nodes()
+        if devices and len(devices) >= settings.gpus_per_node:
+            # Containers and build sandboxes may get the devices without nvidia-smi.
+            report.add(
+                "gpus", "warn", f"nvidia-smi not found; {len(devices)} GPU device nodes in /dev, capability unknown"
+            )
+        else:
+            report.add(
+                "gpus", "fail", "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)"
+            )
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
         report.add("gpus", "fail", f"nvidia-smi failed: {err}")
     else:
