@@ -231,12 +231,6 @@ def settings_reference(write: Path | None) -> None:
     click.echo(f"updated the settings reference in {write}")
 
 
-def _health_url(s: settings.ServerSettings) -> str:
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(s.host, s.host)
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{s.port}/health_generate"
-
-
 @main.command("serve")
 @settings_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing.")
@@ -255,7 +249,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         if as_json:
             click.echo(json.dumps({
                 "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv, "env": masked(plan.env),
-                "health_url": _health_url(s), "ok": report.ok,
+                "health_url": render.health_url(s), "ok": report.ok,
                 "preflight": [vars(c) for c in report.checks],
             }, indent=2))  # fmt: skip
         else:
@@ -270,7 +264,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
         sys.exit(1)
     click.echo(f"starting: {plan.shell()}")
-    outcome = launcher.serve(plan, _health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
+    outcome = launcher.serve(plan, render.health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
     if outcome.code:
         click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
     sys.exit(outcome.code)

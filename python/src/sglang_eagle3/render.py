@@ -67,3 +67,10 @@ def plan(settings: ServerSettings, python: str | None = None, environ: dict[str,
         return LaunchPlan(sglang_argv, env, None, sglang_argv)
     env[API_KEY_FILE_ENV] = str(key_file)
     return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_file, sglang_argv)
+
+
+def health_url(settings: ServerSettings) -> str:
+    """Where the launcher (and the benchmark) ask whether the server is ready."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}/health_generate"

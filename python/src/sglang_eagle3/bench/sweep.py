@@ -50,11 +50,6 @@ def grid(base: ServerSettings, steps: list[int], topks: list[int], draft_tokens:
     return points
 
 
-def health_url(settings: ServerSettings) -> str:
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.host, settings.host)
-    return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}/health_generate"
-
-
 def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on_result=lambda r: None) -> list[Point]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, summary = out_dir / "sweep.jsonl", out_dir / "sweep-summary.jsonl"
@@ -62,11 +57,11 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
         if point.error:
             log(f"{point.label}: skipped ({point.error})")
         else:
-            url = health_url(point.settings).removesuffix("/health_generate")
+            url = render.health_url(point.settings).removesuffix("/health_generate")
             config = RunConfig(**{**template.__dict__, "url": url, "label": point.label, "output": results})
             log(f"{point.label}: starting the server")
             try:
-                with launcher.running(render.plan(point.settings), health_url(point.settings),
+                with launcher.running(render.plan(point.settings), render.health_url(point.settings),
                                       point.settings.ready_timeout, interval=0.5):  # fmt: skip
                     outcome = run(config, on_result=on_result)
                 if outcome.interrupted:
