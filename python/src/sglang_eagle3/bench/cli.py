@@ -1,0 +1,210 @@
+"""`sglang-eagle3 bench`: run, summary, compare (the A/B gate), sweep."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .. import preflight
+from ..cli_common import BadInput, load_settings, print_checks, settings_options
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Measure decode throughput; gate EAGLE-3 against the baseline; sweep speculative settings."""
+
+
+def _default_output(label: str) -> Path:
+    import datetime as dt
+
+    return Path("results") / f"{label}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def bench_options(func):
+    options = [
+        click.option("--api", type=click.Choice(["native", "openai"]), default="native", show_default=True,
+                     help="native: SGLang /generate; openai: /v1/chat/completions (both streamed)."),
+        click.option("--concurrency", "concurrencies", type=click.IntRange(min=1), multiple=True,
+                     help="Requests in flight (repeatable). Default 1."),
+        click.option("--concurrency-sweep", is_flag=True, help="Concurrency 1, 2, 4, 8, 16."),
+        click.option("--requests", type=click.IntRange(min=1), default=8, show_default=True,
+                     help="Measured requests per concurrency level."),
+        click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+                     help="Warm-up requests per level, not counted."),
+        click.option("--max-tokens", type=click.IntRange(min=2), default=256, show_default=True,
+                     help="Output tokens per request (greedy)."),
+        click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True,
+                     help="Generate exactly --max-tokens so runs compare."),
+        click.option("--plot/--no-plot", default=True, show_default=True, help="Write a PNG next to the results."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+class _Progress:
+    """A rich progress bar over the measured requests, showing the last request's speed."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"), transient=False,
+        )  # fmt: skip
+        self.task = None
+
+    def level(self, concurrency: int, total: int, label: str = "") -> None:
+        self.task = self.progress.add_task(f"{label} concurrency {concurrency}".strip(), total=total, last="")
+
+    def result(self, result) -> None:
+        from .runner import result_summary_line
+
+        if self.task is not None:
+            self.progress.update(self.task, advance=1, last=result_summary_line(result))
+
+
+def _finish(output: Path, plot: bool) -> None:
+    from . import report
+
+    records = report.load(output)
+    click.echo(report.render_summary(report.summarize(records)))
+    click.echo(f"results: {output}")
+    if plot and any(r["type"] == "request" and r.get("ok") for r in records):
+        click.echo(f"plot:    {report.plot(records, output.with_suffix('.png'))}")
+
+
+@bench_group.command("run")
+@click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
+@click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
+@bench_options
+def bench_run(
+    url, label, output, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot
+):
+    """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
+    from .client import BenchError
+    from .runner import RunConfig, run
+
+    output = output or _default_output(label)
+    levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
+    try:
+        config = RunConfig(url=url.rstrip("/"), output=output, label=label, api=api, concurrencies=levels,
+                           requests=requests, warmup=warmup, max_tokens=max_tokens, ignore_eos=ignore_eos)  # fmt: skip
+        bar = _Progress()
+        with bar.progress:
+            outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
+    except BenchError as err:
+        raise BadInput(str(err)) from None
+    if output.exists():
+        _finish(output, plot)
+    if outcome.interrupted:
+        click.echo(f"interrupted: {outcome.finished} finished requests are kept in {output}", err=True)
+        sys.exit(130)
+    if outcome.aborted:
+        click.echo(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept", err=True)
+        sys.exit(1)
+    if outcome.failed:
+        click.echo(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}", err=True)
+        sys.exit(1)
+
+
+@bench_group.command("summary")
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--plot/--no-plot", default=True, show_default=True)
+def bench_summary(results, plot):
+    """Summarise (and plot) a results file, including one from an interrupted run."""
+    from .client import BenchError
+
+    try:
+        _finish(results, plot)
+    except BenchError as err:
+        raise BadInput(str(err)) from None
+
+
+def _records_for(source: str, label: str) -> list[dict]:
+    """A results file, or a server URL that is measured now (single stream, defaults)."""
+    from . import report
+    from .runner import RunConfig, run
+
+    if source.startswith(("http://", "https://")):
+        output = _default_output(label)
+        click.echo(f"measuring {label} at {source} -> {output}")
+        outcome = run(RunConfig(url=source.rstrip("/"), output=output, label=label))
+        if outcome.interrupted:
+            sys.exit(130)
+        return report.load(output)
+    return report.load(Path(source))
+
+
+@bench_group.command("compare")
+@click.argument("baseline")
+@click.argument("eagle3")
+@click.option("--threshold", type=float, default=1.0, show_default=True,
+              help="Minimum EAGLE-3 / baseline ratio of single-stream decode tok/s.")  # fmt: skip
+@click.option("--floor", type=float, help="And at least this many tok/s.")
+def bench_compare(baseline, eagle3, threshold, floor):
+    """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
+    from . import report
+    from .client import BenchError
+
+    try:
+        verdict = report.compare(
+            _records_for(baseline, "baseline"), _records_for(eagle3, "eagle3"), threshold=threshold, floor=floor
+        )
+    except BenchError as err:
+        raise BadInput(str(err)) from None
+    click.echo(report.render_verdict(verdict))
+    sys.exit(0 if verdict.passed else 1)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected comma-separated integers, e.g. 1,2,3") from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: expected integers >= 1")
+    return values
+
+
+@bench_group.command("sweep")
+@settings_options
+@click.option("--steps", default="1,2,3,4,5", show_default=True, help="speculative_num_steps values.")
+@click.option("--topk", default="1", show_default=True, help="speculative_eagle_topk values.")
+@click.option("--draft-tokens", default="", help="speculative_num_draft_tokens values for top-k > 1.")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/sweep"),
+              show_default=True)  # fmt: skip
+@click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree for the preflight probe.")
+@bench_options
+def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, output_dir, sglang_target, api,
+                concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot):  # fmt: skip
+    """Start the server for each speculative setting, measure, stop; report the best against baseline."""
+    from . import report, sweep
+    from .runner import RunConfig
+
+    base = load_settings(config, assignments, profile)
+    checks = preflight.run(base, sglang_target)
+    print_checks(checks)
+    if not checks.ok:
+        click.echo("preflight failed; nothing was started.", err=True)
+        sys.exit(1)
+    points = sweep.grid(base, _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None)
+    template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
+                         concurrencies=[1, *[c for c in concurrencies if c != 1]], requests=requests,
+                         warmup=warmup, max_tokens=max_tokens, ignore_eos=ignore_eos)  # fmt: skip
+    sweep.sweep(points, template, output_dir, log=lambda m: click.echo(m, err=True))
+    click.echo(f"{'point':<24} {'median tok/s':>12}")
+    for p in points:
+        click.echo(f"{p.label:<24} {p.median_tok_s or float('nan'):>12.1f}" + (f"  ({p.error})" if p.error else ""))
+    top, gain = sweep.best(points)
+    results = output_dir / "sweep.jsonl"
+    if plot and results.exists():
+        click.echo(f"plot: {report.plot(report.load(results), output_dir / 'sweep.png')}")
+    if top is None:
+        click.echo("no speculative point was measured", err=True)
+        sys.exit(1)
+    gain_text = f", {gain:.3f}x the baseline" if gain else ""
+    click.echo(f"best: {top.label} at {top.median_tok_s:.1f} tok/s{gain_text}")
