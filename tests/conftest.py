@@ -7,7 +7,6 @@ once per session; tests that change a tree get their own copy.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_eagle3 import pins
+from sglang_eagle3 import patchset, pins
 
 REPO = Path(__file__).resolve().parents[1]
-PINS = json.loads((REPO / "nix" / "pins.json").read_text())
-SERIES_DIR = REPO / "patches" / f"sglang-{PINS['sglang']['version']}"
+SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 CACHE = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
 
@@ -43,16 +41,12 @@ def pristine_tree(pristine_wheel, tmp_path_factory) -> Path:
 
 
 def series_names() -> list[str]:
-    return [
-        line.split("#", 1)[0].strip()
-        for line in (SERIES_DIR / "series").read_text().splitlines()
-        if line.split("#", 1)[0].strip()
-    ]
+    return patchset.read_series(SERIES_DIR / "series")
 
 
 def gnu_patch(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["patch", "-p1", "--fuzz=0", "--batch", "--force", "-d", str(tree), "-i", str(patch), *extra],
+        ["patch", *patchset.PATCH_FLAGS, "-d", str(tree), "-i", str(patch), *extra],
         capture_output=True,
         text=True,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from sglang_eagle3 import SGLANG_VERSION, patchset, settings
+from sglang_eagle3 import SGLANG_VERSION, patchset, pins, settings
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
@@ -31,7 +31,7 @@ needs_lib = pytest.mark.skipif(
     reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the NixOS module without nixpkgs",
 )
 NIX_FILES = sorted(p for p in REPO.rglob("*.nix") if ".venv" not in p.parts and ".git" not in p.parts)
-PINS = json.loads((REPO / "nix" / "pins.json").read_text())
+PINS = pins.pins()
 LOCK = tomllib.loads((REPO / "python" / "uv.lock").read_text())
 
 

@@ -71,8 +71,10 @@ def locate(target: str | Path | None = None) -> SGLangTree:
     path = Path(target).expanduser().resolve()
     if not path.is_dir():
         raise SGLangNotFound(f"{path} is not a directory")
-    for root in (path, path.parent, path / "python"):
-        if (root / "sglang" / "srt").is_dir() and (path == root or path in (root / "sglang", root.parent)):
+    if (path / "srt").is_dir() and path.name == "sglang":  # the package directory itself
+        path = path.parent
+    for root in (path, path / "python"):  # site-packages / unpacked wheel, or a git checkout
+        if (root / "sglang" / "srt").is_dir():
             return SGLangTree(root=root, version=_read_version(root / "sglang"))
     raise SGLangNotFound(
         f"{path} does not contain an SGLang source tree (expected sglang/srt/ in it, "

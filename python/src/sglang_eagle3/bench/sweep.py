@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from .. import launcher, render
 from ..settings import ServerSettings, describe
+from . import report
 from .client import BenchError
 from .runner import RunConfig, run
 
@@ -79,12 +79,11 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
 
 
 def _median(results: Path, label: str) -> float | None:
-    values = []
-    for line in results.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("type") == "request" and r["label"] == label and r.get("ok") and r["concurrency"] == 1:
-            values.append(r["decode_tok_s"])
-    return statistics.median(values) if values else None
+    records = [r for r in report.load(results) if r.get("label") == label]
+    try:
+        return report.single_stream_median(records, label)
+    except BenchError:
+        return None
 
 
 def best(points: list[Point]) -> tuple[Point | None, float | None]:
