@@ -8,10 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
+
+from sglang_eagle3.bench.runner import load_prompts
 
 FAKE_SGLANG = Path(__file__).parent / "stand_ins" / "fake_sglang"
 
@@ -22,25 +26,48 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class FakeServer(NamedTuple):
+    url: str
+    true_rate: float  # the rate the stand-in is scheduled to stream at
+    send_log: Path  # one JSON line per finished stream: prompt, tokens, the time each chunk was sent
+
+    def delivered_rate(self, prompt_id: str) -> float:
+        """The decode rate the server actually sent for the one stream of this prompt.
+
+        Same definition as the client's (tokens after the first over the time after the
+        first), on the server's side of the socket. On a busy machine a late wake-up of
+        the server shifts the truth; measuring against what was sent keeps the test about
+        the client's accuracy.
+        """
+        text = next(p["prompt"] for p in load_prompts() if p["id"] == prompt_id)
+        streams = [json.loads(line) for line in self.send_log.read_text().splitlines()]
+        (stream,) = [s for s in streams if s["prompt"] == text]
+        return (stream["tokens"] - 1) / (stream["sent"][-1] - stream["sent"][0])
+
+
 @contextlib.contextmanager
 def fake_server(*args: str, **env: str):
-    """Yields (base_url, true_rate); env keys are FAKE_SGLANG_* without the prefix, e.g. RATE="200"."""
+    """Yields a FakeServer; env keys are FAKE_SGLANG_* without the prefix, e.g. RATE="200"."""
     port = free_port()
-    full_env = {**os.environ, "PYTHONPATH": str(FAKE_SGLANG), **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}}
-    process = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args], env=full_env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health_generate", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "fake server did not start"
-            time.sleep(0.05)
-        with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
-            yield url, json.load(response)["fake_true_rate"]
-    finally:
-        process.terminate()
-        process.wait(10)
+    with tempfile.TemporaryDirectory() as tmp:
+        send_log = Path(tmp) / "sent.jsonl"
+        full_env = {**os.environ, "PYTHONPATH": str(FAKE_SGLANG), "FAKE_SGLANG_SEND_LOG": str(send_log),
+                    **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}}  # fmt: skip
+        process = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args],
+                                   env=full_env)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/health_generate", timeout=1):
+                        break
+                except (urllib.error.URLError, OSError):
+                    pass
+                assert process.poll() is None and time.monotonic() < deadline, "fake server did not start"
+                time.sleep(0.05)
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
+                yield FakeServer(url, json.load(response)["fake_true_rate"], send_log)
+        finally:
+            process.terminate()
+            process.wait(10)

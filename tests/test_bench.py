@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -24,21 +25,27 @@ from sglang_eagle3.bench.runner import RunConfig, run
 
 
 def tokens_for(rate: float) -> int:
-    return int(min(1200, max(32, rate * 0.6)))  # about 0.6 s of decoding per request (at least 32 tokens)
+    # About 1.5 s of decoding per request (at most 1,500 tokens): long enough that 1% is not
+    # a single scheduler hiccup on a busy 2-core machine.
+    return int(min(1500, max(32, rate * 1.5)))
 
 
 @pytest.mark.parametrize("rate", [20, 200, 2000])
 @pytest.mark.parametrize("burst", [1, 4])
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_decode_rate_within_one_percent_of_truth(tmp_path, rate, burst, concurrency):
-    with fake_server(RATE=rate, BURST=burst, FIRST_DELAY=0.2) as (url, true_rate):
+    with fake_server(RATE=rate, BURST=burst, FIRST_DELAY=0.2) as server:
         output = tmp_path / "r.jsonl"
-        outcome = run(RunConfig(url=url, output=output, concurrencies=[concurrency], requests=concurrency,
+        outcome = run(RunConfig(url=server.url, output=output, concurrencies=[concurrency], requests=concurrency,
                                 warmup=1, max_tokens=tokens_for(rate)))  # fmt: skip
+        requests = [r for r in report.load(output) if r["type"] == "request"]
+        truth = {r["prompt_id"]: server.delivered_rate(r["prompt_id"]) for r in requests}
     assert outcome.finished == concurrency and outcome.failed == 0
-    requests = [r for r in report.load(output) if r["type"] == "request"]
     for r in requests:
-        assert abs(r["decode_tok_s"] / true_rate - 1) < 0.01, (r["decode_tok_s"], true_rate)
+        # The stand-in streamed at the rate under test, or behind it under heavy CPU load
+        # (at 8 x 2,000 tok/s); never ahead. The client must measure what it sent.
+        assert rate * 0.5 < truth[r["prompt_id"]] < rate * 1.01
+        assert abs(r["decode_tok_s"] / truth[r["prompt_id"]] - 1) < 0.01, (r["decode_tok_s"], truth[r["prompt_id"]])
         assert r["ttft_s"] >= 0.2  # the first-token delay is not counted as decode time
         assert r["output_tokens"] == tokens_for(rate)
         if burst > 1:
@@ -46,18 +53,19 @@ def test_decode_rate_within_one_percent_of_truth(tmp_path, rate, burst, concurre
 
 
 def test_openai_api_with_usage_counts(tmp_path):
-    with fake_server(RATE=300, BURST=3) as (url, true_rate):
+    with fake_server(RATE=300, BURST=3) as server:
         output = tmp_path / "r.jsonl"
-        run(RunConfig(url=url, output=output, api="openai", requests=2, warmup=0, max_tokens=120))
-    requests = [r for r in report.load(output) if r["type"] == "request"]
+        run(RunConfig(url=server.url, output=output, api="openai", requests=2, warmup=0, max_tokens=300))
+        requests = [r for r in report.load(output) if r["type"] == "request"]
+        truth = [server.delivered_rate(r["prompt_id"]) for r in requests]
     assert all(r["ok"] and not r["tokens_estimated"] for r in requests)
-    assert all(abs(r["decode_tok_s"] / true_rate - 1) < 0.01 for r in requests)
+    assert all(abs(r["decode_tok_s"] / t - 1) < 0.01 for r, t in zip(requests, truth, strict=True))
 
 
 def test_speculative_metrics_are_recorded(tmp_path):
-    with fake_server("--speculative-algorithm", "EAGLE3", RATE=100) as (url, _):
+    with fake_server("--speculative-algorithm", "EAGLE3", RATE=100) as server:
         output = tmp_path / "r.jsonl"
-        run(RunConfig(url=url, output=output, requests=2, warmup=0, max_tokens=40))
+        run(RunConfig(url=server.url, output=output, requests=2, warmup=0, max_tokens=40))
     records = report.load(output)
     request = next(r for r in records if r["type"] == "request")
     assert request["spec_accept_length"] > 1 and request["spec_verify_ct"] > 0 and 0 < request["spec_accept_rate"] <= 1
@@ -80,8 +88,8 @@ def count_requests(path) -> int:
 
 def test_sigint_keeps_every_finished_request_and_prints_a_summary(tmp_path):
     output = tmp_path / "r.jsonl"
-    with fake_server(RATE=100) as (url, _):
-        proc = bench_cli("--url", url, "--requests", "50", "--warmup", "0", "--max-tokens", "20",
+    with fake_server(RATE=100) as server:
+        proc = bench_cli("--url", server.url, "--requests", "50", "--warmup", "0", "--max-tokens", "20",
                          "--output", str(output), "--no-plot")  # fmt: skip
         deadline = time.monotonic() + 30
         while count_requests(output) < 3:
@@ -98,8 +106,8 @@ def test_sigint_keeps_every_finished_request_and_prints_a_summary(tmp_path):
 
 def test_server_killed_mid_run_keeps_what_finished(tmp_path, run_cli):
     output = tmp_path / "r.jsonl"
-    with fake_server(RATE=200, DIE_AFTER=3) as (url, _):
-        result = run_cli("bench", "run", "--url", url, "--requests", "10", "--warmup", "0", "--max-tokens", "20",
+    with fake_server(RATE=200, DIE_AFTER=3) as server:
+        result = run_cli("bench", "run", "--url", server.url, "--requests", "10", "--warmup", "0", "--max-tokens", "20",
                          "--output", str(output))  # fmt: skip
     assert result.returncode == 1
     records = [r for r in report.load(output) if r["type"] == "request"]
@@ -111,8 +119,8 @@ def test_server_killed_mid_run_keeps_what_finished(tmp_path, run_cli):
 
 def test_error_mid_stream_is_reported_per_request(tmp_path, run_cli):
     output = tmp_path / "r.jsonl"
-    with fake_server(RATE=200, FAIL_AFTER=10) as (url, _):
-        result = run_cli("bench", "run", "--url", url, "--requests", "2", "--warmup", "0", "--max-tokens", "20",
+    with fake_server(RATE=200, FAIL_AFTER=10) as server:
+        result = run_cli("bench", "run", "--url", server.url, "--requests", "2", "--warmup", "0", "--max-tokens", "20",
                          "--output", str(output), "--no-plot")  # fmt: skip
     assert result.returncode == 1
     errors = [r["error"] for r in report.load(output) if r["type"] == "request"]
@@ -169,17 +177,25 @@ def test_compare_gate_and_reference_numbers(tmp_path, run_cli):
 
 def test_compare_against_live_urls(run_cli, tmp_path):
     with (
-        fake_server(RATE=400) as (base_url, base_rate),
-        fake_server("--speculative-algorithm", "EAGLE3", RATE=400) as (spec_url, spec_rate),
+        fake_server(RATE=400) as baseline,
+        fake_server("--speculative-algorithm", "EAGLE3", RATE=400) as eagle3,
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "compare", base_url, spec_url],
+            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "compare", baseline.url, eagle3.url],
             capture_output=True, text=True, cwd=tmp_path,
         )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+        assert result.returncode == 0, result.stdout + result.stderr
+        files = sorted((tmp_path / "results").glob("*.jsonl"))
+        assert len(files) == 2  # both measurements kept
+        truth = {}  # label -> median delivered rate of the measured requests
+        for records in map(report.load, files):
+            requests = [r for r in records if r["type"] == "request"]
+            server = eagle3 if requests[0]["label"] == "eagle3" else baseline
+            truth[requests[0]["label"]] = statistics.median(server.delivered_rate(r["prompt_id"]) for r in requests)
     measured = {k: float(v) for k, v in re.findall(r"^  (baseline|EAGLE-3)\s+([0-9.]+)", result.stdout, re.M)}
-    assert abs(measured["baseline"] / base_rate - 1) < 0.01 and abs(measured["EAGLE-3"] / spec_rate - 1) < 0.01
-    assert len(list((tmp_path / "results").glob("*.jsonl"))) == 2  # both measurements kept
+    assert abs(measured["baseline"] / truth["baseline"] - 1) < 0.01
+    assert abs(measured["EAGLE-3"] / truth["eagle3"] - 1) < 0.01
+    assert eagle3.true_rate > baseline.true_rate  # the stand-in's speed-up model, so the gate passes
 
 
 def test_malformed_result_files(tmp_path, run_cli):

@@ -12,6 +12,8 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_SIGNAL_LOG    file to append the names of received SIGTERM/SIGINT to
   FAKE_SGLANG_FAIL_AFTER    break every stream after this many tokens (error mid-stream)
   FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
+  FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
+                            the CLOCK_MONOTONIC time each chunk was handed to the socket
 
 With a speculative algorithm the rate and burst follow a made-up speed-up model of
 (steps, top-k, draft tokens) with one best point, so sweeps have something to find.
@@ -45,6 +47,7 @@ STARTED = time.monotonic()
 READY_AFTER = float(env.get("FAKE_SGLANG_READY_AFTER", 0))
 FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFTER") else None
 DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
+SEND_LOG = env.get("FAKE_SGLANG_SEND_LOG")
 
 if args.speculative_algorithm:
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
@@ -108,12 +111,13 @@ def get(path: str) -> bytes:
     return response(404, b'{"detail": "Not Found"}')
 
 
-async def stream(writer: asyncio.StreamWriter, max_tokens: int, chunk) -> None:
+async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chunk) -> None:
     # Streams end when the connection closes, as SSE over HTTP/1.1 with Connection: close.
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
     loop = asyncio.get_running_loop()
     start = loop.time()
     done = 0
+    sent: list[float] = []
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
         if delay > 0:
@@ -122,8 +126,12 @@ async def stream(writer: asyncio.StreamWriter, max_tokens: int, chunk) -> None:
         if FAIL_AFTER is not None and done > FAIL_AFTER:
             writer.write(b'data: {"error": {"message": "fake failure mid-stream"}}\n\n')
             return
+        sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
         writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
         await writer.drain()
+    if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
+        with open(SEND_LOG, "a") as f:
+            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
     writer.write(b"data: [DONE]\n\n")
     await writer.drain()
     finished["count"] += 1
@@ -146,9 +154,11 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         if method == "GET":
             writer.write(get(path))
         elif path == "/generate":
-            await stream(writer, body.get("sampling_params", {}).get("max_new_tokens", 16), native_chunk)
+            await stream(writer, body.get("text", ""), body.get("sampling_params", {}).get("max_new_tokens", 16),
+                         native_chunk)  # fmt: skip
         elif path == "/v1/chat/completions":
-            await stream(writer, body.get("max_tokens", 16), openai_chunk)
+            prompt = (body.get("messages") or [{}])[-1].get("content", "")
+            await stream(writer, prompt, body.get("max_tokens", 16), openai_chunk)
         else:
             writer.write(response(404, b'{"detail": "Not Found"}'))
         await writer.drain()
