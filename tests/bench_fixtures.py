@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
+from sglang_eagle3 import launcher
 from sglang_eagle3.bench.runner import load_prompts
+from sglang_eagle3.render import LaunchPlan
 
 FAKE_SGLANG = Path(__file__).parent / "stand_ins" / "fake_sglang"
 
@@ -47,27 +45,19 @@ class FakeServer(NamedTuple):
 
 @contextlib.contextmanager
 def fake_server(*args: str, **env: str):
-    """Yields a FakeServer; env keys are FAKE_SGLANG_* without the prefix, e.g. RATE="200"."""
+    """Yields a FakeServer; env keys are FAKE_SGLANG_* without the prefix, e.g. RATE="200".
+
+    Started, awaited and stopped by the launcher, as the real server is.
+    """
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         send_log = Path(tmp) / "sent.jsonl"
-        full_env = {**os.environ, "PYTHONPATH": str(FAKE_SGLANG), "FAKE_SGLANG_SEND_LOG": str(send_log),
-                    **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}}  # fmt: skip
-        process = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args],
-                                   env=full_env)  # fmt: skip
+        plan = LaunchPlan(
+            [sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args],
+            {"PYTHONPATH": str(FAKE_SGLANG), "FAKE_SGLANG_SEND_LOG": str(send_log),
+             **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}},
+        )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/health_generate", timeout=1):
-                        break
-                except (urllib.error.URLError, OSError):
-                    pass
-                assert process.poll() is None and time.monotonic() < deadline, "fake server did not start"
-                time.sleep(0.05)
+        with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, interval=0.05):
             with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
                 yield FakeServer(url, json.load(response)["fake_true_rate"], send_log)
-        finally:
-            process.terminate()
-            process.wait(10)
