@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -38,9 +39,10 @@ def wait_for(check, what: str, timeout: float = 60.0, interval: float = 0.2):
 
 
 @contextlib.contextmanager
-def process(argv: list[str], log: Path):
+def process(argv: list[str], log: Path, env: dict[str, str] | None = None):
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})  # fmt: skip
     try:
         yield proc
     finally:

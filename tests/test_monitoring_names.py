@@ -79,7 +79,10 @@ def test_query_names_only_exported_metrics_and_labels(name, query, sglang_catalo
 @pytest.mark.parametrize(
     "query, complaint",
     [
-        ("sglang:spec_accept_len > 1", "'sglang:spec_accept_len' is not exported (did you mean 'sglang:spec_accept_length'"),
+        (
+            "sglang:spec_accept_len > 1",
+            "'sglang:spec_accept_len' is not exported (did you mean 'sglang:spec_accept_length'",
+        ),
         ('sglang:spec_accept_length{worker="a"}', "has no label 'worker'"),
         ("rate(sglang:num_running_reqs_total[5m])", "'sglang:num_running_reqs_total' is not exported"),  # gauge
         ("rate(sglang:generation_tokens[5m])", "'sglang:generation_tokens' is not exported"),  # counter: _total

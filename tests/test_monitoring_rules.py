@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -86,7 +85,7 @@ def test_thresholds_set_in_nix_change_what_fires(tmp_path):
             "interval": "1m",
             "input_series": [
                 {"series": f"sglang:spec_accept_length{{{labels}}}", "values": "2x30"},
-                {"series": 'sglang:spec_accept_length{job="sglang-eagle3", instance="gpu-b:30000"}', "values": "1.8x30"},
+                {"series": 'sglang:spec_accept_length{job="sglang-eagle3",instance="gpu-b:30000"}', "values": "1.8x30"},
             ],
             "alert_rule_test": [{"eval_time": "20m", "alertname": "EagleAcceptLengthLow", "exp_alerts": [{
                 "exp_labels": {"severity": "warning", "job": "sglang-eagle3", "instance": "gpu-b:30000"},
