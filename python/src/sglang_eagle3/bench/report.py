@@ -215,13 +215,13 @@ def render_verdict(v: Verdict) -> str:
         lines.append(f"  {ref['tok_s']:8.1f}  {ref['configuration']}")
     if any(value is not None for a in v.acceptance.values() for value in a.values()):
         lines += ["", "Acceptance (per-request meta_info; server /metrics over the run):"]
-        lines.append(f"  {'':<9} {'accept len':>10} {'server len':>10} {'server rate':>11} {'server tok/s':>12} "
+        lines.append(f"    {'':<9} {'accept len':>10} {'server len':>10} {'server rate':>11} {'server tok/s':>12} "
                      f"{'gen tokens':>10}")  # fmt: skip
         for label, a in v.acceptance.items():
             cells = [(a["request_accept_length"], 10, ".2f"), (a["server_accept_length"], 10, ".2f"),
                      (a["server_accept_rate"], 11, ".2f"), (a["server_decode_tok_s"], 12, ".1f"),
                      (a["server_generated_tokens"], 10, ".0f")]  # fmt: skip
-            lines.append(f"  {label:<9} " + " ".join(f"{x:>{w}{f}}" if x is not None else f"{'-':>{w}}"
+            lines.append(f"    {label:<9} " + " ".join(f"{x:>{w}{f}}" if x is not None else f"{'-':>{w}}"
                                                      for x, w, f in cells))  # fmt: skip
     lines.append("")
     lines.append("PASS: EAGLE-3 pays for itself" if v.passed else "FAIL: " + "; ".join(v.reasons))
