@@ -120,6 +120,8 @@ let
   };
 in
 {
+  imports = [ ./sglang-eagle3-monitoring.nix ];
+
   options.services.sglang-eagle3 = {
     enable = lib.mkEnableOption "the SGLang EAGLE-3 server (Kimi-K2.5 by default)";
 

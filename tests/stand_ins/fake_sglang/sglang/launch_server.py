@@ -14,6 +14,11 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
   FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
                             the CLOCK_MONOTONIC time each chunk was handed to the socket
+  FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
+  FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
+  FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
+
+GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
 draft tokens) with one clear best point, so sweeps have something to find.
@@ -29,6 +34,8 @@ import os
 import signal
 import sys
 import time
+
+from sglang.fake_metrics import Metrics
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", default="127.0.0.1")
@@ -60,6 +67,9 @@ if args.speculative_algorithm:
 else:
     ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
 finished = {"count": 0}
+MAX_RUNNING = int(env["FAKE_SGLANG_MAX_RUNNING"]) if env.get("FAKE_SGLANG_MAX_RUNNING") else None
+metrics = Metrics(args.model_path, args.speculative_num_draft_tokens if ACCEPT_LENGTH else None,
+                  int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)))  # fmt: skip
 
 
 def ready() -> bool:
@@ -108,6 +118,9 @@ def get(path: str) -> bytes:
         body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
                 "fake_true_rate": RATE, "fake_burst": BURST}  # fmt: skip
         return response(200, json.dumps(body).encode())
+    if path == "/metrics":
+        body, content_type = metrics.page()
+        return response(200, body, content_type)
     if path == "/v1/models":
         return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
     return response(404, b'{"detail": "Not Found"}')
@@ -117,9 +130,21 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
     # Streams end when the connection closes, as SSE over HTTP/1.1 with Connection: close.
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
     loop = asyncio.get_running_loop()
+    received = time.monotonic()
+    metrics.queued += 1
+    async with slots:
+        metrics.queued -= 1
+        try:
+            await decode(writer, prompt, max_tokens, chunk, loop, received)
+        finally:
+            metrics.running.pop(id(writer), None)
+
+
+async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: float) -> None:
     start = loop.time()
     done = 0
     sent: list[float] = []
+    prompt_tokens = len(prompt.split())
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
         if delay > 0:
@@ -131,6 +156,12 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
         sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
         writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
         await writer.drain()
+        metrics.running[id(writer)] = prompt_tokens + done
+        if len(sent) == 1:
+            metrics.first_token(received, sent[0])
+        else:
+            metrics.chunk(sent[-1] - sent[-2], n)
+    metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
             f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
@@ -170,7 +201,16 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
+async def refresh_metrics() -> None:
+    while True:
+        await asyncio.sleep(float(env.get("FAKE_SGLANG_METRICS_INTERVAL", 0.5)))
+        metrics.refresh()
+
+
 async def main() -> None:
+    global slots
+    slots = asyncio.Semaphore(MAX_RUNNING or 1_000_000)
+    refresher = asyncio.create_task(refresh_metrics())  # noqa: F841 (kept alive until exit)
     server = await asyncio.start_server(handle, args.host, args.port, reuse_address=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
