@@ -94,6 +94,19 @@ let
     ];
   };
 
+  # The 8-GPU host with Prometheus and Grafana on the same machine.
+  monitored = evalHost [
+    ../modules/examples/8-gpu-host.nix
+    {
+      services.prometheus.enable = true;
+      services.grafana = {
+        enable = true;
+        settings.security.secret_key = "$__file{/var/lib/grafana/secret_key}";
+      };
+    }
+  ];
+  prometheus = monitored.config.services.prometheus;
+
   sc8 = host8.config.systemd.services.sglang-eagle3.serviceConfig;
   settings8 = host8.config.services.sglang-eagle3.renderedSettings;
   bench8 = host8.config.systemd.services.sglang-eagle3-bench;
@@ -175,6 +188,53 @@ in
       }
     ];
     verifyHost "module-two-node" twoNode [ "sglang-eagle3.service" ];
+
+  # services.sglang-eagle3.monitoring: the scrape jobs, the rule files (checked by promtool,
+  # with the Prometheus configuration they are part of) and the provisioned dashboard.
+  module-monitoring =
+    let
+      jobs = lib.listToAttrs (map (j: lib.nameValuePair j.job_name j) prometheus.scrapeConfigs);
+      providers = monitored.config.services.grafana.provision.dashboards.settings.providers;
+      # prometheus.yml as nixpkgs' module writes it: the declared fields, nulls left out.
+      prometheusYml = pkgs.writeText "prometheus.yml" (
+        builtins.toJSON {
+          scrape_configs = map (lib.filterAttrsRecursive (_: v: v != null)) prometheus.scrapeConfigs;
+          rule_files = map toString prometheus.ruleFiles;
+        }
+      );
+    in
+    assert expect "module-monitoring" [
+      (noFailedAssertions monitored)
+      {
+        ok = jobs ? sglang-eagle3 && jobs.sglang-eagle3.static_configs == [ { targets = [ "127.0.0.1:30000" ]; labels = { }; } ];
+        what = "Prometheus scrapes the server on loopback: ${builtins.toJSON (jobs.sglang-eagle3 or null)}";
+      }
+      {
+        ok = (jobs.sglang-eagle3-health.metrics_path or null) == "/health_generate";
+        what = "Prometheus scrapes /health_generate, so `up` shows readiness";
+      }
+      {
+        ok = builtins.length prometheus.ruleFiles == 2;
+        what = "the alert rules and their thresholds are loaded";
+      }
+      {
+        ok = map (p: baseNameOf (toString p.options.path)) providers == [ "sglang-eagle3-dashboard.json" ];
+        what = "Grafana provisions the dashboard";
+      }
+    ];
+    pkgs.runCommand "sglang-eagle3-module-monitoring"
+      {
+        nativeBuildInputs = [
+          pkgs.prometheus
+          pkgs.jq
+        ];
+        dashboards = map (p: p.options.path) providers;
+      }
+      ''
+        promtool check config ${prometheusYml}
+        for d in $dashboards; do jq -e '.panels | length > 0' "$d" > /dev/null; done
+        touch $out
+      '';
 
   # Each broken host fails with the expected assertion message.
   module-assertions =

@@ -69,9 +69,13 @@ def router(worker_urls: list[str], tmp: Path):
 
 @contextlib.contextmanager
 def prometheus(jobs: dict[str, tuple[str, list[str]]], rule_files: list[Path], tmp: Path):
-    """Prometheus scraping ``jobs`` (name -> (metrics path, [host:port])) every second; yields its API URL."""
+    """Prometheus scraping ``jobs`` (name -> (metrics path, [host:port])) every second; yields its API URL.
+
+    A job on /health_generate gets the fallback scrape protocol, as the NixOS module gives it:
+    the answer has no body and no Content-Type, which Prometheus 3 accepts only with one."""
     port = free_port()
     scrape_configs = [{"job_name": name, "metrics_path": path, "static_configs": [{"targets": targets}]}
+                      | ({"fallback_scrape_protocol": "PrometheusText0.0.4"} if path == "/health_generate" else {})
                       for name, (path, targets) in jobs.items()]  # fmt: skip
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "rule_files": [str(p) for p in rule_files], "scrape_configs": scrape_configs}  # fmt: skip

@@ -47,7 +47,7 @@ def test_flake_check_evaluates_every_output_with_no_warning(ws):
         "packages.x86_64-linux.gpu-throughput-check", "devShells.x86_64-linux.default",
         "checks.x86_64-linux.pytest", "checks.x86_64-linux.formatting", "checks.x86_64-linux.patch-series",
         "checks.x86_64-linux.module-8-gpu-host", "checks.x86_64-linux.module-two-node",
-        "checks.x86_64-linux.module-assertions", "formatter.x86_64-linux",
+        "checks.x86_64-linux.module-assertions", "checks.x86_64-linux.module-monitoring", "formatter.x86_64-linux",
     ):  # fmt: skip
         assert output in checked, f"nix flake check did not evaluate {output}"
     for app in ("default", "serve-eagle3", "bench", "probe"):
@@ -98,6 +98,12 @@ def test_formatting_check_builds(ws):
     if shutil.which("ruff", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])) is None:
         pytest.skip("needs ruff (in the test environment or on PATH)")
     ws.nix("build", "--no-link", "--option", "sandbox", "false", f"{ws.ref}#checks.{SYSTEM}.formatting")
+
+
+def test_monitoring_check_builds_with_promtool(ws):
+    if shutil.which("promtool") is None:
+        pytest.skip("needs promtool (Debian: prometheus)")
+    ws.nix("build", "--no-link", "--option", "sandbox", "false", f"{ws.ref}#checks.{SYSTEM}.module-monitoring")
 
 
 # -- the findings of the review, each as a test --------------------------------------------

@@ -30,22 +30,21 @@ let
       inherit pname version;
       inherit programs;
       hostPath = hostPath;
+      # Each program is a wrapper that finds the host's program when it runs (so a store path
+      # built once follows the host's tools), started by its host path: a Python virtual
+      # environment is found from the path its interpreter is started by.
       buildCommand = ''
         mkdir -p $out/bin
         for program in $programs; do
-          for dir in $hostPath; do
-            if [ -x "$dir/$program" ]; then
-              # A wrapper, not a link: a Python virtual environment is found from the path
-              # its interpreter is started by.
-              printf '#!/bin/sh\nexec %s "$@"\n' "$dir/$program" > "$out/bin/$program"
-              chmod +x "$out/bin/$program"
-              break
-            fi
-          done
-          if [ ! -e "$out/bin/$program" ]; then
-            echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
-            exit 1
-          fi
+          cat > "$out/bin/$program" <<EOS
+        #!/bin/sh
+        for dir in $hostPath; do
+          if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
+        done
+        echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
+        exit 127
+        EOS
+          chmod +x "$out/bin/$program"
         done
       '';
       meta.mainProgram = builtins.head programs;

@@ -36,6 +36,8 @@ let
       job_name = mkOption { type = types.str; };
       scrape_interval = opt types.str;
       scrape_timeout = opt types.str;
+      scrape_protocols = opt (types.listOf types.str);
+      fallback_scrape_protocol = opt types.str;
       metrics_path = opt types.str;
       honor_labels = opt types.bool;
       scheme = opt (
@@ -160,12 +162,6 @@ in
       ruleFiles = mkOption {
         type = types.listOf types.path;
         default = [ ];
-      };
-      configFile = mkOption {
-        type = types.package;
-        internal = true;
-        readOnly = true;
-        default = prometheusYml;
       };
     };
     grafana = {
