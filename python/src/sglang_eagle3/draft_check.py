@@ -115,9 +115,8 @@ class DraftReport:
             )
         else:
             lines.append(f"Target {t.given or t.architecture}: config not available ({t.source})")
-        width = max((len(r.verdict) for r in self.results), default=5) + 2
         for r in self.results:
-            lines.append(f"  {'[' + r.verdict + ']':<{width}} {r.check}: {r.evidence}")
+            lines.append(f"  {'[' + r.verdict + ']':<11} {r.check}: {r.evidence}")
         c = self.capture
         if c is not None:
             lines.append(f"  Layers (inputs of target layers), {c.method or 'capture method not found'}:")
@@ -330,7 +329,10 @@ def _out_of_range(layers: list[int], num_layers: int) -> list[str]:
         elif i < 0:
             reasons.append(f"layer {i} (negative)")
         elif i == num_layers:
-            reasons.append(f"the output of the last layer {num_layers - 1} (only layer inputs are captured)")
+            reasons.append(
+                f"the input of layer {i}, i.e. the output of the last layer {num_layers - 1} (only the inputs of "
+                f"layers 1-{num_layers - 1} are captured)"
+            )
         elif i > num_layers:
             reasons.append(f"layer {i} (the target has layers 0-{num_layers - 1})")
     return reasons
