@@ -129,7 +129,10 @@ def test_hidden_size_the_draft_expects_is_target_hidden_size_when_given(tmp_path
     assert "target_hidden_size, read at srt/models/llama_eagle3.py:131" in report.result("hidden size").evidence
     config = eagle3_draft_config((1, 29, 57), hidden=4096)
     result = run(patched_tree, write_draft(tmp_path / "bad", config, 32000), target, KIMI).result("hidden size")
-    assert result.verdict == "NOT READY" and "width 4096 (hidden_size" in result.evidence
+    assert (
+        result.verdict == "NOT READY"
+        and "width 4096 (hidden_size, read at srt/models/llama_eagle3.py:133)" in result.evidence
+    )
     assert "target's hidden size is 7168" in result.evidence and "takes 3 x 4096" in result.evidence
 
 
@@ -155,10 +158,11 @@ def test_vocabulary(tmp_path, target, patched_tree):
         draft = write_draft(tmp_path / name, eagle3_draft_config((1, 29, 57), **kwargs), d2t_rows=32000)
         return run(patched_tree, draft, target, KIMI).result("vocabulary")
 
-    # 0.5.9's LlamaForCausalLMEagle3 reads config.draft_vocab_size unguarded when embeddings are untied.
+    # 0.5.9's LlamaForCausalLMEagle3 reads config.draft_vocab_size unguarded (tied or not).
     missing = vocabulary("missing", draft_vocab=...)
     assert missing.verdict == "NOT READY" and "srt/models/llama_eagle3.py:210" in missing.evidence
-    assert vocabulary("tied", draft_vocab=..., tie_word_embeddings=True).verdict == "READY"
+    tied = vocabulary("tied", draft_vocab=..., tie_word_embeddings=True)
+    assert tied.verdict == "NOT READY" and "srt/models/llama_eagle3.py:222" in tied.evidence
     assert vocabulary("null", draft_vocab=None).verdict == "READY"
     other = vocabulary("other-tokenizer", vocab=128256)
     assert other.verdict == "NOT READY" and "differs from the target's 163840" in other.evidence
@@ -325,3 +329,71 @@ def test_serve_dry_run_stops_on_a_draft_that_cannot_work(tmp_path, target, patch
     )  # fmt: skip
     assert result.returncode == 1
     assert "[FAIL] draft draft layers: the draft has 2 layers" in result.stdout
+
+
+def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, pristine_tree):
+    """What the probe says will fail at draft load does fail when SGLang's real class is built."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import STAND_INS
+
+    tiny = {"hidden": 64, "vocab": 256, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4}
+    drafts = {
+        "good": eagle3_draft_config((1, 3, 5), draft_vocab=128, **tiny),
+        "target_width": eagle3_draft_config((1, 3, 5), draft_vocab=128, target_hidden_size=96, **tiny),
+        "full_vocabulary": eagle3_draft_config((1, 3, 5), draft_vocab=None, **tiny),
+        "no_draft_vocab": eagle3_draft_config((1, 3, 5), draft_vocab=..., **tiny),
+        "no_draft_vocab_tied": eagle3_draft_config((1, 3, 5), draft_vocab=..., tie_word_embeddings=True, **tiny),
+        "two_layers": eagle3_draft_config((1, 3, 5), draft_vocab=128, num_hidden_layers=2, **tiny),
+    }
+    dirs = {name: write_draft(tmp_path / name, config, d2t_rows=128) for name, config in drafts.items()}
+    driver = Path(__file__).with_name("eagle3_draft_driver.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pristine_tree), str(STAND_INS)])}
+    result = subprocess.run([sys.executable, str(driver), json.dumps([str(d) for d in dirs.values()])],
+                            capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = {name: json.loads(result.stdout.strip().splitlines()[-1])[str(d)] for name, d in dirs.items()}
+    target = kimi_target(tmp_path / "target", layers=8, hidden=64, vocab=256)
+    for name, directory in dirs.items():
+        report = run(pristine_tree, directory, target, DEEPSEEK)
+        load_checks = {c: verdicts(report)[c] for c in ("draft layers", "vocabulary")}
+        fails_at_load = "NOT READY" in load_checks.values()
+        assert fails_at_load == (not built[name]["ok"]), (name, load_checks, built[name])
+    assert "AttributeError" in built["no_draft_vocab_tied"]["error"] and "ValueError" in built["two_layers"]["error"]
+    # The fc takes three states of the width the probe reads (target_hidden_size when given).
+    assert built["good"]["fc_in"] == 3 * 64 and built["target_width"]["fc_in"] == 3 * 96
+    assert verdicts(run(pristine_tree, dirs["target_width"], target, DEEPSEEK))["hidden size"] == "NOT READY"
+
+
+# Published facts the README's table of known drafts rests on (the fields the checks read).
+KNOWN_DRAFTS = {
+    # huggingface.co/k-l-lambda/Kimi-K2.5-Eagle3/blob/main/config.json
+    "k-l-lambda/Kimi-K2.5-Eagle3": {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 1,
+        "vocab_size": 163840, "draft_vocab_size": 163840, "tie_word_embeddings": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True},
+    },
+    # TorchSpec's configs/draft_models/kimi_k25_eagle3.json, the template of lightseekorg/kimi-k2.5-eagle3
+    "TorchSpec kimi_k25_eagle3 template": {
+        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "num_hidden_layers": 1,
+        "vocab_size": 163840, "tie_word_embeddings": False,
+    },
+}  # fmt: skip
+
+
+def test_known_drafts_in_the_readme(tmp_path, target, patched_tree, pristine_tree):
+    drafts = {name: write_config(tmp_path / name.replace("/", "--").replace(" ", "-"), config)
+              for name, config in KNOWN_DRAFTS.items()}  # fmt: skip
+    mla = run(patched_tree, drafts["k-l-lambda/Kimi-K2.5-Eagle3"], target, KIMI)
+    ready = ("hidden size", "vocabulary", "token mapping", "aux layer ids", "captured layers")
+    assert verdicts(mla) == {"architecture": "NOT READY", **dict.fromkeys(ready, "READY")}
+    assert mla.capture.captured == [2, 30, 58] and mla.capture.without_0004 == [3, 31, 59]
+    unpatched = run(pristine_tree, drafts["k-l-lambda/Kimi-K2.5-Eagle3"], target, DEEPSEEK)
+    assert "off by +1" in unpatched.result("captured layers").evidence
+    template = run(patched_tree, drafts["TorchSpec kimi_k25_eagle3 template"], target, KIMI)
+    assert verdicts(template)["vocabulary"] == "NOT READY"
+    assert "llama_eagle3.py:210" in template.result("vocabulary").evidence
+    assert verdicts(template)["aux layer ids"] == "WARN" and template.capture.captured == [2, 30, 58]

@@ -50,7 +50,7 @@ class Capture:
     convention: str
     layer_ids: list[int] | None
     intended: list[int] | None
-    captured: list[int] | None  # by this tree
+    captured: list[int] | None  # by this tree, in the order the draft gets them
     without_0004: list[int] | None
     with_0004: list[int] | None
     patch_0004: str
@@ -228,8 +228,8 @@ def _check_layers(report: DraftReport, config: Fields, facts) -> None:
 
 def _check_hidden_size(report: DraftReport, config: Fields, facts) -> None:
     fields = (facts.width_fields if facts else None) or EAGLE3_WIDTH_FIELDS
-    read_by = f"read at {facts.width_read}" if facts and facts.width_fields else "the fields EAGLE-3 draft configs use"
     name = next((f for f in fields if f in config.data and config.data[f] is not None), fields[-1])
+    read_by = f"read at {facts.width_read[name]}" if facts and facts.width_read else "the field EAGLE-3 drafts use"
     expected = config.integer(name, required=True)
     states = facts.aux_states[0] if facts and facts.aux_states else None
     fc = f" (its fc at {facts.aux_states[1]} takes {states} x {expected})" if states else ""
@@ -266,11 +266,12 @@ def _check_vocabulary(report: DraftReport, config: Fields, facts) -> None:
         notes.append(f"vocab_size {vocab} = the target's")
     else:
         notes.append(f"vocab_size {vocab} (the target's is not known: {target.source})")
-    if "draft_vocab_size" not in config.data and not tied and facts and facts.draft_vocab_read:
+    read_at = facts.draft_vocab_read(tied) if facts and "draft_vocab_size" not in config.data else None
+    if read_at:
         issues.append(
-            f"no draft_vocab_size and untied embeddings: {facts.draft_vocab_read} reads config.draft_vocab_size, "
-            "AttributeError when the draft loads; add draft_vocab_size (the rows of the draft's lm_head) to its "
-            "config.json"
+            f"no draft_vocab_size: {read_at} reads it ({'tied' if tied else 'untied'} embeddings), AttributeError "
+            "when the draft loads; add draft_vocab_size (the rows of the draft's lm_head, or null for the full "
+            "vocabulary) to its config.json"
         )
     elif draft_vocab is None:
         notes.append("draft vocabulary = the full vocabulary" + (" (tied embeddings)" if tied else ""))
@@ -385,9 +386,11 @@ def _predict(function, layer_ids, num_layers) -> list[int] | None:
     if function is None or (layer_ids is None and num_layers is None):
         return None
     try:
-        return eagle3_source.run_capture_method(function, layer_ids, num_layers or 0)
+        layers = eagle3_source.run_capture_method(function, layer_ids, num_layers or 0)
     except Exception:  # a capture method this reader cannot run: no prediction
         return None
+    # The forward loop captures each listed layer once, in layer order: that is what the draft gets.
+    return sorted(set(layers))
 
 
 def _check_captured_layers(report: DraftReport, index, layer_ids, convention, intended, expected) -> None:

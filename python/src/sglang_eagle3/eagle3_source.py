@@ -19,7 +19,7 @@ import copy
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,8 +71,13 @@ class DraftClassFacts:
     required_layers: tuple[int, str] | None = None  # (count, file:line of the check)
     aux_states: tuple[int, str] | None = None  # (count the fc takes, file:line)
     width_fields: list[str] | None = None  # config fields for the aux state width, first present wins
-    width_read: str | None = None  # file:line where the first of them is read
-    draft_vocab_read: str | None = None  # file:line where config.draft_vocab_size is read unguarded
+    width_read: dict[str, str] | None = None  # field -> file:line where it is read
+    # Unguarded reads of <config>.draft_vocab_size: (file:line, the tie_word_embeddings value it needs, or None)
+    draft_vocab_reads: list[tuple[str, bool | None]] = field(default_factory=list)
+
+    def draft_vocab_read(self, tied: bool) -> str | None:
+        """Where a config without draft_vocab_size raises AttributeError, for this tie_word_embeddings."""
+        return next((where for where, needs in self.draft_vocab_reads if needs in (None, tied)), None)
 
 
 def _attribute_chain(node: ast.expr) -> str:
@@ -112,15 +117,15 @@ def draft_class_facts(index: SourceIndex, arch: str) -> DraftClassFacts | None:
             and isinstance(test.comparators[0], ast.Constant)
         ):
             facts.required_layers = (test.comparators[0].value, f"{index.rel(path)}:{test.lineno}")
+        tie = [c.polarity for c in conditions if _attribute_chain(c.test).endswith(".tie_word_embeddings")]
         for node in own_expressions(stmt):
             if (
-                facts.draft_vocab_read is None
-                and isinstance(node, ast.Attribute)
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
                 and node.attr == "draft_vocab_size"
-                and _attribute_chain(node.value) == "config"
                 and "draft_vocab_size" not in _hasattr_fields(conditions)
             ):
-                facts.draft_vocab_read = f"{index.rel(path)}:{node.lineno}"
+                facts.draft_vocab_reads.append((f"{index.rel(path)}:{node.lineno}", tie[-1] if tie else None))
     # self.fc = torch.nn.Linear(self.<width> * K, ...) anywhere in the draft's module.
     width_attr = None
     for node in ast.walk(module):
@@ -149,7 +154,7 @@ def draft_class_facts(index: SourceIndex, arch: str) -> DraftClassFacts | None:
                 ):
                     field = stmt.value.attr
                     (guarded if field in _hasattr_fields(conditions) else fallback).append(field)
-                    facts.width_read = facts.width_read or f"{index.rel(path)}:{stmt.lineno}"
+                    facts.width_read = {**(facts.width_read or {}), field: f"{index.rel(path)}:{stmt.lineno}"}
         facts.width_fields = guarded + fallback or None
     return facts
 
