@@ -201,7 +201,7 @@ def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTre
     what = (
         f"{arch} is a model class here ({index.rel(elsewhere[0])}:{elsewhere[1].lineno}) but not an {algorithm} draft"
         if elsewhere
-        else f"SGLang {tree.version or ''} has no class {arch}".replace("  ", " ")
+        else f"{f'SGLang {tree.version}' if tree.version else 'this SGLang'} has no class {arch}"
     )
     report.add(
         "architecture", NOT_READY,

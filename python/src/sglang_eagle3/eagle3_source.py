@@ -275,7 +275,11 @@ def capture_rule(index: SourceIndex, target_arch: str) -> CaptureRule | None:
         rule.patch_0004 = f"does not apply to {index.rel(path)}"
         rule.with_0004 = rule.without_0004 = func
         return rule
-    state = patchset.status(patch, index.tree).state
+    try:
+        state = patchset.status(patch, index.tree).state
+    except patchset.PatchError as err:  # GNU patch is not installed
+        rule.patch_0004 = f"unknown ({err})"
+        return rule
     rule.patch_0004 = state.value
     if state is patchset.PatchState.CONFLICT:
         return rule
