@@ -195,7 +195,7 @@ def test_first_id_zero_is_the_input_of_layer_zero_with_the_patch(tmp_path, targe
 
 def test_draft_layers(tmp_path, target, patched_tree):
     config = eagle3_draft_config((1, 29, 57), num_hidden_layers=2)
-    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).result("draft layers")
+    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).result("layers")
     assert result.verdict == "NOT READY" and "accepts 1" in result.evidence and "llama_eagle3.py:198" in result.evidence
 
 
@@ -328,7 +328,7 @@ def test_serve_dry_run_stops_on_a_draft_that_cannot_work(tmp_path, target, patch
         env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")},
     )  # fmt: skip
     assert result.returncode == 1
-    assert "[FAIL] draft draft layers: the draft has 2 layers" in result.stdout
+    assert "[FAIL] draft layers: the draft has 2 layers" in result.stdout
 
 
 def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, pristine_tree):
@@ -359,7 +359,7 @@ def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, prist
     target = kimi_target(tmp_path / "target", layers=8, hidden=64, vocab=256)
     for name, directory in dirs.items():
         report = run(pristine_tree, directory, target, DEEPSEEK)
-        load_checks = {c: verdicts(report)[c] for c in ("draft layers", "vocabulary")}
+        load_checks = {c: verdicts(report)[c] for c in ("layers", "vocabulary")}
         fails_at_load = "NOT READY" in load_checks.values()
         assert fails_at_load == (not built[name]["ok"]), (name, load_checks, built[name])
     assert "AttributeError" in built["no_draft_vocab_tied"]["error"] and "ValueError" in built["two_layers"]["error"]

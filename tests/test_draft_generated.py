@@ -62,7 +62,7 @@ def expected(case) -> dict[str, str]:
     n, ids, registered = case["n"], case["ids"], case["arch"] in EAGLE3_DRAFTS
     verdict = {"architecture": "READY" if registered else "NOT READY"}
     if registered:
-        verdict["draft layers"] = "READY" if case["draft_layers"] == DRAFT_LAYERS else "NOT READY"
+        verdict["layers"] = "READY" if case["draft_layers"] == DRAFT_LAYERS else "NOT READY"
     verdict["hidden size"] = "READY" if case["width"] == case["hidden"] else "NOT READY"
     verdict["vocabulary"] = "READY" if case["draft_vocab_size_of"] == case["vocab"] else "NOT READY"
     reduced = case["draft_vocab"] < case["draft_vocab_size_of"]
@@ -144,7 +144,11 @@ def check(tree, arch, case) -> draft_check.DraftReport:
 
 
 GENERATED = settings(
-    max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 # Every defect is generated for each tree (with random sizes, ids and perhaps a second defect).
 each_defect = pytest.mark.parametrize("defect", [None, *DEFECTS])

@@ -84,7 +84,7 @@ def test_sweep_across_drafts_reports_each_drafts_accept_length_and_speed(tmp_pat
     assert f"best: {fastest} at " in result.stdout
     assert "best for draft-weak: draft-weak/steps" in result.stdout
     # A draft that cannot work is checked, reported and never started.
-    assert "[FAIL] draft draft layers: the draft has 2 layers" in result.stdout
+    assert "[FAIL] draft layers: the draft has 2 layers" in result.stdout
     broken_points = [p for p in summary.values() if p["draft"] == "draft-broken"]
     assert broken_points and all("draft checks failed" in p["error"] for p in broken_points)
     assert not any(label.startswith("draft-broken") for label in truth)

@@ -217,10 +217,10 @@ def _check_layers(report: DraftReport, config: Fields, facts) -> None:
     required, where = facts.required_layers
     layers = config.integer("num_hidden_layers", required=True)
     if layers == required:
-        report.add("draft layers", READY, f"{layers}, as {report.architecture} requires ({where})")
+        report.add("layers", READY, f"{layers}, as {report.architecture} requires ({where})")
     else:
         report.add(
-            "draft layers", NOT_READY,
+            "layers", NOT_READY,
             f"the draft has {layers} layers; {report.architecture} accepts {required} and raises ValueError "
             f"otherwise ({where}), after the target has loaded",
         )  # fmt: skip
