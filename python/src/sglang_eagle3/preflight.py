@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import probe, sglang_source
+from . import draft_check, probe, sglang_source
 from .settings import ServerSettings, field_flag
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
@@ -188,6 +188,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             report.add("gpus", "ok", f"{len(report.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})")
 
     compute_capability = report.gpus[0].compute_capability if report.gpus else "12.0"
+    tree = None
     try:
         tree = sglang_source.locate(sglang_target)
         verdict = probe.probe(
@@ -216,10 +217,30 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
     check_model_dir(report, "model", settings.model_path)
     if settings.speculative_algorithm:
         check_model_dir(report, "draft model", settings.speculative_draft_model_path)
+        if tree is not None and not any(c.verdict == "fail" for c in report.checks if c.name.endswith("model")):
+            check_draft(report, settings, tree)
     check_port(report, settings.host, settings.port)
     if settings.api_key_file is not None and not Path(settings.api_key_file).is_file():
         report.add("api key", "fail", f"api_key_file {settings.api_key_file} does not exist")
     return report
+
+
+DRAFT_VERDICTS = {draft_check.READY: "ok", draft_check.WARN: "warn", draft_check.NOT_READY: "fail"}
+
+
+def check_draft(report: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+    """The draft checks of `probe --draft` for the configured draft and target (see draft_check)."""
+    if settings.speculative_draft_model_path is None:
+        return
+    try:
+        draft = draft_check.check(
+            tree, settings.speculative_draft_model_path, settings.model_path, algorithm=settings.speculative_algorithm
+        )
+    except draft_check.DraftInputError as err:
+        report.add("draft", "fail", str(err))
+        return
+    for result in draft.results:
+        report.add(f"draft {result.check}", DRAFT_VERDICTS[result.verdict], result.evidence)
 
 
 def _architecture(settings: ServerSettings) -> str:

@@ -11,6 +11,7 @@ source:
 2. The target class. Whether the architecture's class provides each method: defined
    in the class, inherited, or forwarded to an inner model that has it.
 3. All-reduce optimisations on the given compute capability (see allreduce_gates).
+4. With a draft model: the draft checks (see draft_check).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ast
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import allreduce_gates, spec_conditions
 from .sglang_source import SGLangTree
@@ -61,6 +63,7 @@ class ProbeReport:
     methods: list[MethodCheck]
     allreduce: allreduce_gates.AllReduceReport
     arch_suggestions: list[str] = field(default_factory=list)
+    draft: Any = None  # draft_check.DraftReport when a draft model was given
 
     @property
     def missing(self) -> list[str]:
@@ -78,7 +81,12 @@ class ProbeReport:
             if not m.provided
         ]
         problems += self.allreduce.problems
+        problems += self.draft.problems if self.draft else []
         return problems
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.allreduce.warnings + (self.draft.warnings if self.draft else [])
 
     @property
     def ready(self) -> bool:
@@ -86,7 +94,8 @@ class ProbeReport:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.allreduce.warnings)
+        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.warnings)
+        data["draft"] = self.draft.to_dict() if self.draft else None
         return data
 
 
@@ -253,7 +262,13 @@ def probe(
     tp_size: int = 8,
     torch_symm_mem: bool = True,
     allreduce_fusion: bool = True,
+    draft: str | None = None,
+    model: str | None = None,
 ) -> ProbeReport:
+    """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
+
+    Raises ValueError on a bad algorithm or capability, draft_inputs.DraftInputError on bad model input.
+    """
     index = SourceIndex(tree)
     srt = tree.srt
     algebra = spec_conditions.load(index, sorted((srt / "model_executor").glob("*.py")))
@@ -277,6 +292,11 @@ def probe(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion
     )
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
+    draft_report = None
+    if draft is not None:
+        from . import draft_check  # imports this module's helpers
+
+        draft_report = draft_check.check(tree, draft, model, algorithm=canonical, target_arch=arch)
     return ProbeReport(
         sglang_root=str(tree.root),
         sglang_version=tree.version,
@@ -286,6 +306,7 @@ def probe(
         methods=methods,
         allreduce=report,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
+        draft=draft_report,
     )
 
 
@@ -306,6 +327,8 @@ def render_text(report: ProbeReport) -> str:
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
     lines += ["", allreduce_gates.render_text(report.allreduce), ""]
+    if report.draft is not None:
+        lines += [*report.draft.render_lines(), ""]
     if report.ready:
         lines.append("Verdict: READY")
     else:
@@ -313,6 +336,6 @@ def render_text(report: ProbeReport) -> str:
         lines += [f"  - {p}" for p in report.problems]
         if report.missing or report.allreduce.problems:
             lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
-    for warning in report.allreduce.warnings:
+    for warning in report.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines)

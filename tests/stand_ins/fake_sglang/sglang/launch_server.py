@@ -17,11 +17,14 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
   FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
   FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
+  FAKE_SGLANG_DRAFT_QUALITY JSON {draft path: quality}: scales what speculation gains with that
+                            draft (1 = the model below, 0.5 = half its extra accepted tokens and speed-up)
 
 GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
-draft tokens) with one clear best point, so sweeps have something to find.
+draft tokens) with one clear best point, scaled by the draft's quality, so sweeps across
+settings and drafts have something to find.
 The true rate is reported in /server_info as "fake_true_rate".
 """
 
@@ -45,6 +48,7 @@ parser.add_argument("--speculative-algorithm")
 parser.add_argument("--speculative-num-steps", type=int, default=3)
 parser.add_argument("--speculative-eagle-topk", type=int, default=1)
 parser.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+parser.add_argument("--speculative-draft-model-path")
 args, _ = parser.parse_known_args()
 env = os.environ
 
@@ -55,6 +59,7 @@ READY_AFTER = float(env.get("FAKE_SGLANG_READY_AFTER", 0))
 FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFTER") else None
 DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
 SEND_LOG = env.get("FAKE_SGLANG_SEND_LOG")
+DRAFT_QUALITY = json.loads(env.get("FAKE_SGLANG_DRAFT_QUALITY", "{}")).get(args.speculative_draft_model_path, 1.0)
 
 if args.speculative_algorithm:
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
@@ -62,7 +67,8 @@ if args.speculative_algorithm:
     # Real speed-up curves are flat near the top; this one has a clear peak at (3, 1, 4),
     # at least 15% ahead of any other point, so a sweep finds it despite timing noise.
     SPEED_UP = 1.7 - 0.25 * (steps - 3) ** 2 - 0.3 * (topk - 1) - 0.1 * abs(draft - steps - 1)
-    RATE = BASE_RATE * max(0.3, SPEED_UP)
+    ACCEPT_LENGTH = 1 + (ACCEPT_LENGTH - 1) * DRAFT_QUALITY
+    RATE = BASE_RATE * max(0.3, 1 + (SPEED_UP - 1) * DRAFT_QUALITY)
     BURST = int(env.get("FAKE_SGLANG_BURST", round(ACCEPT_LENGTH)))
 else:
     ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
@@ -116,7 +122,7 @@ def get(path: str) -> bytes:
     if path in ("/server_info", "/get_server_info"):
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
         body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
-                "fake_true_rate": RATE, "fake_burst": BURST}  # fmt: skip
+                "fake_true_rate": RATE, "fake_burst": BURST, "fake_draft_quality": DRAFT_QUALITY}  # fmt: skip
         return response(200, json.dumps(body).encode())
     if path == "/metrics":
         body, content_type = metrics.page()
