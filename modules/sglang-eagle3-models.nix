@@ -136,8 +136,9 @@ in
       description = "Fetch and verify the SGLang EAGLE-3 model weights pinned by their locks";
       wants = [ "network-online.target" ];
       after = [ "network-online.target" ];
+      # Writable places only: huggingface_hub's caches (Xet chunks included) go to the cache directory.
       environment = cfg.environment // {
-        HOME = "/var/lib/sglang-eagle3";
+        HOME = "/var/cache/sglang-eagle3";
         HF_HOME = "/var/cache/sglang-eagle3/huggingface";
       };
       serviceConfig =
