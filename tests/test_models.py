@@ -106,13 +106,24 @@ def test_lock_resolves_branches_tags_and_commits(hub, env, tmp_path):
     first = hub.repos[REPO_ID].refs["main"]
     hub.repos[REPO_ID].refs["v1.0"] = first
     second = hub.commit(REPO_ID, {**sample_files(), "config.json": b'{"changed": true}'})
-    out = tmp_path / "locks"
-    code, data, _, err = run_models(
-        env, "lock", f"{REPO_ID}@v1.0", f"{REPO_ID}@{first}", f"{REPO_ID}", "--output", f"{out}/"
-    )
-    assert code == 0, err
-    assert [entry["commit"] for entry in data["locks"]] == [first, first, second]
-    assert (out / "test-org--tiny-eagle3.lock.json").is_file()  # several models: one file each in the directory
+    one = tmp_path / "one.lock.json"
+    for spec, commit in ((f"{REPO_ID}@v1.0", first), (f"{REPO_ID}@{first}", first), (REPO_ID, second)):
+        code, data, _, err = run_models(env, "lock", spec, "--output", str(one))
+        assert code == 0 and data["locks"][0]["commit"] == commit, err
+        assert json.loads(one.read_text())["commit"] == commit
+    # Locking again when nothing changed upstream leaves the file as it was: no diff to review.
+    before = one.read_text()
+    time.sleep(1.1)  # locked_at has one-second resolution
+    code, data, _, _ = run_models(env, "lock", REPO_ID, "--output", str(one))
+    assert code == 0 and data["locks"][0]["changed"] is False and one.read_text() == before
+    # Several repositories: a directory with one lock each; the same one twice is refused.
+    hub.commit("test-org/other", {"config.json": b"{}"})
+    code, data, _, _ = run_models(env, "lock", REPO_ID, "test-org/other", "--output", str(tmp_path / "locks"))
+    assert code == 0 and sorted(p.name for p in (tmp_path / "locks").iterdir()) == [
+        "test-org--other.lock.json", "test-org--tiny-eagle3.lock.json",
+    ]  # fmt: skip
+    code, data, _, _ = run_models(env, "lock", f"{REPO_ID}@v1.0", REPO_ID, "--output", str(tmp_path / "locks"))
+    assert code == 2 and data["error"]["kind"] == "bad_input" and "given twice" in data["error"]["message"]
 
 
 def test_lock_of_an_unknown_revision_or_repository_fails_clearly(env, tmp_path):
@@ -126,6 +137,13 @@ def test_lock_of_an_unknown_revision_or_repository_fails_clearly(env, tmp_path):
     code, data, _, _ = run_models(env, "lock", "not a repo id", "--output", str(tmp_path / "x.json"))
     assert code == 2 and data["error"]["kind"] == "bad_input" and "REPO[@REVISION]" in data["error"]["message"]
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_repository_whose_file_names_escape_the_model_directory_is_not_locked(hub, env, tmp_path):
+    hub.commit("test-org/odd", {"config.json": b"{}", ".sglang-eagle3/state.json": b"{}"})
+    code, data, _, _ = run_models(env, "lock", "test-org/odd", "--output", str(tmp_path / "x.json"))
+    assert code == 1 and data["error"]["kind"] == "hub_error" and "cannot be locked" in data["error"]["message"]
+    assert ".sglang-eagle3/state.json" in data["error"]["message"] and not (tmp_path / "x.json").exists()
 
 
 # -- fetch and verify ------------------------------------------------------------------------------
@@ -241,6 +259,19 @@ def test_sigterm_stops_a_fetch_at_once_and_the_rerun_completes(hub, env, tmp_pat
     assert all(locked_files_in(directory, lock).values())
     assert run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
     assert run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+
+
+def test_a_second_fetch_into_the_same_directory_is_refused_while_the_first_runs(hub, env, tmp_path):
+    lock_file, _ = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    hub.pause_after(5 * MiB)
+    first = subprocess.Popen(models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory)), env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    assert wait_paused_or_exit(hub, first)
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    hub.release()
+    assert code == 1 and data["error"]["kind"] == "busy" and str(directory) in data["error"]["message"]
+    assert first.wait(timeout=120) == 0
 
 
 @pytest.fixture

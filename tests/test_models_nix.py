@@ -265,6 +265,12 @@ def test_module_assertions_for_models(two_locks):
     assert any("would both be fetched into" in m for m in out["failedAssertions"])
     out = evaluate_host(f'{{ target.lockFile = {draft_lock}; draft.lockFile = {draft_lock}; draft.name = "d"; }}')
     assert out["failedAssertions"] == []
+    # A host that also sets the model path by hand gets the module system's conflict, naming both files.
+    example = REPO / "modules" / "examples" / "8-gpu-host.nix"
+    config = f"{{ imports = [ {example} ]; services.sglang-eagle3.models.target.lockFile = {target_lock}; }}"
+    result = nix_eval(f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}")
+    assert result.returncode != 0 and "settings.model_path' has conflicting definition values" in result.stderr
+    assert "8-gpu-host.nix" in result.stderr and "sglang-eagle3-models.nix" in result.stderr
     # Without locks the module changes nothing: no models unit, the server as before.
     out = evaluate_host("{ }")
     assert "sglang-eagle3-models" not in out["services"]

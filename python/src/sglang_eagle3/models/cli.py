@@ -85,23 +85,38 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
         token = _token(token_file)
         parsed = [hub.parse_spec(s) for s in specs]
         into_dir = len(parsed) > 1 or output.endswith("/") or Path(output).is_dir()
-        output = Path(output)
-        for repo, revision in parsed:
+        targets = [Path(output) / f"{repo.replace('/', '--')}.lock.json" if into_dir else Path(output)
+                   for repo, _ in parsed]  # fmt: skip
+        if len(set(targets)) < len(targets):
+            raise ModelsError("bad_input", "one lock per repository: the same repository is given twice", 2)
+        for (repo, revision), target in zip(parsed, targets, strict=True):
             with tempfile.TemporaryDirectory(prefix="sglang-eagle3-lock-") as work:
                 lock = hub.resolve(repo, revision, token, Path(work), jobs)
-            target = output / f"{repo.replace('/', '--')}.lock.json" if into_dir else output
-            lockfile.write(lock, target)
+            unchanged = _same_lock(target, lock)
+            if not unchanged:
+                lockfile.write(lock, target)  # a re-lock that finds nothing new leaves the file (and git) alone
             lfs = sum(f.lfs for f in lock.files)
             written.append({"repo": repo, "revision": revision, "commit": lock.commit, "files": len(lock.files),
-                            "total_size": lock.total_size, "gated": lock.gated, "lock": str(target)})  # fmt: skip
+                            "total_size": lock.total_size, "gated": lock.gated, "lock": str(target),
+                            "changed": not unchanged})  # fmt: skip
             if not as_json:
                 click.echo(f"locked {repo}@{revision} -> commit {lock.commit}: {len(lock.files)} files "
-                           f"({lfs} LFS), {human_bytes(lock.total_size)}, in {target}")  # fmt: skip
+                           f"({lfs} LFS), {human_bytes(lock.total_size)}, in {target}"
+                           f"{' (unchanged)' if unchanged else ''}")  # fmt: skip
     except ModelsError as err:
         _finish("lock", as_json, {"locks": written}, err)
     except OSError as err:
         _finish("lock", as_json, {"locks": written}, ModelsError("io_error", f"cannot write the lock: {err}"))
     _finish("lock", as_json, {"locks": written}, None)
+
+
+def _same_lock(path: Path, lock: lockfile.ModelLock) -> bool:
+    """The file at path already locks the same files at the same commit (only locked_at would change)."""
+    try:
+        old = lockfile.load(path)
+    except ModelsError:
+        return False
+    return old.model_copy(update={"locked_at": lock.locked_at}) == lock
 
 
 # -- fetch ---------------------------------------------------------------------------------------
@@ -142,8 +157,8 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
     except ModelsError as err:
         _finish("fetch", as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
     except fetch.Interrupted as stop:
-        message = (f"stopped by {stop}: every file in {directory} that carries a locked name has been verified; "
-                   "partial downloads are kept: run the same command again to resume")  # fmt: skip
+        message = (f"stopped by {stop}: no file was put in {directory} without being verified; partial "
+                   "downloads are kept: run the same command again to resume")  # fmt: skip
         error = ModelsError("interrupted", message, stop.exit_code)
         if as_json:
             click.echo(json.dumps({"ok": False, "error": error.to_dict()}, indent=2))

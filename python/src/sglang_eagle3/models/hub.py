@@ -17,8 +17,10 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from . import ModelsError, hashing
-from .lockfile import ModelLock
+from .lockfile import ModelLock, describe
 
 TOKEN_CREDENTIAL = "hf-token"  # systemd: LoadCredential=hf-token:/path -> $CREDENTIALS_DIRECTORY/hf-token
 TOKEN_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -203,11 +205,14 @@ def resolve(repo: str, revision: str, token: str | None, workdir: Path, jobs: in
         else:
             sha256, blob_id, size = hashed[s.rfilename]
             files.append(dict(path=s.rfilename, size=size, sha256=sha256, git_blob_id=blob_id, lfs=False))
-    return ModelLock(
-        repo=repo, revision=revision, commit=commit, gated=bool(info.gated), private=bool(info.private),
-        locked_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-        total_size=sum(f["size"] for f in files), files=files,
-    )  # fmt: skip
+    try:
+        return ModelLock(
+            repo=repo, revision=revision, commit=commit, gated=bool(info.gated), private=bool(info.private),
+            locked_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            total_size=sum(f["size"] for f in files), files=files,
+        )  # fmt: skip
+    except ValidationError as err:  # e.g. a file name that would escape the model directory
+        raise ModelsError("hub_error", f"{repo}@{commit} cannot be locked: {describe(err)}") from None
 
 
 def download_file(repo: str, commit: str, path: str, local_dir: Path, token: str | None) -> str:
