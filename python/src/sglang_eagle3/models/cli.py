@@ -56,8 +56,8 @@ def _token(token_file: Path | None) -> str | None:
     return hub.read_token(token_file)
 
 
-def _load(lock_file: Path) -> lockfile.ModelLock:
-    return lockfile.load(lock_file)
+def _io_error(err: OSError, directory: Path) -> ModelsError:
+    return ModelsError("io_error", f"{err.filename or directory}: {err.strerror or err}")
 
 
 # -- lock ----------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
     are removed; other files are left alone and reported.
     """
     try:
-        lock = _load(lock_file)
+        lock = lockfile.load(lock_file)
         token = _token(token_file)
     except ModelsError as err:
         _finish("fetch", as_json, {}, err)
@@ -156,6 +156,8 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         result = fetch.fetch(lock, directory, token, jobs=jobs, recheck=recheck, interval=progress_interval)
     except ModelsError as err:
         _finish("fetch", as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
+    except OSError as err:
+        _finish("fetch", as_json, {"directory": str(directory)}, _io_error(err, directory))
     except fetch.Interrupted as stop:
         message = (f"stopped by {stop}: no file was put in {directory} without being verified; partial "
                    "downloads are kept: run the same command again to resume")  # fmt: skip
@@ -208,10 +210,12 @@ def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json
     Each file that differs is named; exit 1 if any does.
     """
     try:
-        lock = _load(lock_file)
+        lock = lockfile.load(lock_file)
         result = verify.verify(lock, directory, quick=quick, jobs=jobs, interval=progress_interval)
     except ModelsError as err:
         _finish("verify", as_json, {"directory": str(directory)}, err)
+    except OSError as err:
+        _finish("verify", as_json, {"directory": str(directory)}, _io_error(err, directory))
     if not as_json:
         label = {"missing": "MISSING", "size": "DIFFERS", "sha256": "DIFFERS", "unreadable": "UNREADABLE"}
         for p in result.problems:

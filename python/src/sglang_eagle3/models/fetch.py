@@ -176,8 +176,9 @@ class Fetcher:
         listed = {f.path for f in self.lock.files}
         for path in sorted(set(state.files) - listed):
             if state.unchanged(path):
-                (self.directory / path).unlink()
-                self.result.removed.append(path)
+                with contextlib.suppress(OSError):  # not removable: it stays, reported as extra
+                    (self.directory / path).unlink()
+                    self.result.removed.append(path)
             state.forget(path)  # changed since: not ours any more, reported as extra
         listed_keys = {staging_key(f) for f in self.lock.files}
         if self.staging.is_dir():
@@ -197,7 +198,13 @@ class Fetcher:
                 self.result.outcomes.append(Outcome(f.path, f.size, "present"))
         if to_hash:
             progress = Progress("check present files (sha256)", sum(f.size for f in to_hash), interval=self.interval)
-            digest = lambda f: hashing.sha256_file(self.directory / f.path, progress.advance)  # noqa: E731
+
+            def digest(f: LockedFile) -> str | None:
+                try:
+                    return hashing.sha256_file(self.directory / f.path, progress.advance)
+                except OSError:
+                    return None  # unreadable: fetched again, and replaced
+
             try:
                 for f, actual in zip(
                     to_hash, parallel_map(digest, to_hash, min(self.jobs, default_jobs())), strict=True
