@@ -39,7 +39,19 @@ let
       };
       users = anything;
       systemd.services = mkOption {
-        type = types.attrsOf (types.submodule { freeformType = types.attrsOf types.anything; });
+        type = types.attrsOf (
+          types.submodule {
+            freeformType = types.attrsOf types.anything;
+            # Lists NixOS concatenates across modules (the models module adds to the server's).
+            options = lib.genAttrs [ "after" "before" "wants" "requires" "wantedBy" "requiredBy" ] (
+              _:
+              mkOption {
+                type = types.listOf types.str;
+                default = [ ];
+              }
+            );
+          }
+        );
         default = { };
       };
       networking.firewall.allowedTCPPorts = mkOption {

@@ -15,6 +15,7 @@ import click
 from . import __version__, draft_inputs, launcher, patchset, preflight, probe, render, settings, sglang_source
 from .bench.cli import bench_group
 from .cli_common import BadInput, load_settings, print_checks, settings_options
+from .models.cli import models_group
 
 
 def _tree(target: str | None) -> sglang_source.SGLangTree:
@@ -38,6 +39,7 @@ def main() -> None:
 
 
 main.add_command(bench_group)  # defined with the benchmark, in bench/cli.py
+main.add_command(models_group)  # model lock / fetch / verify, in models/cli.py
 
 
 # -- patch ------------------------------------------------------------------------------

@@ -78,17 +78,34 @@ def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
 
 
-def check_model_dir(report: Preflight, what: str, path: str | None) -> None:
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def check_model_dir(
+    report: Preflight, what: str, path: str | None, revision: str | None = None, revision_field: str = "revision"
+) -> None:
     if path is None:
         return
     if not _looks_local(path):
-        report.add(what, "ok", f"{path} (Hugging Face id, fetched by SGLang)")
+        # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
+        pin = f"pin it: `sglang-eagle3 models lock {path}` prints the commit for {revision_field}"
+        if revision is None:
+            report.add(what, "warn", f"{path} (Hugging Face id) has no pinned revision and loads whatever its main "
+                       f"branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
+        elif not COMMIT_SHA.fullmatch(revision):
+            report.add(what, "warn", f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag and can "
+                       f"move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
+        else:
+            report.add(what, "ok", f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)")
         return
     directory = Path(path).expanduser()
     if not directory.is_dir():
         report.add(what, "fail", f"{directory} does not exist; download the model there or give its hub id")
     elif not (directory / "config.json").is_file():
         report.add(what, "fail", f"{directory} has no config.json; point at the model's top directory")
+    elif revision is not None:
+        report.add(what, "warn", f"{directory}: {revision_field} {revision!r} is ignored for a local directory; "
+                   "check its content with `sglang-eagle3 models verify`")  # fmt: skip
     else:
         report.add(what, "ok", f"{directory}")
 
@@ -214,9 +231,12 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             report.add("optimisations", "warn", warning)
         check_extra_args(report, settings, tree)
 
-    check_model_dir(report, "model", settings.model_path)
+    check_model_dir(report, "model", settings.model_path, settings.revision)
     if settings.speculative_algorithm:
-        check_model_dir(report, "draft model", settings.speculative_draft_model_path)
+        check_model_dir(
+            report, "draft model", settings.speculative_draft_model_path,
+            settings.speculative_draft_model_revision, "speculative_draft_model_revision",
+        )  # fmt: skip
         if tree is not None and not any(c.verdict == "fail" for c in report.checks if c.name.endswith("model")):
             check_draft(report, settings, tree)
     check_port(report, settings.host, settings.port)

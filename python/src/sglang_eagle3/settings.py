@@ -62,6 +62,11 @@ class ServerSettings(BaseModel):
         description="Target model: a Hugging Face id or a local directory holding config.json.",
         json_schema_extra=flag("--model-path"),
     )
+    revision: str | None = Field(
+        None,
+        description="Hub revision of model_path; a 40-hex commit sha pins it (a branch or tag can move).",
+        json_schema_extra=flag("--revision"),
+    )
     served_model_name: str | None = Field(
         None,
         description="Model name reported by the API (default: model_path).",
@@ -88,6 +93,11 @@ class ServerSettings(BaseModel):
         "AQ-MedAI/Kimi-K25-eagle3",
         description="EAGLE-3 draft model (Llama architecture): hub id or local directory.",
         json_schema_extra=flag("--speculative-draft-model-path"),
+    )
+    speculative_draft_model_revision: str | None = Field(
+        None,
+        description="Hub revision of the draft model; a 40-hex commit sha pins it.",
+        json_schema_extra=flag("--speculative-draft-model-revision"),
     )
     speculative_num_steps: int = Field(
         3, ge=1, description="Draft steps per verification.", json_schema_extra=flag("--speculative-num-steps")
