@@ -84,6 +84,9 @@
         mkGpuCheck =
           args:
           pkgs.callPackage ./nix/gpu-check.nix ({ inherit (stack) package; } // args);
+        # A model directory in the store from a model lock (sglang-eagle3 models lock):
+        # lib.fetchModel { lockFile = ./Kimi-K25-eagle3.lock.json; }
+        fetchModel = import ./nix/fetch-model.nix { inherit (pkgs) fetchurl linkFarm; };
       };
 
       packages.${system} = {

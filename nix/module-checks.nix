@@ -107,6 +107,19 @@ let
   ];
   prometheus = monitored.config.services.prometheus;
 
+  # A host whose weights are pinned by locks (of made-up repositories: nothing is fetched at
+  # evaluation) with a hub token; the module sets the model paths itself.
+  pinned = evalHost [
+    {
+      services.sglang-eagle3.enable = true;
+      services.sglang-eagle3.models = {
+        target.lockFile = ./tests/example-target.lock.json;
+        draft.lockFile = ./tests/example-draft.lock.json;
+        tokenFile = "/run/secrets/hf-token";
+      };
+    }
+  ];
+
   sc8 = host8.config.systemd.services.sglang-eagle3.serviceConfig;
   settings8 = host8.config.services.sglang-eagle3.renderedSettings;
   bench8 = host8.config.systemd.services.sglang-eagle3-bench;
@@ -235,6 +248,44 @@ in
         for d in $dashboards; do jq -e '.panels | length > 0' "$d" > /dev/null; done
         touch $out
       '';
+
+  # services.sglang-eagle3.models: the fetch-and-verify unit runs before the server, which
+  # starts offline on the fetched directories and never sees the token.
+  module-models =
+    let
+      server = pinned.config.systemd.services.sglang-eagle3;
+      models = pinned.config.systemd.services.sglang-eagle3-models;
+      settings = pinned.config.services.sglang-eagle3.renderedSettings;
+    in
+    assert expect "module-models" [
+      (noFailedAssertions pinned)
+      {
+        ok = lib.elem "sglang-eagle3-models.service" server.requires && lib.elem "sglang-eagle3-models.service" server.after;
+        what = "the server Requires= and After= the models unit";
+      }
+      {
+        ok = (server.environment.HF_HUB_OFFLINE or null) == "1";
+        what = "the server runs with the hub offline";
+      }
+      {
+        ok =
+          settings.model_path == "/var/lib/sglang-eagle3/models/example-target"
+          && settings.speculative_draft_model_path == "/var/lib/sglang-eagle3/models/example-draft";
+        what = "the server loads the fetched directories: ${settings.model_path}, ${settings.speculative_draft_model_path}";
+      }
+      {
+        ok = models.serviceConfig.LoadCredential == [ "hf-token:/run/secrets/hf-token" ] && !(server.serviceConfig ? LoadCredential && lib.any (lib.hasPrefix "hf-token") (lib.toList server.serviceConfig.LoadCredential));
+        what = "only the models unit gets the hub token, as a credential";
+      }
+      {
+        ok = !(lib.hasInfix "hf-token" (builtins.toJSON server.environment)) && !(lib.hasInfix "/run/secrets/hf-token" (server.serviceConfig.ExecStart or ""));
+        what = "the token is in neither the server's environment nor its command line";
+      }
+    ];
+    verifyHost "module-models" pinned [
+      "sglang-eagle3.service"
+      "sglang-eagle3-models.service"
+    ];
 
   # Each broken host fails with the expected assertion message.
   module-assertions =

@@ -47,7 +47,8 @@ def test_flake_check_evaluates_every_output_with_no_warning(ws):
         "packages.x86_64-linux.gpu-throughput-check", "devShells.x86_64-linux.default",
         "checks.x86_64-linux.pytest", "checks.x86_64-linux.formatting", "checks.x86_64-linux.patch-series",
         "checks.x86_64-linux.module-8-gpu-host", "checks.x86_64-linux.module-two-node",
-        "checks.x86_64-linux.module-assertions", "checks.x86_64-linux.module-monitoring", "formatter.x86_64-linux",
+        "checks.x86_64-linux.module-assertions", "checks.x86_64-linux.module-monitoring",
+        "checks.x86_64-linux.module-models", "formatter.x86_64-linux",
     ):  # fmt: skip
         assert output in checked, f"nix flake check did not evaluate {output}"
     for app in ("default", "serve-eagle3", "bench", "probe"):
@@ -104,6 +105,28 @@ def test_monitoring_check_builds_with_promtool(ws):
     if shutil.which("promtool") is None:
         pytest.skip("needs promtool (Debian: prometheus)")
     ws.nix("build", "--no-link", "--option", "sandbox", "false", f"{ws.ref}#checks.{SYSTEM}.module-monitoring")
+
+
+def test_fetch_model_builds_a_model_directory_from_a_lock(ws, tmp_path):
+    """lib.fetchModel built for real: one fixed-output fetch per file from the stand-in hub
+    (the stand-in's fetchurl downloads with this host's curl), joined by linkFarm."""
+    if shutil.which("curl") is None:
+        pytest.skip("needs curl")
+    from models_fixtures import REPO_ID, models_env, run_models, sample_files
+    from stand_ins.fake_hub import FakeHub
+
+    with FakeHub() as hub:
+        hub.commit(REPO_ID, sample_files())
+        lock = tmp_path / "tiny.lock.json"
+        code, _, _, err = run_models(models_env(hub, tmp_path), "lock", REPO_ID, "--output", str(lock))
+        assert code == 0, err
+        expr = (f'let flake = builtins.getFlake "{ws.ref}"; in '
+                f'flake.lib.fetchModel {{ lockFile = {lock}; endpoint = "{hub.url}"; }}')  # fmt: skip
+        out = ws.nix("build", "--impure", "--no-link", "--print-out-paths", "--option", "sandbox", "false",
+                     "--expr", expr).stdout.strip()  # fmt: skip
+    model = Path(out)
+    built = {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert built == sample_files()
 
 
 # -- the findings of the review, each as a test --------------------------------------------

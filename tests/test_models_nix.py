@@ -27,10 +27,9 @@ from conftest import REPO
 from models_fixtures import REPO_ID, models_env, run_models, sample_files
 from sglang_eagle3 import preflight, settings
 from stand_ins.fake_hub import FakeHub
-from test_nix import render_unit
+from test_nix import NIXPKGS_LIB, render_unit
 
 NIX = shutil.which("nix-instantiate")
-NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
 needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB), reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the module"
