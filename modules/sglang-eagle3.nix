@@ -120,8 +120,11 @@ let
   };
 in
 {
-  # The router for several hosts, each serving a whole replica (services.sglang-router).
-  imports = [ ./sglang-router.nix ];
+  # Monitoring, and the router for several hosts each serving a whole replica (services.sglang-router).
+  imports = [
+    ./sglang-eagle3-monitoring.nix
+    ./sglang-router.nix
+  ];
 
   options.services.sglang-eagle3 = {
     enable = lib.mkEnableOption "the SGLang EAGLE-3 server (Kimi-K2.5 by default)";

@@ -3,7 +3,8 @@
 The results file is JSON Lines: a "run" record, then one "request" record per
 request the moment it finishes (flushed), a "level" record when a concurrency level is
 done (its wall time and output tokens: aggregate throughput, which is what a router in
-front of several servers adds up to), then a "server_info" record. A run that is
+front of several servers adds up to), then a "server_info" record and a "server_metrics"
+record (the server's acceptance counters before and after the run). A run that is
 interrupted (SIGINT) or whose server dies keeps every finished request on disk.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
+from . import server_metrics
 from .client import APIS, BenchError, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
 
 ABORT_AFTER_CONSECUTIVE_FAILURES = 3
@@ -141,6 +143,7 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
     timeout = aiohttp.ClientTimeout(total=config.timeout, connect=10.0)
     async with aiohttp.ClientSession(base_url=config.url, timeout=timeout, connector=connector) as client:
         model_info = await identify(client, config.api)
+        metrics_before = await server_metrics.snapshot(client)
         writer = ResultWriter(config.output)
         try:
             started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -161,6 +164,8 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
                 info = await server_info(client)
                 writer.write({"type": "server_info", "label": config.label,
                               "avg_spec_accept_length": avg_spec_accept_length(info), "raw": info})  # fmt: skip
+                metrics_after = await server_metrics.snapshot(client)
+                writer.write(server_metrics.record(config.label, metrics_before, metrics_after))
             writer.close()
     return outcome
 

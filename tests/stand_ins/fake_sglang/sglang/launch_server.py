@@ -16,7 +16,11 @@ and ignores the rest). Behaviour is set with environment variables:
                             the CLOCK_MONOTONIC time each chunk was handed to the socket
   FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" (the file's content) on every
                             path but /health* and /metrics*, as SGLang's --api-key does
+  FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
+  FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
+  FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
 
+GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
 For sglang-router (which sits in front of several of these): /get_load reports the
 requests in flight, /flush_cache answers, and a request with "stream": false gets one
 JSON answer once its last token is due, as SGLang does.
@@ -35,6 +39,8 @@ import os
 import signal
 import sys
 import time
+
+from sglang.fake_metrics import Metrics
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", default="127.0.0.1")
@@ -68,6 +74,9 @@ else:
     ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
 finished = {"count": 0}
 in_flight = {"requests": 0, "tokens": 0}  # what /get_load reports
+MAX_RUNNING = int(env["FAKE_SGLANG_MAX_RUNNING"]) if env.get("FAKE_SGLANG_MAX_RUNNING") else None
+metrics = Metrics(args.model_path, args.speculative_num_draft_tokens if ACCEPT_LENGTH else None,
+                  int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)))  # fmt: skip
 
 
 def ready() -> bool:
@@ -117,6 +126,9 @@ def get(path: str) -> bytes:
                 "speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
                 "fake_true_rate": RATE, "fake_burst": BURST}  # fmt: skip
         return response(200, json.dumps(body).encode())
+    if path == "/metrics":
+        body, content_type = metrics.page()
+        return response(200, body, content_type)
     if path == "/v1/models":
         return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
     if path == "/get_load":  # SGLang's shape: one entry per data-parallel rank
@@ -149,9 +161,21 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
     # Streams end when the connection closes, as SSE over HTTP/1.1 with Connection: close.
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
     loop = asyncio.get_running_loop()
+    received = time.monotonic()
+    metrics.queued += 1
+    async with slots:
+        metrics.queued -= 1
+        try:
+            await decode(writer, prompt, max_tokens, chunk, loop, received)
+        finally:
+            metrics.running.pop(id(writer), None)
+
+
+async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: float) -> None:
     start = loop.time()
     done = 0
     sent: list[float] = []
+    prompt_tokens = len(prompt.split())
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
         if delay > 0:
@@ -163,6 +187,12 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
         sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
         writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
         await writer.drain()
+        metrics.running[id(writer)] = prompt_tokens + done
+        if len(sent) == 1:
+            metrics.first_token(received, sent[0])
+        else:
+            metrics.chunk(sent[-1] - sent[-2], n)
+    metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
             f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
@@ -215,7 +245,16 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
+async def refresh_metrics() -> None:
+    while True:
+        await asyncio.sleep(float(env.get("FAKE_SGLANG_METRICS_INTERVAL", 0.5)))
+        metrics.refresh()
+
+
 async def main() -> None:
+    global slots
+    slots = asyncio.Semaphore(MAX_RUNNING or 1_000_000)
+    refresher = asyncio.create_task(refresh_metrics())  # noqa: F841 (kept alive until exit)
     server = await asyncio.start_server(handle, args.host, args.port, reuse_address=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
