@@ -123,6 +123,7 @@ in
   imports = [
     ./sglang-eagle3-monitoring.nix # services.sglang-eagle3.monitoring: Prometheus, alert rules, Grafana
     ./sglang-eagle3-models.nix # services.sglang-eagle3.models: weights pinned by lock files
+    ./sglang-router.nix # services.sglang-router: several hosts, each serving a whole replica
   ];
 
   options.services.sglang-eagle3 = {

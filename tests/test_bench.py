@@ -218,6 +218,29 @@ def test_plot_is_a_png(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_aggregate_throughput_is_what_the_server_sent_over_the_level(tmp_path):
+    """Aggregate tok/s: all requests' tokens over the level's wall time, against the server's own log."""
+    with fake_server(RATE=200, FIRST_DELAY=0.05) as server:
+        output = tmp_path / "r.jsonl"
+        outcome = run(RunConfig(url=server.url, output=output, concurrencies=[4], requests=8, warmup=0,
+                                max_tokens=300))  # fmt: skip
+        streams = [json.loads(line) for line in server.send_log.read_text().splitlines()]
+    records = report.load(output)
+    (level,) = [r for r in records if r["type"] == "level"]
+    assert outcome.finished == 8 and level["requests"] == 8 and level["output_tokens"] == 8 * 300
+    # The server's side: every token it sent, from the first request's arrival (its first token
+    # minus the first-token delay) to the last token it handed to the socket.
+    sent = sum(s["tokens"] for s in streams)
+    window = max(s["sent"][-1] for s in streams) - (min(s["sent"][0] for s in streams) - 0.05)
+    assert sent == level["output_tokens"]
+    assert abs(report.aggregate_tok_s(level) / (sent / window) - 1) < 0.02
+    (group,) = report.summarize(records)
+    assert group.aggregate_tok_s == report.aggregate_tok_s(level)
+    assert "aggregate tok/s" in report.render_summary([group])
+    # Four streams at once: the aggregate is several times what one request decodes.
+    assert group.aggregate_tok_s > 2 * group.stats["decode_tok_s"][1]
+
+
 @pytest.mark.skipif(
     not (os.environ.get("SGLANG_EAGLE3_BASELINE_URL") and os.environ.get("SGLANG_EAGLE3_EAGLE3_URL")),
     reason="live A/B gate: set SGLANG_EAGLE3_BASELINE_URL and SGLANG_EAGLE3_EAGLE3_URL to running servers",

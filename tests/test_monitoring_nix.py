@@ -62,10 +62,10 @@ def test_nothing_is_added_without_prometheus_and_grafana_or_when_turned_off():
 @needs_lib
 @pytest.mark.parametrize("router_on, expected", [(True, ["127.0.0.1:29100"]), (False, None)])
 def test_the_router_is_scraped_when_its_module_is_enabled(router_on, expected):
-    declare = ("options.services.sglang-router = { enable = lib.mkEnableOption \"router\"; "
-               "prometheusPort = lib.mkOption { type = lib.types.port; default = 29000; }; };")  # fmt: skip
-    config = (f"({{ lib, ... }}: {{ imports = [ {HOST} ]; {declare} config = {{ services.prometheus.enable = true; "
+    # The router's own module (modules/sglang-router.nix, imported by the server's module).
+    config = (f"({{ lib, ... }}: {{ imports = [ {HOST} ]; config = {{ services.prometheus.enable = true; "
               f"services.sglang-router.enable = {str(router_on).lower()}; "
-              "services.sglang-router.prometheusPort = 29100; }; })")  # fmt: skip
+              'services.sglang-router.workers = [ "http://10.0.0.11:30000" ]; '
+              "services.sglang-router.metrics.port = 29100; }; })")  # fmt: skip
     jobs = {j["job_name"]: j for j in evaluate_module(config)["monitoring"]["scrapeConfigs"]}
     assert (jobs["sglang-router"]["static_configs"][0]["targets"] if "sglang-router" in jobs else None) == expected

@@ -1,6 +1,7 @@
-# Evaluate modules/sglang-eagle3.nix with nixpkgs' lib.evalModules and minimal
-# declarations of the NixOS options it touches, without the rest of nixpkgs.
-# Used by tests/test_nix.py when NIXPKGS_LIB points to a copy of nixpkgs' lib/.
+# Evaluate modules/sglang-eagle3.nix (which imports modules/sglang-router.nix) with
+# nixpkgs' lib.evalModules and minimal declarations of the NixOS options they touch,
+# without the rest of nixpkgs. Used by tests/test_nix.py and tests/test_router_module.py
+# when NIXPKGS_LIB points to a copy of nixpkgs' lib/.
 {
   libPath,
   config,
@@ -35,6 +36,10 @@ let
     options = {
       assertions = mkOption {
         type = types.listOf types.attrs;
+        default = [ ];
+      };
+      warnings = mkOption {
+        type = types.listOf types.str;
         default = [ ];
       };
       users = anything;
@@ -90,11 +95,19 @@ let
     outPath = "/nix/store/sglang-eagle3-stub";
     meta.mainProgram = "sglang-eagle3";
   };
+  routerStub = stubPackage // {
+    name = "sglang-router";
+    outPath = "/nix/store/sglang-router-stub";
+    meta.mainProgram = "sglang-eagle3-router";
+  };
   evaluated = lib.evalModules {
     modules = [
       declarations
       module
-      { services.sglang-eagle3.package = stubPackage; }
+      {
+        services.sglang-eagle3.package = stubPackage;
+        services.sglang-router.package = routerStub;
+      }
       config
     ];
     specialArgs = { inherit pkgs; };
@@ -102,7 +115,7 @@ let
   c = evaluated.config;
 in
 {
-  settings = c.services.sglang-eagle3.renderedSettings;
+  settings = if c.services.sglang-eagle3.enable then c.services.sglang-eagle3.renderedSettings else null;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
   services = lib.mapAttrs (_: s: removeAttrs s [ "_module" ]) c.systemd.services;
   allowedTCPPorts = c.networking.firewall.allowedTCPPorts;
@@ -117,5 +130,10 @@ in
   };
   options = lib.mapAttrs (_: o: o.description or null) (
     removeAttrs evaluated.options.services.sglang-eagle3 [ "settings" ]
+  );
+  warnings = c.warnings;
+  # Every option of services.sglang-router, nested as declared: its description.
+  routerOptions = lib.mapAttrsRecursiveCond (o: !lib.isOption o) (_: o: o.description or null) (
+    evaluated.options.services.sglang-router
   );
 }

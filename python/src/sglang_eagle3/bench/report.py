@@ -65,6 +65,11 @@ class Group:
     stats: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     itl_ms: tuple[float, float, float] | None = None
     avg_spec_accept_length: float | None = None
+    aggregate_tok_s: float | None = None  # all finished requests' tokens over the level's wall time
+
+
+def aggregate_tok_s(level: dict) -> float | None:
+    return level["output_tokens"] / level["wall_s"] if level.get("wall_s") else None
 
 
 def summarize(records: list[dict]) -> list[Group]:
@@ -73,6 +78,7 @@ def summarize(records: list[dict]) -> list[Group]:
         if r["type"] == "request":
             groups.setdefault((r["label"], r["concurrency"]), []).append(r)
     server_accept = {r["label"]: r.get("avg_spec_accept_length") for r in records if r["type"] == "server_info"}
+    levels = {(r["label"], r["concurrency"]): aggregate_tok_s(r) for r in records if r["type"] == "level"}
     out = []
     for (label, concurrency), rs in sorted(groups.items()):
         ok = [r for r in rs if r.get("ok")]
@@ -85,6 +91,7 @@ def summarize(records: list[dict]) -> list[Group]:
         if itl:
             group.itl_ms = quantiles(itl)
         group.avg_spec_accept_length = server_accept.get(label)
+        group.aggregate_tok_s = levels.get((label, concurrency))
         out.append(group)
     return out
 
@@ -94,7 +101,7 @@ def render_summary(groups: list[Group]) -> str:
         return "no finished requests"
     lines = [
         f"{'label':<12} {'conc':>4} {'ok':>4} {'fail':>4}  {'decode tok/s p10/med/p90':>27}  "
-        f"{'TTFT ms med':>11}  {'ITL ms med':>10}  {'accept len':>10}"
+        f"{'TTFT ms med':>11}  {'ITL ms med':>10}  {'accept len':>10}  {'aggregate tok/s':>15}"
     ]
     for g in groups:
         d = g.stats.get("decode_tok_s")
@@ -107,6 +114,7 @@ def render_summary(groups: list[Group]) -> str:
             + f"  {ttft[1] * 1000 if ttft else float('nan'):>11.1f}"
             + f"  {g.itl_ms[1] if g.itl_ms else float('nan'):>10.2f}"
             + (f"  {accept_value:>10.2f}" if accept_value else f"  {'-':>10}")
+            + (f"  {g.aggregate_tok_s:>15.1f}" if g.aggregate_tok_s else f"  {'-':>15}")
         )
     return "\n".join(lines)
 
@@ -143,6 +151,15 @@ def plot(records: list[dict], path: Path) -> Path:
     left.set(xlabel="concurrency", ylabel="decode tok/s per request (median, p10-p90)", title="Decode throughput")
     left.set_xscale("log", base=2)
     left.legend(fontsize=7)
+    aggregate = [g for g in groups if g.aggregate_tok_s]
+    if aggregate:  # what all requests together got, e.g. from several servers behind a router
+        total = left.twinx()
+        for label in sorted({g.label for g in aggregate}):
+            gs = [g for g in aggregate if g.label == label]
+            total.plot([g.concurrency for g in gs], [g.aggregate_tok_s for g in gs], "s--", alpha=0.7,
+                       label=f"{label}: aggregate")  # fmt: skip
+        total.set_ylabel("aggregate tok/s (dashed)")
+        total.legend(fontsize=7, loc="lower right")
     right.set(xlabel="inter-token latency (ms)", ylabel="tokens", title="Inter-token latency")
     if right.has_data():
         right.legend()

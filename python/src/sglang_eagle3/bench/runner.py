@@ -1,8 +1,10 @@
 """Run the benchmark against a live server, writing each finished request as it completes.
 
 The results file is JSON Lines: a "run" record, then one "request" record per
-request the moment it finishes (flushed), then a "server_info" record and a
-"server_metrics" record (the server's acceptance counters before and after the run). A run that is
+request the moment it finishes (flushed), a "level" record when a concurrency level is
+done (its wall time and output tokens: aggregate throughput, which is what a router in
+front of several servers adds up to), then a "server_info" record and a "server_metrics"
+record (the server's acceptance counters before and after the run). A run that is
 interrupted (SIGINT) or whose server dies keeps every finished request on disk.
 """
 
@@ -14,6 +16,7 @@ import datetime as dt
 import gc
 import json
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -100,17 +103,21 @@ async def _level(client, config: RunConfig, prompts, concurrency: int, writer, o
     for i in range(total):
         queue.put_nowait(i)
     failures = {"consecutive": 0}
+    spans: list[tuple[float, float, int]] = []  # (sent, last token, tokens) of each measured request that finished
 
     async def worker():
         while not queue.empty() and outcome.aborted is None:
             i = queue.get_nowait()
             prompt = prompts[i % len(prompts)]
+            sent = time.perf_counter()
             result = await stream_one(
                 client, config.api, prompt["id"], prompt["prompt"], config.max_tokens, config.ignore_eos,
                 index=i - config.warmup, concurrency=concurrency,
             )  # fmt: skip
             if i < config.warmup:
                 continue
+            if result.ok:
+                spans.append((sent, sent + result.e2e_s, result.output_tokens))
             writer.write(result.to_record(config.label))
             if result.ok:
                 outcome.finished += 1
@@ -123,6 +130,10 @@ async def _level(client, config: RunConfig, prompts, concurrency: int, writer, o
             on_result(result)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if spans:  # wall time from the first measured request sent to the last token received
+        wall_s = max(end for _, end, _ in spans) - min(sent for sent, _, _ in spans)
+        writer.write({"type": "level", "label": config.label, "concurrency": concurrency, "requests": len(spans),
+                      "output_tokens": sum(n for _, _, n in spans), "wall_s": wall_s})  # fmt: skip
 
 
 async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:

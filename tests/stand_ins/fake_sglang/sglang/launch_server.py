@@ -14,6 +14,8 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
   FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
                             the CLOCK_MONOTONIC time each chunk was handed to the socket
+  FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" (the file's content) on every
+                            path but /health* and /metrics*, as SGLang's --api-key does
   FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
   FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
   FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
@@ -21,6 +23,9 @@ and ignores the rest). Behaviour is set with environment variables:
                             draft (1 = the model below, 0.5 = half its extra accepted tokens and speed-up)
 
 GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
+For sglang-router (which sits in front of several of these): /get_load reports the
+requests in flight, /flush_cache answers, and a request with "stream": false gets one
+JSON answer once its last token is due, as SGLang does.
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
 draft tokens) with one clear best point, scaled by the draft's quality, so sweeps across
@@ -60,6 +65,7 @@ FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFT
 DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
 SEND_LOG = env.get("FAKE_SGLANG_SEND_LOG")
 DRAFT_QUALITY = json.loads(env.get("FAKE_SGLANG_DRAFT_QUALITY", "{}")).get(args.speculative_draft_model_path, 1.0)
+API_KEY = open(env["FAKE_SGLANG_API_KEY_FILE"]).read().strip() if env.get("FAKE_SGLANG_API_KEY_FILE") else None
 
 if args.speculative_algorithm:
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
@@ -73,6 +79,7 @@ if args.speculative_algorithm:
 else:
     ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
 finished = {"count": 0}
+in_flight = {"requests": 0, "tokens": 0}  # what /get_load reports
 MAX_RUNNING = int(env["FAKE_SGLANG_MAX_RUNNING"]) if env.get("FAKE_SGLANG_MAX_RUNNING") else None
 metrics = Metrics(args.model_path, args.speculative_num_draft_tokens if ACCEPT_LENGTH else None,
                   int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)))  # fmt: skip
@@ -109,7 +116,7 @@ def openai_chunk(done: int, total: int, final: bool) -> dict:
 
 
 def response(code: int, body: bytes = b"", content_type: str = "application/json") -> bytes:
-    reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+    reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}[code]
     head = f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
     return (head + "Connection: close\r\n\r\n").encode() + body
 
@@ -121,7 +128,8 @@ def get(path: str) -> bytes:
         return response(200, json.dumps({"model_path": args.model_path, "is_generation": True}).encode())
     if path in ("/server_info", "/get_server_info"):
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
-        body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
+        body = {"model_path": args.model_path, "served_model_name": args.model_path,
+                "speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
                 "fake_true_rate": RATE, "fake_burst": BURST, "fake_draft_quality": DRAFT_QUALITY}  # fmt: skip
         return response(200, json.dumps(body).encode())
     if path == "/metrics":
@@ -129,7 +137,30 @@ def get(path: str) -> bytes:
         return response(200, body, content_type)
     if path == "/v1/models":
         return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
+    if path == "/get_load":  # SGLang's shape: one entry per data-parallel rank
+        load = {"dp_rank": 0, "num_reqs": in_flight["requests"], "num_waiting_reqs": 0,
+                "num_tokens": in_flight["tokens"]}  # fmt: skip
+        return response(200, json.dumps([load]).encode())
+    if path == "/flush_cache":
+        return response(200, b"Cache flushed.\n", "text/plain")
     return response(404, b'{"detail": "Not Found"}')
+
+
+async def complete(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chunk) -> None:
+    """A non-streamed request: one answer when its last token is due."""
+    await asyncio.sleep(FIRST_DELAY + (max_tokens - 1) / RATE)
+    final = chunk(max_tokens, max_tokens, True)
+    if "choices" in final:  # OpenAI: a chat.completion, not a chunk
+        final.update(object="chat.completion")
+        final["choices"][0]["message"] = {"role": "assistant", "content": " tok" * max_tokens}
+    if SEND_LOG:
+        with open(SEND_LOG, "a") as f:
+            f.write(json.dumps({"prompt": prompt, "tokens": max_tokens, "sent": [time.monotonic()]}) + "\n")
+    writer.write(response(200, json.dumps(final).encode()))
+    finished["count"] += 1
+    if DIE_AFTER is not None and finished["count"] >= DIE_AFTER:
+        await writer.drain()
+        os._exit(9)
 
 
 async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chunk) -> None:
@@ -184,20 +215,33 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         if not request_line:
             return
         method, path, _ = request_line.split(" ", 2)
-        length = 0
+        headers = {}
         while (line := (await reader.readline()).decode().strip()) != "":
             name, _, value = line.partition(":")
-            if name.lower() == "content-length":
-                length = int(value)
+            headers[name.lower()] = value.strip()
+        length = int(headers.get("content-length", 0))
         body = json.loads(await reader.readexactly(length)) if length else {}
-        if method == "GET":
+        chunk = native_chunk if path == "/generate" else openai_chunk
+        if (
+            API_KEY
+            and not path.startswith(("/health", "/metrics"))
+            and headers.get("authorization") != f"Bearer {API_KEY}"
+        ):
+            writer.write(response(401, b'{"error": "Unauthorized"}'))
+        elif method == "GET" or path == "/flush_cache":
             writer.write(get(path))
-        elif path == "/generate":
-            await stream(writer, body.get("text", ""), body.get("sampling_params", {}).get("max_new_tokens", 16),
-                         native_chunk)  # fmt: skip
-        elif path == "/v1/chat/completions":
-            prompt = (body.get("messages") or [{}])[-1].get("content", "")
-            await stream(writer, prompt, body.get("max_tokens", 16), openai_chunk)
+        elif path in ("/generate", "/v1/chat/completions"):
+            if path == "/generate":
+                prompt, max_tokens = body.get("text", ""), body.get("sampling_params", {}).get("max_new_tokens", 16)
+            else:
+                prompt, max_tokens = (body.get("messages") or [{}])[-1].get("content", ""), body.get("max_tokens", 16)
+            in_flight["requests"] += 1
+            in_flight["tokens"] += max_tokens
+            try:
+                await (stream if body.get("stream") else complete)(writer, prompt, max_tokens, chunk)
+            finally:
+                in_flight["requests"] -= 1
+                in_flight["tokens"] -= max_tokens
         else:
             writer.write(response(404, b'{"detail": "Not Found"}'))
         await writer.drain()

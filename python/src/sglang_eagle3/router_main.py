@@ -1,0 +1,103 @@
+"""``sglang-eagle3-router``: SGLang's router (the ``sglang-router`` package), API key read from a file.
+
+sglang-router 0.3.2 takes its API key only as ``--api-key KEY``, which any user can read
+in the process list. This entry point takes every other argument of
+``sglang-router launch`` unchanged (parsed by the router's own parser), reads the key
+from ``--api-key-file PATH`` or, under systemd, the credential
+``$CREDENTIALS_DIRECTORY/api-key``, and starts the router in this process.
+
+The router uses that one key both ways: clients must send ``Authorization: Bearer KEY``
+(all but its health endpoints), and it sends the same header to every worker given with
+``--worker-urls``. So the GPU hosts behind it must be started with the same key.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PROG = "sglang-eagle3-router"
+CREDENTIAL = "api-key"
+
+
+class BadInput(Exception):
+    """Wrong command line or key file: the message says what is wrong and how to fix it."""
+
+
+def split_key_file(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """(--api-key-file, the router's own arguments); refuses a key given on the command line."""
+    rest: list[str] = []
+    key_file: Path | None = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--api-key" or arg.startswith("--api-key="):
+            raise BadInput(
+                "the API key must not be given on the command line (any user can read it there); "
+                "put it in a file readable only by the router and pass --api-key-file PATH"
+            )
+        if arg == "--api-key-file":
+            value = next(args, None)
+            if value is None:
+                raise BadInput("--api-key-file needs a path, e.g. --api-key-file /run/secrets/router-key")
+            key_file = Path(value)
+        elif arg.startswith("--api-key-file="):
+            key_file = Path(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    return key_file, rest
+
+
+def key_file_from(given: Path | None, environ: dict[str, str]) -> Path | None:
+    """The key's file: the one given, else systemd's credential, else none (no key)."""
+    if given is not None:
+        return given
+    credentials = environ.get("CREDENTIALS_DIRECTORY")
+    if credentials and (Path(credentials) / CREDENTIAL).is_file():
+        return Path(credentials) / CREDENTIAL
+    return None
+
+
+def read_key(path: Path) -> str:
+    try:
+        key = path.read_text().strip()
+    except FileNotFoundError:
+        raise BadInput(f"the API key file {path} does not exist") from None
+    except OSError as err:
+        raise BadInput(f"cannot read the API key file {path}: {err.strerror}") from None
+    if not key:
+        raise BadInput(f"the API key file {path} is empty; write the key into it")
+    if any(c.isspace() for c in key):
+        raise BadInput(f"the API key in {path} contains whitespace; a key is one token (sent as 'Bearer KEY')")
+    return key
+
+
+def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    environ = dict(os.environ) if environ is None else environ
+    try:
+        given, router_argv = split_key_file(argv)
+        key_file = key_file_from(given, environ)
+        key = read_key(key_file) if key_file else None
+    except BadInput as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        from sglang_router.launch_router import launch_router, parse_router_args
+    except ImportError:
+        print(f"{PROG}: the sglang-router package is not installed (pip install 'sglang-eagle3[router]')",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    sys.argv[0] = PROG  # so the router's own --help and usage errors name this command
+    router_args = parse_router_args(router_argv)  # the router's parser: bad arguments exit 2 with its message
+    router_args.api_key = key
+    try:
+        launch_router(router_args)  # blocks until the router stops (SIGTERM: graceful)
+    except Exception as err:  # the router's own start-up errors, e.g. a port in use
+        message = str(err).replace(key, "<api key>") if key else str(err)
+        print(f"{PROG}: the router stopped with an error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
