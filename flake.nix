@@ -94,6 +94,13 @@
         sglang-eagle3 = stack.package;
         sglang-wheel = stack.sglangWheel;
         cuda-toolkit = stack.cuda.toolkit;
+        # The router host's environment (sglang-eagle3-router, sglang-router 0.3.2; no CUDA).
+        sglang-router = stack.routerEnv;
+        # NixOS VM test of services.sglang-router (needs KVM: the nixos-test and kvm system
+        # features); deliberately not in `checks`, so `nix flake check` passes without KVM.
+        router-vm-test = pkgs.testers.runNixOSTest (
+          import ./nix/tests/router-vm.nix { routerPackage = stack.routerEnv; }
+        );
         # Needs GPUs (system feature "cuda"); deliberately not in `checks`.
         gpu-throughput-check = self.lib.mkGpuCheck { };
       };
@@ -136,6 +143,7 @@
           module = self.nixosModules.default;
           # The launcher without the CUDA stack: enough for the settings and unit checks.
           package = stack.toolsEnv;
+          routerPackage = stack.routerEnv;
         };
       };
 
@@ -148,10 +156,14 @@
           in
           {
             imports = [ ./modules/sglang-eagle3.nix ];
-            # The flake's environment for the host's system, unless the host sets its own.
+            # The flake's environments for the host's system, unless the host sets its own.
             services.sglang-eagle3.package = lib.mkDefault (
               self.packages.${hostSystem}.default
                 or (throw "sglang-eagle3: this flake builds for ${system} only, not ${hostSystem}; set services.sglang-eagle3.package")
+            );
+            services.sglang-router.package = lib.mkDefault (
+              self.packages.${hostSystem}.sglang-router
+                or (throw "sglang-eagle3: this flake builds for ${system} only, not ${hostSystem}; set services.sglang-router.package")
             );
           };
       };

@@ -14,6 +14,7 @@
   nixpkgs,
   module,
   package,
+  routerPackage,
 }:
 let
   # What every real host has from its hardware-configuration.nix; without them NixOS's own
@@ -33,7 +34,10 @@ let
       modules = [
         module
         hardware
-        { services.sglang-eagle3.package = package; }
+        {
+          services.sglang-eagle3.package = package;
+          services.sglang-router.package = routerPackage;
+        }
       ]
       ++ modules;
     };
@@ -119,6 +123,41 @@ let
       };
     }
   ];
+
+  # modules/examples/cluster.nix: one router host and two GPU hosts.
+  cluster = lib.mapAttrs (_: host: evalHost [ host ]) (import ../modules/examples/cluster.nix { gpuHosts = 2; });
+  brokenRouter = {
+    "workers is empty" = evalHost [ { services.sglang-router.enable = true; } ];
+    "more than once" = evalHost [
+      {
+        services.sglang-router = {
+          enable = true;
+          workers = [
+            "http://10.0.0.11:30000"
+            "http://10.0.0.11:30000/"
+          ];
+        };
+      }
+    ];
+    "must differ from services.sglang-router.port" = evalHost [
+      {
+        services.sglang-router = {
+          enable = true;
+          workers = [ "http://10.0.0.11:30000" ];
+          metrics.port = 30000;
+        };
+      }
+    ];
+    "must not carry the API key" = evalHost [
+      {
+        services.sglang-router = {
+          enable = true;
+          workers = [ "http://10.0.0.11:30000" ];
+          extraArgs = [ "--api-key=secret" ];
+        };
+      }
+    ];
+  };
 
   sc8 = host8.config.systemd.services.sglang-eagle3.serviceConfig;
   settings8 = host8.config.services.sglang-eagle3.renderedSettings;
@@ -286,6 +325,49 @@ in
       "sglang-eagle3.service"
       "sglang-eagle3-models.service"
     ];
+
+  # The cluster example: the router in front of both GPU hosts, every host's assertions
+  # hold, the units verify; broken router configurations fail with their messages.
+  module-cluster =
+    let
+      router = cluster.router.config.systemd.services.sglang-router;
+      workers = cluster.router.config.services.sglang-router.workers;
+    in
+    assert expect "module-cluster" (
+      lib.mapAttrsToList (_: noFailedAssertions) cluster
+      ++ [
+        {
+          ok = workers == [
+            "http://10.0.0.11:30000"
+            "http://10.0.0.12:30000"
+          ];
+          what = "the router's workers are the GPU hosts: ${builtins.toJSON workers}";
+        }
+        {
+          ok = router.serviceConfig.LoadCredential == [ "api-key:/run/secrets/sglang-api-key" ] && !(lib.hasInfix "--api-key " router.serviceConfig.ExecStart);
+          what = "the router's key is a credential, not an argument";
+        }
+        {
+          ok = cluster.router.config.networking.firewall.allowedTCPPorts == [ 30000 ];
+          what = "the router host opens its serving port";
+        }
+      ]
+      ++ lib.mapAttrsToList (expected: host: {
+        ok = lib.any (lib.hasInfix expected) (failedAssertions host);
+        what = "a router where '${expected}' is wrong fails with that message; got ${builtins.toJSON (failedAssertions host)}";
+      }) brokenRouter
+    );
+    pkgs.runCommand "sglang-eagle3-module-cluster"
+      {
+        nativeBuildInputs = [ pkgs.systemd ];
+        units = [
+          "${unit cluster.router "sglang-router.service"}/sglang-router.service"
+          "${unit cluster.gpu-1 "sglang-eagle3.service"}/sglang-eagle3.service"
+        ];
+      }
+      ''
+        bash ${./scripts/verify-units.sh} $units | tee $out
+      '';
 
   # Each broken host fails with the expected assertion message.
   module-assertions =

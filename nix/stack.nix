@@ -53,6 +53,14 @@ let
     };
   });
 
+  # The router host's environment: the launcher (sglang-eagle3-router reads the API key from
+  # a file) and sglang-router 0.3.2, without SGLang or CUDA.
+  routerEnv = (pythonSet.mkVirtualEnv "sglang-eagle3-router-env" { sglang-eagle3 = [ "router" ]; }).overrideAttrs (old: {
+    meta = (old.meta or { }) // {
+      mainProgram = "sglang-eagle3-router";
+    };
+  });
+
   # The CPU test suite imports SGLang from the trees it unpacks and replaces sgl_kernel by a
   # stand-in, so its environment leaves out the CUDA kernel package, which both SGLang and
   # the `server` extra list.
@@ -75,6 +83,7 @@ let
     sglang-eagle3 = [
       "server"
       "test"
+      "router"
     ];
   };
   testEnv = testSet.mkVirtualEnv "sglang-eagle3-test-env" testSpec;
@@ -117,6 +126,7 @@ let
         serverEnv
         testEnv
         toolsEnv
+        routerEnv
         devEnv
         cuda
         runtimeEnv
@@ -136,6 +146,7 @@ in
     package
     serverEnv
     toolsEnv
+    routerEnv
     testEnv
     devEnv
     cuda

@@ -48,7 +48,8 @@ def test_flake_check_evaluates_every_output_with_no_warning(ws):
         "checks.x86_64-linux.pytest", "checks.x86_64-linux.formatting", "checks.x86_64-linux.patch-series",
         "checks.x86_64-linux.module-8-gpu-host", "checks.x86_64-linux.module-two-node",
         "checks.x86_64-linux.module-assertions", "checks.x86_64-linux.module-monitoring",
-        "checks.x86_64-linux.module-models", "formatter.x86_64-linux",
+        "checks.x86_64-linux.module-models", "checks.x86_64-linux.module-cluster", "formatter.x86_64-linux",
+        "packages.x86_64-linux.sglang-router", "packages.x86_64-linux.router-vm-test",
     ):  # fmt: skip
         assert output in checked, f"nix flake check did not evaluate {output}"
     for app in ("default", "serve-eagle3", "bench", "probe"):
@@ -127,6 +128,19 @@ def test_fetch_model_builds_a_model_directory_from_a_lock(ws, tmp_path):
     model = Path(out)
     built = {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()}
     assert built == sample_files()
+
+
+def test_router_vm_test_evaluates_and_needs_kvm(ws):
+    test = f"packages.{SYSTEM}.router-vm-test"
+    assert ws.eval(f"{test}.name") == "vm-test-run-sglang-router"
+    assert set(ws.eval(f"{test}.requiredSystemFeatures")) == {"nixos-test", "kvm"}
+    assert sorted(ws.eval(f"{test}.passthru.nodes", apply="builtins.attrNames")) == ["router", "worker1", "worker2"]
+    script = ws.eval(f"{test}.testScript")
+    assert "worker1.succeed" in script or "worker1" in script
+    # Every node is a complete NixOS system: its assertions hold (forced through the toplevels).
+    assert ws.eval(f"{test}.drvPath").endswith(".drv")
+    router = ws.eval(f"{test}.passthru.nodes.router.config.systemd.services.sglang-router.serviceConfig.LoadCredential")
+    assert router == ["api-key:/run/secrets/sglang-api-key"]
 
 
 # -- the findings of the review, each as a test --------------------------------------------

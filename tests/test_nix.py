@@ -138,6 +138,19 @@ def test_pypi_pins_are_the_uv_lock_hashes(name):
     assert wheels[PINS[name]["wheel"]] == "sha256:" + PINS[name]["sha256"]
 
 
+def test_the_test_environment_is_pinned_by_uv_lock_alone():
+    """One lock for one environment: tests/run takes every version from uv.lock."""
+    names = {p["name"] for p in LOCK["package"]}
+    normalise = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
+    wanted = [line.strip() for line in (REPO / "tests" / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]  # fmt: skip
+    assert wanted and all(re.fullmatch(r"[A-Za-z0-9_.-]+", w) for w in wanted), "names only, no versions"
+    assert [w for w in wanted if normalise(w) not in names] == [], "every test requirement is in python/uv.lock"
+    assert not (REPO / "tests" / "constraints.txt").exists()
+    run = (REPO / "tests" / "run").read_text()
+    assert "uv export" in run and "--frozen" in run and "-c .venv/lock-constraints.txt" in run
+
+
 def test_flake_lock_locks_every_input_with_real_hashes():
     lock = json.loads((REPO / "flake.lock").read_text())
     assert lock["version"] == 7
@@ -357,4 +370,4 @@ def test_uv2nix_loads_the_workspace():
       in {{ all = ws.deps.all; overlay = builtins.isFunction overlay; }}
     """
     out = nix_eval(expr)
-    assert out == {"all": {"sglang-eagle3": ["server", "test"]}, "overlay": True}
+    assert out == {"all": {"sglang-eagle3": ["router", "server", "test"]}, "overlay": True}

@@ -1,6 +1,7 @@
-"""Every shared library every wheel of the server closure needs is accounted for, by data.
+"""Every shared library every wheel of the closure needs is accounted for, by data.
 
-nix/wheel-libraries.json records, for each wheel of the Nix server closure, the sonames
+nix/wheel-libraries.json records, for each wheel of the Nix closure (the server and the
+router host), the sonames
 its ELF files provide and need (nix/scripts/audit-wheel-libraries.py read them from the
 wheels; the three cu130 wheels through their closest PyPI build, named as a proxy).
 nix/wheel-closure.json says where each kind of library comes from. These tests prove:
@@ -139,7 +140,8 @@ def overlay(tmp_path_factory) -> dict:
     names = " ".join(f'"{n}"' for n in DATA["packages"])
     expr = f"""
       let set = flake.packages.x86_64-linux.default.passthru.pythonSet;
-          deps = builtins.split ":" flake.packages.x86_64-linux.default.passthru.serverEnv.NIX_PYPROJECT_DEPS;
+          envs = flake.packages.x86_64-linux.default.passthru;
+          deps = builtins.split ":" (envs.serverEnv.NIX_PYPROJECT_DEPS + ":" + envs.routerEnv.NIX_PYPROJECT_DEPS);
       in {{
         closure = builtins.filter builtins.isString deps;
         packages = builtins.listToAttrs (map (n: {{ name = n; value = let p = set.${{n}}; in {{
@@ -159,7 +161,7 @@ def overlay(tmp_path_factory) -> dict:
 def test_uv2nix_builds_the_closure_the_data_describes(overlay):
     built = {re.sub(r"^/nix/store/[a-z0-9]{32}-", "", p) for p in overlay["closure"]}
     for name, record in DATA["packages"].items():
-        assert f"{name}-{record['version']}" in built, f"{name} {record['version']} is not in the Nix server closure"
+        assert f"{name}-{record['version']}" in built, f"{name} {record['version']} is not in the Nix closure"
     for name in DATA["dropped"]:
         assert not [b for b in built if b.startswith(f"{name}-") and re.match(rf"{re.escape(name)}-\d", b)], name
 
