@@ -118,7 +118,6 @@
           stack.cuda.toolkit
           pkgs.patch
           pkgs.uv
-          pkgs.ruff
           pkgs.nixfmt
         ];
         env = removeAttrs stack.runtimeEnv [ "SGLANG_EAGLE3_PATCHES" ] // {

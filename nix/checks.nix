@@ -33,12 +33,12 @@ in
         touch $out
       '';
 
-  # Python formatting and lint (ruff), and every .nix file parses.
+  # Python formatting and lint (ruff, at uv.lock's version), and every .nix file parses.
   formatting =
     pkgs.runCommand "sglang-eagle3-formatting"
       {
         nativeBuildInputs = [
-          pkgs.ruff
+          stack.lintEnv
           pkgs.nix
         ];
       }

@@ -61,6 +61,10 @@ let
     };
   });
 
+  # ruff at uv.lock's version, the one tests/run installs: the formatting check and the dev
+  # shell agree with the tests about what is formatted.
+  lintEnv = pythonSet.mkVirtualEnv "sglang-eagle3-lint-env" { ruff = [ ]; };
+
   # The CPU test suite imports SGLang from the trees it unpacks and replaces sgl_kernel by a
   # stand-in, so its environment leaves out the CUDA kernel package, which both SGLang and
   # the `server` extra list.
@@ -127,6 +131,7 @@ let
         testEnv
         toolsEnv
         routerEnv
+        lintEnv
         devEnv
         cuda
         runtimeEnv
@@ -147,6 +152,7 @@ in
     serverEnv
     toolsEnv
     routerEnv
+    lintEnv
     testEnv
     devEnv
     cuda

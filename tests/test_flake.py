@@ -9,15 +9,14 @@ this machine's programs (the patched SGLang wheel, the formatting check) are bui
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-from flake_eval import REQUIRED, Workspace, unavailable
+from flake_eval import REPO, REQUIRED, Workspace, unavailable
 from sglang_eagle3 import pins
 
 SYSTEM = "x86_64-linux"
@@ -96,10 +95,16 @@ def test_the_patched_wheel_builds_with_the_pinned_wheel(ws, pristine_wheel, patc
     assert patched == (patched_tree / "sglang/srt/models/kimi_k25.py").read_bytes()
 
 
-def test_formatting_check_builds(ws):
-    if shutil.which("ruff", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])) is None:
-        pytest.skip("needs ruff (in the test environment or on PATH)")
-    ws.nix("build", "--no-link", "--option", "sandbox", "false", f"{ws.ref}#checks.{SYSTEM}.formatting")
+def test_formatting_check_runs_the_script_with_the_locked_ruff(ws):
+    """The check's build is scripts/check-formatting.sh (run by tests/test_build_scripts.py with
+    the test environment's ruff); here: the derivation calls it, with ruff at uv.lock's version."""
+    check = f"checks.{SYSTEM}.formatting"
+    assert re.search(r"bash /nix/store/[a-z0-9]{32}-check-formatting\.sh /nix/store/", ws.eval(f"{check}.buildCommand"))
+    inputs = ws.eval(f"{check}.nativeBuildInputs", apply="map (d: d.name)")
+    assert "sglang-eagle3-lint-env" in inputs
+    lint = ws.eval(f"packages.{SYSTEM}.default.passthru.lintEnv.NIX_PYPROJECT_DEPS")
+    ruff = next(p for p in tomllib.loads((REPO / "python" / "uv.lock").read_text())["package"] if p["name"] == "ruff")
+    assert any(dep.endswith(f"-ruff-{ruff['version']}") for dep in lint.split(":")), lint
 
 
 def test_monitoring_check_builds_with_promtool(ws):
