@@ -27,7 +27,7 @@ from conftest import REPO
 from models_fixtures import REPO_ID, models_env, run_models, sample_files
 from sglang_eagle3 import preflight, settings
 from stand_ins.fake_hub import FakeHub
-from test_nix import NIXPKGS_LIB, render_unit
+from test_nix import NIXPKGS_LIB, verify_unit
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
@@ -236,21 +236,10 @@ def test_the_models_unit_is_valid_and_no_more_exposed_than_the_server(two_locks,
     exe = tmp_path / "sglang-eagle3"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    exposure = {}
-    for name in ("sglang-eagle3-models", "sglang-eagle3"):
-        service = out["services"][name]
-        unit = tmp_path / f"{name}.service"
-        text = render_unit(service, exe)
-        if name == "sglang-eagle3-models":  # several ExecStart= lines: render_unit stubs only a single string
-            text = re.sub(r"ExecStart=\S+", f"ExecStart={exe}", text)
-        unit.write_text(text)
-        verify = subprocess.run(["systemd-analyze", "verify", "--man=no", "--recursive-errors=no", str(unit)],
-                                capture_output=True, text=True)  # fmt: skip
-        newer = re.compile(r"Unknown key '(RestartSteps|RestartMaxDelaySec)'")  # systemd >= 254, as on NixOS
-        assert [x for x in verify.stderr.splitlines() if x.strip() and not newer.search(x)] == [], verify.stderr
-        security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
-                                  capture_output=True, text=True)  # fmt: skip
-        exposure[name] = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
+    exposure = {
+        name: verify_unit(out["units"][f"{name}.service"], f"{name}.service", tmp_path, exe)
+        for name in ("sglang-eagle3-models", "sglang-eagle3")
+    }
     print(f"exposure: {exposure}")
     assert exposure["sglang-eagle3-models"] <= exposure["sglang-eagle3"]
 

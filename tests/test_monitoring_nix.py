@@ -12,11 +12,13 @@ from test_monitoring_rules import render_thresholds
 from test_nix import evaluate_module, needs_lib
 
 HOST = REPO / "modules" / "examples" / "8-gpu-host.nix"
+# nixpkgs' Grafana module has no default secret key any more (2026): every host sets one.
+GRAFANA_SECRET = 'services.grafana.settings.security.secret_key = "$__file{/var/lib/grafana/secret_key}";'
 
 
 def monitoring(extra: str = "", prometheus: bool = True, grafana: bool = True) -> dict:
     config = (f"({{ lib, ... }}: {{ imports = [ {HOST} ]; services.prometheus.enable = {str(prometheus).lower()}; "
-              f"services.grafana.enable = {str(grafana).lower()}; {extra} }})")  # fmt: skip
+              f"services.grafana.enable = {str(grafana).lower()}; {GRAFANA_SECRET} {extra} }})")  # fmt: skip
     return evaluate_module(config)["monitoring"]
 
 
@@ -27,10 +29,10 @@ def test_prometheus_scrapes_the_server_and_its_health_and_loads_the_rules(tmp_pa
     jobs = {j["job_name"]: j for j in out["scrapeConfigs"]}
     assert set(jobs) == {"sglang-eagle3", "sglang-eagle3-health", "sglang-baseline"}  # no router on this host
     # settings.host is 0.0.0.0 on this host: scraped on loopback, at settings.port
-    assert jobs["sglang-eagle3"]["static_configs"] == [{"targets": ["127.0.0.1:30000"]}]
+    assert jobs["sglang-eagle3"]["static_configs"] == [{"targets": ["127.0.0.1:30000"], "labels": {}}]
     assert jobs["sglang-eagle3-health"]["metrics_path"] == "/health_generate"
     assert jobs["sglang-eagle3-health"]["fallback_scrape_protocol"] == "PrometheusText0.0.4"
-    assert jobs["sglang-baseline"]["static_configs"] == [{"targets": ["gpu-b:30001"]}]
+    assert jobs["sglang-baseline"]["static_configs"] == [{"targets": ["gpu-b:30001"], "labels": {}}]
     alerts, thresholds = out["ruleFiles"]
     assert alerts == str(REPO / "modules" / "monitoring" / "sglang-eagle3-alerts.yml")
     rendered = json.loads(thresholds["text"])
@@ -46,7 +48,7 @@ def test_prometheus_scrapes_the_server_and_its_health_and_loads_the_rules(tmp_pa
         assert check.returncode == 0, check.stdout + check.stderr
     assert out["grafana"] == {
         "enable": True,
-        "providers": [{"name": "sglang-eagle3",
+        "providers": [{"name": "sglang-eagle3", "type": "file",  # nixpkgs' dashboardConfig default type
                        "options": {"path": str(REPO / "modules" / "monitoring" / "sglang-eagle3-dashboard.json")}}],
     }  # fmt: skip
 

@@ -192,6 +192,7 @@ def test_no_placeholder_hashes_anywhere():
 # -- the NixOS module, with nixpkgs' lib only ------------------------------------------------
 
 HARNESS = REPO / "tests" / "nix" / "module-harness.nix"
+STANDIN_NIXOS = REPO / "tests" / "nix" / "nixpkgs" / "nixos" / "eval-config.nix"
 
 
 def evaluate_module(config: str) -> dict:
@@ -199,28 +200,33 @@ def evaluate_module(config: str) -> dict:
     return nix_eval(expr)
 
 
-def render_unit(service: dict, exe_stub: Path) -> str:
-    """A unit file from the evaluated service, rendered the way NixOS does for these fields."""
+STORE_PROGRAM = re.compile(r"/nix/store/[a-z0-9]{32}-[^/\s]+/bin/[^\s\"]+")
+# Keys NixOS's systemd knows and Debian 12's systemd 252 does not (they arrived in 254).
+NEWER_THAN_252 = re.compile(r"^(RestartSteps|RestartMaxDelaySec)=.*\n", re.MULTILINE)
 
-    def value(v):
-        return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
 
-    lines = ["[Unit]", f"Description={service['description']}"]
-    for key in ("after", "wants", "requires"):
-        if service.get(key):
-            lines.append(f"{key.capitalize()}={' '.join(service[key])}")
-    lines.append("[Service]")
-    for key, v in service.get("environment", {}).items():
-        lines.append(f'Environment="{key}={v}"')
-    for key, v in service["serviceConfig"].items():
-        if key == "ExecStart" and isinstance(v, str):
-            v = str(exe_stub) + " " + v.split(" ", 1)[1]
-        for item in v if isinstance(v, list) else [v]:
-            lines.append(f"{key}={value(item)}")
-    if "script" in service:
-        lines.append(f"ExecStart={exe_stub}")
-    lines += ["[Install]", f"WantedBy={' '.join(service.get('wantedBy', []))}"]
-    return "\n".join(lines) + "\n"
+def render_unit(unit_text: str, exe_stub: Path) -> str:
+    """A unit file as NixOS wrote it (the harness's `units`), its programs replaced by a stub.
+
+    systemd-analyze verify checks that every Exec*= program exists; the packages here are
+    stubs, so their store paths are pointed at an executable file. Nothing else changes.
+    """
+    lines = [
+        STORE_PROGRAM.sub(str(exe_stub), line) if line.startswith("Exec") else line
+        for line in unit_text.splitlines(keepends=True)
+    ]
+    text = "".join(lines)
+    return text if systemd_version() >= 254 else NEWER_THAN_252.sub("", text)
+
+
+def verify_unit(unit_text: str, name: str, tmp_path: Path, exe_stub: Path) -> float:
+    """nix/scripts/verify-units.sh on the unit (what the flake's module checks run): its exposure."""
+    unit = tmp_path / name
+    unit.write_text(render_unit(unit_text, exe_stub))
+    script = REPO / "nix" / "scripts" / "verify-units.sh"
+    result = subprocess.run(["bash", str(script), str(unit)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return float(re.search(rf"{re.escape(name)}: exposure ([0-9.]+)", result.stdout).group(1))
 
 
 def systemd_version() -> int:
@@ -266,21 +272,11 @@ def test_module_8_gpu_host(tmp_path, exe_stub):
     patterns = out["requiredMounts"]["allowedPatterns"]["sglang-eagle3-models"]
     assert patterns["onFeatures"] == ["cuda"] and out["requiredMounts"]["presets"]["nvidia-gpu"]["enable"]
 
-    unit = tmp_path / "sglang-eagle3.service"
-    unit.write_text(render_unit(service, exe_stub))
-    verify = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", "--recursive-errors=no", str(unit)], capture_output=True, text=True
-    )
-    if systemd_version() >= 254:
-        assert verify.returncode == 0, verify.stderr
-    else:  # RestartSteps/RestartMaxDelaySec arrived in systemd 254 (NixOS has them); nothing else may be reported
-        newer = re.compile(r"Unknown key '(RestartSteps|RestartMaxDelaySec)'")
-        assert [line for line in verify.stderr.splitlines() if line.strip() and not newer.search(line)] == []
-    security = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True
-    )
-    exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
+    unit_text = out["units"]["sglang-eagle3.service"]
+    assert "Type=notify\n" in unit_text and "LoadCredential=api-key:/run/secrets/sglang-api-key\n" in unit_text
+    exposure = verify_unit(unit_text, "sglang-eagle3.service", tmp_path, exe_stub)
     print(f"sglang-eagle3.service exposure: {exposure}")
+    verify_unit(out["units"]["sglang-eagle3-bench.service"], "sglang-eagle3-bench.service", tmp_path, exe_stub)
     ollama = os.environ.get("OLLAMA_MODULE")
     if ollama:  # nixpkgs' nixos/modules/services/misc/ollama.nix, rendered the same way
         reference = ollama_exposure(Path(ollama), tmp_path, exe_stub)
@@ -289,32 +285,19 @@ def test_module_8_gpu_host(tmp_path, exe_stub):
 
 
 def ollama_exposure(module: Path, tmp_path: Path, exe_stub: Path) -> float:
+    """nixpkgs' ollama unit, rendered by the same NixOS stand-in as ours."""
     expr = f"""
       let lib = import {NIXPKGS_LIB};
-          stub = {{ type = "derivation"; name = "ollama"; outPath = "/nix/store/ollama-stub";
-                   meta.mainProgram = "ollama"; override = _: stub; }};
-          evaluated = lib.evalModules {{
-            modules = [ {{ options = {{
-                systemd.services = lib.mkOption {{ type = with lib.types;
-                  attrsOf (submodule {{ freeformType = attrsOf anything; }}); }};
-                users = lib.mkOption {{ type = lib.types.attrsOf lib.types.anything; default = {{ }}; }};
-                networking.firewall.allowedTCPPorts = lib.mkOption {{ default = [ ]; }};
-                environment.systemPackages = lib.mkOption {{ default = [ ]; }};
-                assertions = lib.mkOption {{ default = [ ]; }};
-                warnings = lib.mkOption {{ default = [ ]; }};
-              }}; }}
-              {module} {{ services.ollama.enable = true; }} ];
-            specialArgs.pkgs = {{ ollama = stub; }};
+          stub = {{ type = "derivation"; name = "ollama"; meta.mainProgram = "ollama"; override = _: stub;
+                   outPath = "/nix/store/7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a-ollama"; }};
+          host = import {STANDIN_NIXOS} {{
+            inherit lib; system = "x86_64-linux";
+            modules = [ {module} {{ services.ollama.enable = true; services.ollama.package = stub;
+              fileSystems."/".device = "/dev/sda1"; boot.loader.grub.device = "nodev"; }} ];
           }};
-      in removeAttrs evaluated.config.systemd.services.ollama [ "_module" ]
+      in host.config.systemd.units."ollama.service".text
     """
-    service = nix_eval(expr)
-    unit = tmp_path / "ollama.service"
-    unit.write_text(render_unit(service, exe_stub))
-    security = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True
-    )
-    return float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
+    return verify_unit(nix_eval(expr), "ollama.service", tmp_path, exe_stub)
 
 
 @needs_lib

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_nix import HARNESS, NIX, NIXPKGS_LIB, needs_lib, nix_eval, render_unit, systemd_version
+from test_nix import HARNESS, NIX, NIXPKGS_LIB, needs_lib, nix_eval, verify_unit
 
 CLUSTER = REPO / "modules" / "examples" / "cluster.nix"
 VM_TEST = REPO / "nix" / "tests" / "router-vm.nix"
@@ -92,7 +91,7 @@ def test_router_options_render_to_the_flags_the_router_reads():
     )  # fmt: skip
     assert args.request_timeout_secs == 99 and args.log_level == "warn" and args.queue_size == 7
     assert (args.host, args.prometheus_host, args.prometheus_port) == ("127.0.0.1", "127.0.0.1", 9100)
-    assert out["allowedTCPPorts"] == [30000, 9100]
+    assert out["allowedTCPPorts"] == [9100, 30000]  # NixOS reads the list back sorted
     assert out["services"]["sglang-router"]["serviceConfig"]["LoadCredential"] == []
 
 
@@ -208,19 +207,10 @@ def test_router_unit_verifies_and_its_exposure_is_printed(tmp_path):
     exe = tmp_path / "sglang-eagle3-router"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    unit = tmp_path / "sglang-router.service"
-    unit.write_text(render_unit(service, exe))
-    verify = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", "--recursive-errors=no", str(unit)], capture_output=True, text=True
-    )
-    assert verify.returncode == 0 or systemd_version() < 254, verify.stderr
-    assert [line for line in verify.stderr.splitlines() if line.strip()] == []
-    router_exposure = exposure(unit)
+    router_exposure = verify_unit(out["units"]["sglang-router.service"], "sglang-router.service", tmp_path, exe)
     # The GPU server's unit, rendered the same way: the router needs less, so it must expose no more.
-    server = evaluate(cluster_host("gpu-1"))["services"]["sglang-eagle3"]
-    server_unit = tmp_path / "sglang-eagle3.service"
-    server_unit.write_text(render_unit(server, exe))
-    server_exposure = exposure(server_unit)
+    server = evaluate(cluster_host("gpu-1"))["units"]["sglang-eagle3.service"]
+    server_exposure = verify_unit(server, "sglang-eagle3.service", tmp_path, exe)
     print(f"\nsglang-router.service exposure: {router_exposure} (sglang-eagle3.service: {server_exposure})")
     assert router_exposure <= server_exposure
     sc = service["serviceConfig"]
@@ -232,12 +222,6 @@ def test_router_unit_verifies_and_its_exposure_is_printed(tmp_path):
         reference = ollama_exposure(Path(os.environ["OLLAMA_MODULE"]), tmp_path, exe)
         print(f"nixpkgs ollama.service exposure: {reference}")
         assert router_exposure <= reference
-
-
-def exposure(unit: Path) -> float:
-    security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True,
-                              text=True)  # fmt: skip
-    return float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout).group(1))
 
 
 # -- the VM test (nix/tests/router-vm.nix), as far as it evaluates without nixpkgs ----------------

@@ -1,7 +1,12 @@
-# Evaluate modules/sglang-eagle3.nix (which imports modules/sglang-router.nix) with
-# nixpkgs' lib.evalModules and minimal declarations of the NixOS options they touch,
-# without the rest of nixpkgs. Used by tests/test_nix.py and tests/test_router_module.py
-# when NIXPKGS_LIB points to a copy of nixpkgs' lib/.
+# Evaluate this project's NixOS modules (modules/sglang-eagle3.nix, which imports the
+# monitoring, models and router modules) in a host, with nixpkgs' real lib and the NixOS
+# stand-in of tests/nix/nixpkgs (the same one the flake evaluation uses), and hand the tests
+# what they look at: the rendered settings, the failed assertions, the services and their
+# unit files as NixOS writes them, firewall ports, required mounts, monitoring, option docs.
+#
+# The host gets what a hardware-configuration.nix gives (root file system, boot loader);
+# the packages are stubs (evaluation only: the unit files name /nix/store/...-stub paths).
+# Used by tests/test_nix.py and the module tests that import its helpers.
 {
   libPath,
   config,
@@ -9,123 +14,75 @@
 }:
 let
   lib = import libPath;
-  inherit (lib) mkOption types;
-  anything = mkOption {
-    type = types.attrsOf types.anything;
-    default = { };
-  };
-  # The few pkgs attributes the module uses.
-  pkgs = {
-    formats.json = _: {
-      type = types.attrsOf types.anything;
-      # Evaluation only: the file's content is checked through renderedSettings.
-      generate = name: _value: "/nix/store/eval-only-${name}";
-    };
-    # Evaluation only: keeps the text so the tests can read the rendered file.
-    writeText = name: text: { inherit name text; };
-  };
-  enableOption = mkOption {
-    type = types.bool;
-    default = false;
-  };
-  listOption = mkOption {
-    type = types.listOf types.anything;
-    default = [ ];
-  };
-  declarations = {
-    options = {
-      assertions = mkOption {
-        type = types.listOf types.attrs;
-        default = [ ];
-      };
-      warnings = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-      };
-      users = anything;
-      systemd.services = mkOption {
-        type = types.attrsOf (
-          types.submodule {
-            freeformType = types.attrsOf types.anything;
-            # Lists NixOS concatenates across modules (the models module adds to the server's).
-            options = lib.genAttrs [ "after" "before" "wants" "requires" "wantedBy" "requiredBy" ] (
-              _:
-              mkOption {
-                type = types.listOf types.str;
-                default = [ ];
-              }
-            );
-          }
-        );
-        default = { };
-      };
-      networking.firewall.allowedTCPPorts = mkOption {
-        type = types.listOf types.port;
-        default = [ ];
-      };
-      environment.systemPackages = mkOption {
-        type = types.listOf types.anything;
-        default = [ ];
-      };
-      programs.nix-required-mounts = anything;
-      # Set by the example hosts, not by the module; declared so they evaluate.
-      hardware = anything;
-      nixpkgs = anything;
-      services.xserver = anything;
-      # What the monitoring module adds to (nixpkgs' prometheus and grafana modules).
-      services.prometheus = {
-        enable = enableOption;
-        scrapeConfigs = listOption;
-        ruleFiles = listOption;
-      };
-      services.grafana = {
-        enable = enableOption;
-        provision.enable = enableOption;
-        provision.dashboards.settings.providers = listOption;
-      };
-      networking.firewall.trustedInterfaces = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-      };
-    };
-  };
-  stubPackage = {
+  stub = name: program: {
     type = "derivation";
-    name = "sglang-eagle3";
-    outPath = "/nix/store/sglang-eagle3-stub";
-    meta.mainProgram = "sglang-eagle3";
+    inherit name;
+    outPath = "/nix/store/7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a-${name}-stub";
+    meta.mainProgram = program;
   };
-  routerStub = stubPackage // {
-    name = "sglang-router";
-    outPath = "/nix/store/sglang-router-stub";
-    meta.mainProgram = "sglang-eagle3-router";
+  host = {
+    _file = "tests/nix/module-harness.nix";
+    fileSystems."/" = {
+      device = "/dev/disk/by-label/nixos";
+      fsType = "ext4";
+    };
+    boot.loader.grub.device = "nodev";
+    system.stateVersion = "25.11";
+    services.sglang-eagle3.package = stub "sglang-eagle3" "sglang-eagle3";
+    services.sglang-router.package = stub "sglang-router" "sglang-eagle3-router";
   };
-  evaluated = lib.evalModules {
+  evaluated = import ./nixpkgs/nixos/eval-config.nix {
+    inherit lib;
+    system = "x86_64-linux";
     modules = [
-      declarations
       module
-      {
-        services.sglang-eagle3.package = stubPackage;
-        services.sglang-router.package = routerStub;
-      }
+      host
       config
     ];
-    specialArgs = { inherit pkgs; };
   };
   c = evaluated.config;
+  # A rule file is a path in the repository or a pkgs.writeText derivation: its text.
+  ruleFile = f: if lib.isDerivation f then { inherit (f) name text; } else toString f;
 in
 {
   settings = if c.services.sglang-eagle3.enable then c.services.sglang-eagle3.renderedSettings else null;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
-  services = lib.mapAttrs (_: s: removeAttrs s [ "_module" ]) c.systemd.services;
+  services = lib.mapAttrs (
+    _: s:
+    {
+      inherit (s)
+        description
+        wantedBy
+        requiredBy
+        after
+        before
+        wants
+        requires
+        environment
+        unitConfig
+        serviceConfig
+        script
+        ;
+    }
+  ) c.systemd.services;
+  # The unit files, as NixOS renders them (nixos/lib/systemd-lib.nix, mirrored by the stand-in).
+  units = lib.mapAttrs (_: u: u.text) c.systemd.units;
   allowedTCPPorts = c.networking.firewall.allowedTCPPorts;
   requiredMounts = c.programs.nix-required-mounts;
+  systemFeatures = c.nix.settings.system-features;
   monitoring = {
     inherit (c.services.prometheus) scrapeConfigs;
-    ruleFiles = map (f: if builtins.isAttrs f then f else toString f) c.services.prometheus.ruleFiles;
+    ruleFiles = map ruleFile c.services.prometheus.ruleFiles;
     grafana = {
       inherit (c.services.grafana.provision) enable;
-      providers = map (p: p // { options.path = toString p.options.path; }) c.services.grafana.provision.dashboards.settings.providers;
+      providers =
+        let
+          dashboards = c.services.grafana.provision.dashboards.settings;
+        in
+        if dashboards == null then
+          [ ]
+        else
+          map (p: p // { options.path = toString p.options.path; }) dashboards.providers;
     };
   };
   options = lib.mapAttrs (_: o: o.description or null) (

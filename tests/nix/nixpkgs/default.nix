@@ -11,10 +11,12 @@
   config ? { },
   overlays ? [ ],
   crossSystem ? localSystem,
+  # Not an argument of the real nixpkgs: a test harness that uses this stand-in's NixOS
+  # without assembling it (tests/nix/module-harness.nix) passes nixpkgs' lib from elsewhere.
+  lib ? import ./lib,
   ...
 }:
 let
-  lib = import ./lib;
   system' = localSystem.system or localSystem;
   evaluatedConfig = import ./pkgs/config.nix { inherit lib config; };
   base = import ./pkgs/all-packages.nix {

@@ -25,6 +25,7 @@ let
     else
       throw "Neither nixpkgs.hostPlatform nor the legacy option nixpkgs.system has been set. You can set nixpkgs.hostPlatform in hardware-configuration.nix by re-running a recent version of nixos-generate-config.";
   importedPkgs = import ../.. {
+    inherit lib;
     system = hostPlatform.system;
     inherit (cfg) config overlays;
   };
