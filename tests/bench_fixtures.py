@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from sglang_eagle3 import launcher
 from sglang_eagle3.bench.runner import load_prompts
-from sglang_eagle3.render import LaunchPlan
+from sglang_eagle3.launch_plan import LaunchPlan
 
 FAKE_SGLANG = Path(__file__).parent / "stand_ins" / "fake_sglang"
 

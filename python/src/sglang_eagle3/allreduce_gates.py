@@ -16,6 +16,7 @@ answers:
 from __future__ import annotations
 
 import ast
+import enum
 import re
 from dataclasses import dataclass, field
 
@@ -25,21 +26,33 @@ SYMM_MEM_FLAG = "--enable-torch-symm-mem"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
 
 
+class Effect(enum.StrEnum):
+    """What SGLang will do with a flag on this GPU generation."""
+
+    NOT_REQUESTED = "not requested"
+    CRASH = "crash"  # the server dies at start-up
+    DISABLED = "disabled"  # accepted, then turned off by SGLang itself
+    LOADS = "loads"  # starts; may still disable itself at run time (see the warning)
+    ACTIVE = "active"  # in effect because it was asked for
+    AUTO = "auto"  # SGLang turns it on by itself here
+    IGNORED = "ignored"  # accepted and silently without effect
+
+
 @dataclass
-class Verdict:
+class FlagEffect:
     flag: str
     requested: bool
-    outcome: str  # crash | disabled | loads | active | auto | ignored | not requested
+    effect: Effect
     detail: str
     warning: str | None = None  # something the user should know even though it starts
 
 
 @dataclass
-class AllReduceReport:
+class AllReduceEffects:
     compute_capability: str
     tp_size: int
-    torch_symm_mem: Verdict
-    allreduce_fusion: Verdict
+    torch_symm_mem: FlagEffect
+    allreduce_fusion: FlagEffect
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -89,7 +102,7 @@ def _sm_majors(index: SourceIndex, function_name: str) -> list[int]:
     return []
 
 
-def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> Verdict:
+def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
     comm_dir = index.tree.srt / "distributed" / "device_communicators"
     utils_path, comm_path = comm_dir / "all_reduce_utils.py", comm_dir / "torch_symm_mem.py"
     sizes = _constants(index.module(utils_path).body)["TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"]
@@ -115,36 +128,36 @@ def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, request
 
     flag = SYMM_MEM_FLAG
     if not requested:
-        return Verdict(flag, False, "not requested", "")
+        return FlagEffect(flag, False, Effect.NOT_REQUESTED, "")
     if major < minimum:
-        return Verdict(
-            flag, True, "disabled", f"capability major {major} < {minimum}: the communicator disables itself"
+        return FlagEffect(
+            flag, True, Effect.DISABLED, f"capability major {major} < {minimum}: the communicator disables itself"
         )
     if major not in sizes:
-        return Verdict(
+        return FlagEffect(
             flag,
             True,
-            "crash",
+            Effect.CRASH,
             f"KeyError: {major} at {line('TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES')}: "
             f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has keys {sorted(sizes)} only",
         )
     if tp_size not in sizes[major]:
-        return Verdict(
-            flag, True, "disabled", f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
+        return FlagEffect(
+            flag, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
         )
     if major not in multimem:
-        return Verdict(
+        return FlagEffect(
             flag,
             True,
-            "crash",
+            Effect.CRASH,
             f"KeyError: {major} at {line('_WORLD_SIZES_MULTIMEM')} on the first all-reduce: "
             f"_WORLD_SIZES_MULTIMEM has keys {sorted(multimem)} only",
         )
     kernel = "multimem" if tp_size in multimem[major] else "two-shot"
-    return Verdict(
+    return FlagEffect(
         flag,
         True,
-        "loads",
+        Effect.LOADS,
         f"loads, {kernel} kernel, buffer {sizes[major][tp_size] // (1 << 20)} MiB",
         warning=(
             f"{flag}: the communicator disables itself at start-up when the GPUs offer no "
@@ -167,7 +180,7 @@ def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | 
     return None, None
 
 
-def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> Verdict:
+def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
     gate = next(
@@ -202,14 +215,14 @@ def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) ->
     gate_loc = f"{index.rel(comm_path)}:{gate.lineno}"
     allowed = ", ".join(f"SM{m}x" for m in sorted(gate_majors))
     if major in auto_majors:
-        return Verdict(FUSION_FLAG, requested, "auto", f"auto-enabled on SM{major}x for the supported models")
+        return FlagEffect(FUSION_FLAG, requested, Effect.AUTO, f"auto-enabled on SM{major}x for the supported models")
     if not requested:
-        return Verdict(FUSION_FLAG, False, "not requested", "")
+        return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
     if major not in gate_majors:
-        return Verdict(
+        return FlagEffect(
             FUSION_FLAG,
             True,
-            "ignored",
+            Effect.IGNORED,
             f"accepted but silently ignored: the runtime gate ({gate_loc}) allows {allowed} only",
             warning=f"{FUSION_FLAG} is ignored on SM{major}x by this SGLang ({gate_loc} allows {allowed})",
         )
@@ -225,36 +238,35 @@ def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) ->
             f"{FUSION_FLAG} on SM{major}x is opt-in and unproven: FlashInfer 0.6.3 compiles its comm module "
             "for SM9x/SM10x only and the fused kernels need peer-to-peer access; check the server log"
         )
-    return Verdict(
+    return FlagEffect(
         FUSION_FLAG,
         True,
-        "active",
+        Effect.ACTIVE,
         f"active because it was requested explicitly ({gate_loc} allows {allowed})",
         warning,
     )
 
 
-def report(
+def effects(
     index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
-) -> AllReduceReport:
+) -> AllReduceEffects:
     match = re.fullmatch(r"(\d+)(?:\.(\d+))?", compute_capability.strip())
     if not match:
         raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0")
     major = int(match.group(1))
     symm = torch_symm_mem_verdict(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_verdict(index, major, allreduce_fusion)
-    result = AllReduceReport(compute_capability, tp_size, symm, fusion)
-    for verdict in (symm, fusion):
-        if verdict.outcome == "crash":
-            result.problems.append(f"{verdict.flag} would crash the server: {verdict.detail}")
-        if verdict.warning:
-            result.warnings.append(verdict.warning)
+    result = AllReduceEffects(compute_capability, tp_size, symm, fusion)
+    for flag in (symm, fusion):
+        if flag.effect is Effect.CRASH:
+            result.problems.append(f"{flag.flag} would crash the server: {flag.detail}")
+        if flag.warning:
+            result.warnings.append(flag.warning)
     return result
 
 
-def render_text(report: AllReduceReport) -> str:
-    lines = [f"All-reduce optimisations on compute capability {report.compute_capability}, tp {report.tp_size}:"]
-    for verdict in (report.torch_symm_mem, report.allreduce_fusion):
-        state = verdict.outcome.upper()
-        lines.append(f"  {verdict.flag}: {state}" + (f" - {verdict.detail}" if verdict.detail else ""))
+def render_text(effects: AllReduceEffects) -> str:
+    lines = [f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}:"]
+    for flag in (effects.torch_symm_mem, effects.allreduce_fusion):
+        lines.append(f"  {flag.flag}: {flag.effect.upper()}" + (f" - {flag.detail}" if flag.detail else ""))
     return "\n".join(lines)

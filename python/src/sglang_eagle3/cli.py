@@ -1,8 +1,4 @@
-"""The ``sglang-eagle3`` command.
-
-Exit codes: 0 success or ready; 1 a check failed (not ready, patch conflict, not all
-patches applied); 2 bad input (no SGLang there, wrong version, bad option value).
-"""
+"""The ``sglang-eagle3`` command. Its exit statuses are listed in exit_status.py (and in --help)."""
 
 from __future__ import annotations
 
@@ -12,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from . import __version__, launcher, patchset, preflight, probe, render, settings, sglang_source
+from . import __version__, credentials, launch_plan, launcher, patchset, preflight, probe, settings, sglang_source
 from .bench.cli import bench_group
-from .cli_common import BadInput, load_settings, print_checks, settings_options
+from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
+from .exit_status import ExitStatus, help_text
 
 
 def _tree(target: str | None) -> sglang_source.SGLangTree:
@@ -31,7 +28,11 @@ def _series() -> patchset.PatchSeries:
         raise BadInput(str(err)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=TopLevelGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="\b\nExit status:\n" + help_text(),
+)
 @click.version_option(__version__, prog_name="sglang-eagle3")
 def main() -> None:
     """Serve Kimi-K2.5 with EAGLE-3 on SGLang 0.5.9: patch set, probe, launcher, benchmark."""
@@ -74,7 +75,7 @@ def patch_apply(target: str | None) -> None:
     except patchset.PatchError as err:
         if tree.version != series.sglang_version:
             raise BadInput(str(err)) from None
-        raise click.ClickException(str(err)) from None
+        raise CheckFailed(str(err)) from None
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -115,7 +116,7 @@ def patch_verify(target: str | None, as_json: bool) -> None:
     if any(s.state is not patchset.PatchState.APPLIED for s in statuses):
         if not as_json:
             click.echo("Not all patches are applied: run `sglang-eagle3 patch apply`.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
 
 
 # -- probe ------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_sy
     """
     tree = _tree(target)
     try:
-        report = probe.probe(
+        result = probe.probe(
             tree,
             arch=arch,
             algorithm=algorithm,
@@ -156,20 +157,11 @@ def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_sy
         )
     except ValueError as err:
         raise BadInput(str(err)) from None
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else probe.render_text(report))
-    sys.exit(0 if report.ready else 1)
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else probe.render_text(result))
+    sys.exit(ExitStatus.OK if result.ready else ExitStatus.CHECK_FAILED)
 
 
 # -- settings and serve -------------------------------------------------------------------
-
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
-def masked(env: dict[str, str]) -> dict[str, str]:
-    """Environment for display: values of secret-looking variables replaced."""
-    return {
-        k: "***" if any(w in k.upper() for w in SECRET_WORDS) and not k.endswith("_FILE") else v for k, v in env.items()
-    }
 
 
 @main.group("settings")
@@ -219,31 +211,31 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
     model directories, the port. Any failure stops here, before the model load.
     """
     s = load_settings(config, assignments, profile)
-    plan = render.plan(s)
-    report = preflight.run(s, sglang_target)
+    plan = launch_plan.build(s)
+    checks = preflight.run(s, sglang_target)
     if dry_run or as_json:
         if as_json:
             click.echo(json.dumps({
-                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv, "env": masked(plan.env),
-                "health_url": render.health_url(s), "ok": report.ok,
-                "preflight": [vars(c) for c in report.checks],
+                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
+                "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s), "ok": checks.ok,
+                "preflight": [vars(c) for c in checks.checks],
             }, indent=2))  # fmt: skip
         else:
             click.echo(f"profile: {profile}")
             click.echo(f"command: {plan.shell()}")
-            for key, value in masked(plan.env).items():
+            for key, value in credentials.masked_env(plan.env).items():
                 click.echo(f"env:     {key}={value}")
-            print_checks(report)
-        sys.exit(0 if report.ok else 1)
-    print_checks(report)
-    if not report.ok:
+            click.echo(checks.render_text())
+        sys.exit(ExitStatus.OK if checks.ok else ExitStatus.CHECK_FAILED)
+    click.echo(checks.render_text())
+    if not checks.ok:
         click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     click.echo(f"starting: {plan.shell()}")
-    outcome = launcher.serve(plan, render.health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
-    if outcome.code:
+    outcome = launcher.serve(plan, launch_plan.health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
+    if outcome.status is not ExitStatus.OK:
         click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
-    sys.exit(outcome.code)
+    sys.exit(outcome.status)
 
 
 if __name__ == "__main__":

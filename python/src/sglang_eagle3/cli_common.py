@@ -2,17 +2,61 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from . import preflight, settings
+from . import settings
+from .exit_status import ExitStatus
 
 
 class BadInput(click.ClickException):
     """Wrong input: the message says what is wrong and how to fix it."""
 
-    exit_code = 2
+    exit_code = ExitStatus.BAD_INPUT
+
+
+class CheckFailed(click.ClickException):
+    """A check failed (e.g. a patch conflicts); the message says which and why."""
+
+    exit_code = ExitStatus.CHECK_FAILED
+
+
+TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
+
+
+class TopLevelGroup(click.Group):
+    """The `sglang-eagle3` group: whatever a command did not foresee ends in a message, not a traceback.
+
+    Commands handle the failures they know (BadInput, CheckFailed). This is the net below
+    them, as httpie has one: a file that cannot be read or written is bad input, Ctrl-C is
+    an interruption, anything else is reported in one line. SGLANG_EAGLE3_TRACEBACK=1
+    shows the traceback instead, for bug reports.
+    """
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(ExitStatus.INTERRUPTED)
+        except Exception as err:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            if isinstance(err, (OSError, UnicodeError)):
+                raise BadInput(_describe_os_error(err)) from None
+            click.echo(f"Error: unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)", err=True)
+            ctx.exit(ExitStatus.CHECK_FAILED)
+
+
+def _describe_os_error(err: OSError | UnicodeError) -> str:
+    if isinstance(err, UnicodeError):
+        return f"a file is not UTF-8 text ({err}); give a text file"
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or err}; check the path and its permissions"
 
 
 def settings_options(func):
@@ -36,8 +80,3 @@ def load_settings(config, assignments, profile) -> settings.ServerSettings:
         return settings.load(config, list(assignments), profile=profile)
     except settings.SettingsError as err:
         raise BadInput(str(err)) from None
-
-
-def print_checks(report: preflight.Preflight) -> None:
-    for check in report.checks:
-        click.echo(f"[{check.verdict.upper():>4}] {check.name}: {check.message}")

@@ -9,6 +9,7 @@ server is healthy and STOPPING=1 on shutdown.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import socket
@@ -19,7 +20,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .render import LaunchPlan
+from .exit_status import ExitStatus
+from .launch_plan import LaunchPlan
 
 STOP_GRACE_SECONDS = 60  # SGLang drains and frees GPU memory; then SIGKILL
 
@@ -38,9 +40,17 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
 
 
 @dataclass
-class Outcome:
-    code: int
+class ServeOutcome:
+    status: ExitStatus
     message: str
+
+
+class Readiness(enum.Enum):
+    """How waiting for /health_generate ended."""
+
+    READY = "ready"
+    EXITED = "exited"  # the server process ended first
+    TIMED_OUT = "timed out"
 
 
 def wait_ready(
@@ -50,31 +60,35 @@ def wait_ready(
     interval: float = 2.0,
     progress=None,
     headers: dict | None = None,
-) -> str | None:
-    """Poll url until 200. Returns None when ready, else why not ('timeout' or 'exited N')."""
+) -> Readiness:
+    """Poll url until it answers 200, the process ends, or the timeout passes."""
     start = time.monotonic()
     request = urllib.request.Request(url, headers=headers or {})
     while True:
-        code = process.poll()
-        if code is not None:
-            return f"exited {code}"
+        if process.poll() is not None:
+            return Readiness.EXITED
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 if response.status == 200:
-                    return None
+                    return Readiness.READY
         except (urllib.error.URLError, OSError):
             pass  # not listening yet (connection refused), or 503 while loading
         elapsed = time.monotonic() - start
         if progress is not None:
             progress(elapsed)
         if elapsed >= timeout:
-            return "timeout"
+            return Readiness.TIMED_OUT
         time.sleep(min(interval, max(0.0, timeout - elapsed)))
 
 
-def exit_code(returncode: int) -> int:
-    """A child's return code as a shell would report it (killed by signal N -> 128 + N)."""
-    return 128 - returncode if returncode < 0 else returncode
+def describe_exit(returncode: int) -> str:
+    """A child's return code in words: 'exited with 7', 'was killed by SIGKILL'."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = STOP_GRACE_SECONDS) -> int:
@@ -106,15 +120,23 @@ def running(plan: LaunchPlan, health_url: str, ready_timeout: float, interval: f
     """The server, started and healthy, for the duration of the block; stopped afterwards."""
     process = start(plan)
     try:
-        why = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
-        if why is not None:
-            raise NotReady(f"server {why} before /health_generate answered (after at most {ready_timeout:.0f}s)")
+        readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+        if readiness is Readiness.EXITED:
+            raise NotReady(f"server {describe_exit(process.returncode)} before /health_generate answered")
+        if readiness is Readiness.TIMED_OUT:
+            raise NotReady(f"server not ready after {ready_timeout:.0f}s")
         yield process
     finally:
         stop(process)
 
 
-def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, interval: float = 2.0) -> Outcome:
+def stopped(signum: int, when: str = "") -> ServeOutcome:
+    """SIGTERM is how systemd stops a service: success. Ctrl-C (SIGINT) is an interruption."""
+    status = ExitStatus.INTERRUPTED if signum == signal.SIGINT else ExitStatus.OK
+    return ServeOutcome(status, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))
+
+
+def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, interval: float = 2.0) -> ServeOutcome:
     """Run the server in the foreground until it exits or we are told to stop."""
     process = start(plan)
     stopping = {"signal": None}
@@ -137,22 +159,27 @@ def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, in
                 log(f"waiting for {health_url}: {elapsed:.0f}s of {ready_timeout:.0f}s")
                 sd_notify(f"STATUS=loading, {elapsed:.0f}s")
 
-        why = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+        readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
         if stopping["signal"] is not None:
             stop(process)
-            return Outcome(0, "stopped before the server was ready")
-        if why == "timeout":
+            return stopped(stopping["signal"], "before the server was ready")
+        if readiness is Readiness.TIMED_OUT:
             sd_notify("STOPPING=1")
             stop(process)
-            return Outcome(3, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)")
-        if why is not None:
-            return Outcome(process.returncode or 1, f"server {why} before it was ready; see its log above")
+            return ServeOutcome(
+                ExitStatus.NOT_READY, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)"
+            )
+        if readiness is Readiness.EXITED:
+            return ServeOutcome(
+                ExitStatus.SERVER_EXITED,
+                f"server {describe_exit(process.returncode)} before it was ready; see its log above",
+            )
         sd_notify("READY=1\nSTATUS=serving")
         log(f"ready: {health_url}")
         code = process.wait()
         if stopping["signal"] is not None:
-            return Outcome(0, "stopped")
-        return Outcome(exit_code(code), f"server exited with {code}")
+            return stopped(stopping["signal"])
+        return ServeOutcome(ExitStatus.SERVER_EXITED, f"server {describe_exit(code)}; see its log above")
     finally:
         if process.poll() is None:
             stop(process)

@@ -1,15 +1,15 @@
 """Preflight: everything that can be checked in seconds before SGLang spends minutes loading.
 
-Each check gives a verdict: ok, warn (starts, but something requested will not be
+Each check ends in a CheckStatus: ok, warn (starts, but something requested will not be
 active) or fail (would not start, or would crash after the load). Failures say what
 is wrong and how to fix it.
 """
 
 from __future__ import annotations
 
-import ast
 import csv
 import difflib
+import enum
 import errno
 import os
 import re
@@ -26,10 +26,16 @@ NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outp
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]
 
 
+class CheckStatus(enum.StrEnum):
+    OK = "ok"
+    WARN = "warn"  # starts, but something requested will not be active
+    FAIL = "fail"  # would not start, or would crash after the load
+
+
 @dataclass
 class Check:
     name: str
-    verdict: str  # ok | warn | fail
+    status: CheckStatus
     message: str
 
 
@@ -46,12 +52,15 @@ class Preflight:
     checks: list[Check] = field(default_factory=list)
     gpus: list[Gpu] = field(default_factory=list)
 
-    def add(self, name: str, verdict: str, message: str) -> None:
-        self.checks.append(Check(name, verdict, message))
+    def add(self, name: str, status: CheckStatus, message: str) -> None:
+        self.checks.append(Check(name, status, message))
 
     @property
     def ok(self) -> bool:
-        return not any(c.verdict == "fail" for c in self.checks)
+        return not any(c.status is CheckStatus.FAIL for c in self.checks)
+
+    def render_text(self) -> str:
+        return "\n".join(f"[{c.status.upper():>4}] {c.name}: {c.message}" for c in self.checks)
 
 
 def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
@@ -78,22 +87,22 @@ def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
 
 
-def check_model_dir(report: Preflight, what: str, path: str | None) -> None:
+def check_model_dir(result: Preflight, what: str, path: str | None) -> None:
     if path is None:
         return
     if not _looks_local(path):
-        report.add(what, "ok", f"{path} (Hugging Face id, fetched by SGLang)")
+        result.add(what, CheckStatus.OK, f"{path} (Hugging Face id, fetched by SGLang)")
         return
     directory = Path(path).expanduser()
     if not directory.is_dir():
-        report.add(what, "fail", f"{directory} does not exist; download the model there or give its hub id")
+        result.add(what, CheckStatus.FAIL, f"{directory} does not exist; download the model there or give its hub id")
     elif not (directory / "config.json").is_file():
-        report.add(what, "fail", f"{directory} has no config.json; point at the model's top directory")
+        result.add(what, CheckStatus.FAIL, f"{directory} has no config.json; point at the model's top directory")
     else:
-        report.add(what, "ok", f"{directory}")
+        result.add(what, CheckStatus.OK, f"{directory}")
 
 
-def check_port(report: Preflight, host: str, port: int) -> None:
+def check_port(result: Preflight, host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
@@ -101,33 +110,18 @@ def check_port(report: Preflight, host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
-                report.add("port", "fail", f"{host}:{port} is in use; stop what listens there or set port")
+                result.add("port", CheckStatus.FAIL, f"{host}:{port} is in use; stop what listens there or set port")
             else:
-                report.add("port", "fail", f"cannot listen on {host}:{port}: {err.strerror}; check host")
+                result.add("port", CheckStatus.FAIL, f"cannot listen on {host}:{port}: {err.strerror}; check host")
             return
-    report.add("port", "ok", f"{host}:{port} is free")
+    result.add("port", CheckStatus.OK, f"{host}:{port} is free")
 
 
-def sglang_flags(tree: sglang_source.SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
-    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value)."""
-    flags = {}
-    for node in ast.walk(ast.parse((tree.srt / "server_args.py").read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-            names = frozenset(
-                a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")
-            )
-            action = next((k.value for k in node.keywords if k.arg == "action"), None)
-            takes_value = not (isinstance(action, ast.Constant) and str(action.value).startswith("store_"))
-            for name in names:
-                flags[name] = (names, takes_value)
-    return flags
-
-
-def check_extra_args(report: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
     """extra_args must be flags this SGLang knows, and not ones a setting already owns."""
     if not settings.extra_args:
         return
-    known = sglang_flags(tree)
+    known = sglang_source.server_flags(tree)
     owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}
     owned_spellings = {spelling: flag for flag in owned if flag in known for spelling in known[flag][0]}
     args = list(settings.extra_args)
@@ -135,62 +129,74 @@ def check_extra_args(report: Preflight, settings: ServerSettings, tree: sglang_s
         token = args.pop(0)
         name, has_inline_value = token.split("=", 1)[0], "=" in token
         if not name.startswith("--"):
-            report.add("extra_args", "fail", f"{token!r} is not a flag; extra_args are SGLang flags and their values")
+            result.add(
+                "extra_args", CheckStatus.FAIL, f"{token!r} is not a flag; extra_args are SGLang flags and their values"
+            )
             return
         if name not in known:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            report.add("extra_args", "fail", f"SGLang {tree.version} has no flag {name}{hint}")
+            result.add("extra_args", CheckStatus.FAIL, f"SGLang {tree.version} has no flag {name}{hint}")
             return
         if name in owned_spellings:
             setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
-            report.add("extra_args", "fail", f"{name} is the setting {setting!r}; set it there, not in extra_args")
+            result.add(
+                "extra_args", CheckStatus.FAIL, f"{name} is the setting {setting!r}; set it there, not in extra_args"
+            )
             return
         if known[name][1] and not has_inline_value:
             if not args or args[0].startswith("--"):
-                report.add("extra_args", "fail", f"{name} needs a value")
+                result.add("extra_args", CheckStatus.FAIL, f"{name} needs a value")
                 return
             args.pop(0)
-    report.add("extra_args", "ok", " ".join(settings.extra_args))
+    result.add("extra_args", CheckStatus.OK, " ".join(settings.extra_args))
 
 
 def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: str | None = None) -> Preflight:
-    report = Preflight()
+    result = Preflight()
 
     # GPUs first: on a machine without them nothing else matters much, but we still
     # report every check so one run shows every problem.
     try:
-        report.gpus = query_gpus(nvidia_smi)
+        result.gpus = query_gpus(nvidia_smi)
     except FileNotFoundError:
         devices = device_nodes()
         if devices and len(devices) >= settings.gpus_per_node:
             # Containers and build sandboxes may get the devices without nvidia-smi.
-            report.add(
-                "gpus", "warn", f"nvidia-smi not found; {len(devices)} GPU device nodes in /dev, capability unknown"
+            result.add(
+                "gpus",
+                CheckStatus.WARN,
+                f"nvidia-smi not found; {len(devices)} GPU device nodes in /dev, capability unknown",
             )
         else:
-            report.add(
-                "gpus", "fail", "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)"
+            result.add(
+                "gpus",
+                CheckStatus.FAIL,
+                "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)",
             )
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
-        report.add("gpus", "fail", f"nvidia-smi failed: {err}")
+        result.add("gpus", CheckStatus.FAIL, f"nvidia-smi failed: {err}")
     else:
         need = settings.gpus_per_node
-        if len(report.gpus) < need:
-            report.add(
-                "gpus", "fail",
-                f"{len(report.gpus)} GPU(s) visible, tp_size {settings.tp_size} over {settings.nnodes} node(s) needs "
+        if len(result.gpus) < need:
+            result.add(
+                "gpus", CheckStatus.FAIL,
+                f"{len(result.gpus)} GPU(s) visible, tp_size {settings.tp_size} over {settings.nnodes} node(s) needs "
                 f"{need} here; lower tp_size or check CUDA_VISIBLE_DEVICES",
             )  # fmt: skip
         else:
-            caps = sorted({g.compute_capability for g in report.gpus})
-            names = sorted({g.name for g in report.gpus})
-            report.add("gpus", "ok", f"{len(report.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})")
+            caps = sorted({g.compute_capability for g in result.gpus})
+            names = sorted({g.name for g in result.gpus})
+            result.add(
+                "gpus",
+                CheckStatus.OK,
+                f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
+            )
 
-    compute_capability = report.gpus[0].compute_capability if report.gpus else "12.0"
+    compute_capability = result.gpus[0].compute_capability if result.gpus else "12.0"
     try:
         tree = sglang_source.locate(sglang_target)
-        verdict = probe.probe(
+        probed = probe.probe(
             tree,
             arch=_architecture(settings),
             algorithm=settings.speculative_algorithm or "EAGLE3",
@@ -200,26 +206,28 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
         )
     except sglang_source.SGLangNotFound as err:
-        report.add("sglang", "fail", str(err))
+        result.add("sglang", CheckStatus.FAIL, str(err))
     else:
         if tree.version != "0.5.9":
-            report.add("sglang", "warn", f"SGLang {tree.version} at {tree.root}; this launcher is written for 0.5.9")
-        problems = verdict.problems if settings.speculative_algorithm else verdict.allreduce.problems
+            result.add(
+                "sglang", CheckStatus.WARN, f"SGLang {tree.version} at {tree.root}; this launcher is written for 0.5.9"
+            )
+        problems = probed.problems if settings.speculative_algorithm else probed.allreduce.problems
         if problems:
-            report.add("probe", "fail", "; ".join(problems) + " (fix: sglang-eagle3 patch apply)")
+            result.add("probe", CheckStatus.FAIL, "; ".join(problems) + " (fix: sglang-eagle3 patch apply)")
         else:
-            report.add("probe", "ok", f"SGLang {tree.version} can serve {verdict.arch} ({verdict.algorithm})")
-        for warning in verdict.allreduce.warnings:
-            report.add("optimisations", "warn", warning)
-        check_extra_args(report, settings, tree)
+            result.add("probe", CheckStatus.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
+        for warning in probed.allreduce.warnings:
+            result.add("optimisations", CheckStatus.WARN, warning)
+        check_extra_args(result, settings, tree)
 
-    check_model_dir(report, "model", settings.model_path)
+    check_model_dir(result, "model", settings.model_path)
     if settings.speculative_algorithm:
-        check_model_dir(report, "draft model", settings.speculative_draft_model_path)
-    check_port(report, settings.host, settings.port)
+        check_model_dir(result, "draft model", settings.speculative_draft_model_path)
+    check_port(result, settings.host, settings.port)
     if settings.api_key_file is not None and not Path(settings.api_key_file).is_file():
-        report.add("api key", "fail", f"api_key_file {settings.api_key_file} does not exist")
-    return report
+        result.add("api key", CheckStatus.FAIL, f"api_key_file {settings.api_key_file} does not exist")
+    return result
 
 
 def _architecture(settings: ServerSettings) -> str:

@@ -1,8 +1,10 @@
 """The one definition of the EAGLE-3 server's settings.
 
-Every field is declared once, here: its type, default, documentation and the SGLang
-flag it renders to. The CLI's help, the JSON Schema (used by the NixOS module), the
-README's settings reference and the argv given to SGLang are all generated from it.
+Every field is declared once, here: its type, default and documentation. A field is
+SGLang's own argument of the same name (``tp_size`` renders to ``--tp-size``) unless it
+is marked LAUNCHER_ONLY (files, timeouts and the like that the launcher itself uses).
+The CLI's help, the JSON Schema (used by the NixOS module), the README's settings
+reference and the argv given to SGLang are all generated from it.
 
 The built-in defaults are the users' tuned configuration (96.1 tok/s single-stream on
 8x RTX PRO 6000): Kimi-K2.5 NVFP4 + AQ-MedAI EAGLE-3 draft, tp 8, 3 steps / top-k 1 /
@@ -39,6 +41,7 @@ NOT_SETTINGS = {
     "baseline_url",
     "eagle3_url",
     "threshold",
+    "traceback",
 }
 
 
@@ -46,133 +49,91 @@ class SettingsError(Exception):
     """Settings that cannot be used; the message names the field and what to do."""
 
 
-def flag(name: str | None) -> dict:
-    """Field metadata: the SGLang command-line flag the field renders to (None: launcher-only)."""
-    return {"sglang_flag": name}
+# The mark of a field that is not an SGLang argument. In the JSON Schema every field carries
+# "sglang_flag": its flag, or null for these (nix/settings-options.nix reads it from there).
+LAUNCHER_ONLY = {"sglang_flag": None}
+
+
+def _schema_flags(schema: dict, model: type[BaseModel]) -> None:
+    for name, prop in schema["properties"].items():
+        prop["sglang_flag"] = field_flag(name)
 
 
 class ServerSettings(BaseModel):
     """Settings of one SGLang server started by `sglang-eagle3 serve`."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_flags)
 
     # -- the model ---------------------------------------------------------------------
     model_path: str = Field(
         "nvidia/Kimi-K2.5-NVFP4",
         description="Target model: a Hugging Face id or a local directory holding config.json.",
-        json_schema_extra=flag("--model-path"),
     )
-    served_model_name: str | None = Field(
-        None,
-        description="Model name reported by the API (default: model_path).",
-        json_schema_extra=flag("--served-model-name"),
-    )
-    trust_remote_code: bool = Field(
-        True,
-        description="Allow the model's own code from the hub (Kimi-K2.5 needs it).",
-        json_schema_extra=flag("--trust-remote-code"),
-    )
-    context_length: int | None = Field(
-        None,
-        ge=1,
-        description="Maximum context length (default: the model's).",
-        json_schema_extra=flag("--context-length"),
-    )
+    served_model_name: str | None = Field(None, description="Model name reported by the API (default: model_path).")
+    trust_remote_code: bool = Field(True, description="Allow the model's own code from the hub (Kimi-K2.5 needs it).")
+    context_length: int | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
 
     # -- speculative decoding ------------------------------------------------------------
     speculative_algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = Field(
-        "EAGLE3", description="Speculative decoding algorithm; null turns speculation off.",
-        json_schema_extra=flag("--speculative-algorithm"),
-    )  # fmt: skip
+        "EAGLE3", description="Speculative decoding algorithm; null turns speculation off."
+    )
     speculative_draft_model_path: str | None = Field(
-        "AQ-MedAI/Kimi-K25-eagle3",
-        description="EAGLE-3 draft model (Llama architecture): hub id or local directory.",
-        json_schema_extra=flag("--speculative-draft-model-path"),
+        "AQ-MedAI/Kimi-K25-eagle3", description="EAGLE-3 draft model (Llama architecture): hub id or local directory."
     )
-    speculative_num_steps: int = Field(
-        3, ge=1, description="Draft steps per verification.", json_schema_extra=flag("--speculative-num-steps")
-    )
-    speculative_eagle_topk: int = Field(
-        1,
-        ge=1,
-        description="Branching factor of the draft tree (1 = a chain).",
-        json_schema_extra=flag("--speculative-eagle-topk"),
-    )
+    speculative_num_steps: int = Field(3, ge=1, description="Draft steps per verification.")
+    speculative_eagle_topk: int = Field(1, ge=1, description="Branching factor of the draft tree (1 = a chain).")
     speculative_num_draft_tokens: int = Field(
-        4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1.",
-        json_schema_extra=flag("--speculative-num-draft-tokens"),
-    )  # fmt: skip
+        4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1."
+    )
     speculative_draft_attention_backend: str | None = Field(
-        None, description="Attention backend of the draft model (default: SGLang's choice).",
-        json_schema_extra=flag("--speculative-draft-attention-backend"),
-    )  # fmt: skip
+        None, description="Attention backend of the draft model (default: SGLang's choice)."
+    )
 
     # -- parallelism and memory -----------------------------------------------------------
-    tp_size: int = Field(
-        8, ge=1, description="Tensor parallel size: GPUs per model replica.", json_schema_extra=flag("--tp-size")
-    )
-    nnodes: int = Field(1, ge=1, description="Number of hosts the model spans.", json_schema_extra=flag("--nnodes"))
-    node_rank: int = Field(0, ge=0, description="This host's rank among nnodes.", json_schema_extra=flag("--node-rank"))
-    dist_init_addr: str | None = Field(
-        None, description="host:port of node 0 for multi-host rendezvous.", json_schema_extra=flag("--dist-init-addr")
-    )
+    tp_size: int = Field(8, ge=1, description="Tensor parallel size: GPUs per model replica.")
+    nnodes: int = Field(1, ge=1, description="Number of hosts the model spans.")
+    node_rank: int = Field(0, ge=0, description="This host's rank among nnodes.")
+    dist_init_addr: str | None = Field(None, description="host:port of node 0 for multi-host rendezvous.")
     mem_fraction_static: float | None = Field(
-        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache.",
-        json_schema_extra=flag("--mem-fraction-static"),
-    )  # fmt: skip
-    cuda_graph_max_bs: int | None = Field(
-        None,
-        ge=1,
-        description="Largest batch size captured in CUDA graphs.",
-        json_schema_extra=flag("--cuda-graph-max-bs"),
+        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache."
     )
+    cuda_graph_max_bs: int | None = Field(None, ge=1, description="Largest batch size captured in CUDA graphs.")
     max_running_requests: int | None = Field(
-        None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation).",
-        json_schema_extra=flag("--max-running-requests"),
-    )  # fmt: skip
+        None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation)."
+    )
 
     # -- kernels and communication ------------------------------------------------------------
-    attention_backend: str = Field(
-        "flashinfer",
-        description="Attention backend of the target model.",
-        json_schema_extra=flag("--attention-backend"),
-    )
+    attention_backend: str = Field("flashinfer", description="Attention backend of the target model.")
     enable_torch_symm_mem: bool = Field(
-        True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002).",
-        json_schema_extra=flag("--enable-torch-symm-mem"),
-    )  # fmt: skip
+        True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002)."
+    )
     enable_flashinfer_allreduce_fusion: bool = Field(
-        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work).",
-        json_schema_extra=flag("--enable-flashinfer-allreduce-fusion"),
-    )  # fmt: skip
+        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work)."
+    )
 
     # -- serving ---------------------------------------------------------------------------
-    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.", json_schema_extra=flag("--host"))
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port.", json_schema_extra=flag("--port"))
-    enable_metrics: bool = Field(
-        True,
-        description="Prometheus metrics at /metrics (acceptance length gauges).",
-        json_schema_extra=flag("--enable-metrics"),
-    )
+    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port.")
+    enable_metrics: bool = Field(True, description="Prometheus metrics at /metrics (acceptance length gauges).")
+
+    # -- the launcher's own (LAUNCHER_ONLY: not SGLang arguments) ------------------------------
     api_key_file: Path | None = Field(
         None, description="File holding the API key (never the key itself). Under systemd, "
-        "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=flag(None),
+        "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
     )  # fmt: skip
     extra_args: list[str] = Field(
         default_factory=list,
         description="More SGLang arguments, checked by SGLang's parser.",
-        json_schema_extra=flag(None),
+        json_schema_extra=LAUNCHER_ONLY,
     )
     environment: dict[str, str] = Field(
         default_factory=dict,
         description="Extra environment variables for the server process.",
-        json_schema_extra=flag(None),
+        json_schema_extra=LAUNCHER_ONLY,
     )
-
-    # -- the launcher ---------------------------------------------------------------------------
     ready_timeout: float = Field(
         3600, gt=0, description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
-        json_schema_extra=flag(None),
+        json_schema_extra=LAUNCHER_ONLY,
     )  # fmt: skip
 
     @model_validator(mode="after")
@@ -217,8 +178,10 @@ class ServerSettings(BaseModel):
 
 
 def field_flag(name: str) -> str | None:
-    extra = ServerSettings.model_fields[name].json_schema_extra or {}
-    return extra.get("sglang_flag")
+    """The SGLang flag of a setting: ``--`` + its name with dashes; None for LAUNCHER_ONLY fields."""
+    if ServerSettings.model_fields[name].json_schema_extra is LAUNCHER_ONLY:
+        return None
+    return "--" + name.replace("_", "-")
 
 
 def _parse_value(raw: str) -> Any:

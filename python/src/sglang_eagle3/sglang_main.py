@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .render import API_KEY_FILE_ENV
+from .credentials import API_KEY_FILE_ENV
 
 
 def read_api_key(path: Path) -> str:

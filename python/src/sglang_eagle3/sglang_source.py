@@ -1,11 +1,13 @@
 """Find an SGLang source tree (installed or on disk) and read its version, without importing it.
 
 Importing sglang pulls in torch and CUDA libraries; everything in this project that
-only needs SGLang's *source* (the patch tool, the probe) reads the files instead.
+only needs SGLang's *source* (the patch tool, the probe, the check of extra_args) reads
+the files instead.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -80,3 +82,18 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         f"{path} does not contain an SGLang source tree (expected sglang/srt/ in it, "
         "or the sglang package directory itself, or python/sglang/ of a git checkout)"
     )
+
+
+def server_flags(tree: SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
+    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value)."""
+    flags = {}
+    for node in ast.walk(ast.parse((tree.srt / "server_args.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            names = frozenset(
+                a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+            )
+            action = next((k.value for k in node.keywords if k.arg == "action"), None)
+            takes_value = not (isinstance(action, ast.Constant) and str(action.value).startswith("store_"))
+            for name in names:
+                flags[name] = (names, takes_value)
+    return flags

@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from .. import preflight
-from ..cli_common import BadInput, load_settings, print_checks, settings_options
+from ..cli_common import BadInput, load_settings, settings_options
+from ..exit_status import ExitStatus
+from . import BenchError
 
 
 @click.group("bench")
@@ -85,7 +87,6 @@ def bench_run(
     url, label, output, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot
 ):
     """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
-    from .client import BenchError
     from .runner import RunConfig, run
 
     output = output or _default_output(label)
@@ -102,13 +103,13 @@ def bench_run(
         _finish(output, plot)
     if outcome.interrupted:
         click.echo(f"interrupted: {outcome.finished} finished requests are kept in {output}", err=True)
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     if outcome.aborted:
         click.echo(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     if outcome.failed:
         click.echo(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
 
 
 @bench_group.command("summary")
@@ -116,7 +117,6 @@ def bench_run(
 @click.option("--plot/--no-plot", default=True, show_default=True)
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
-    from .client import BenchError
 
     try:
         _finish(results, plot)
@@ -134,7 +134,7 @@ def _records_for(source: str, label: str) -> list[dict]:
         click.echo(f"measuring {label} at {source} -> {output}")
         outcome = run(RunConfig(url=source.rstrip("/"), output=output, label=label))
         if outcome.interrupted:
-            sys.exit(130)
+            sys.exit(ExitStatus.INTERRUPTED)
         return report.load(output)
     return report.load(Path(source))
 
@@ -148,7 +148,6 @@ def _records_for(source: str, label: str) -> list[dict]:
 def bench_compare(baseline, eagle3, threshold, floor):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
     from . import report
-    from .client import BenchError
 
     try:
         verdict = report.compare(
@@ -157,7 +156,7 @@ def bench_compare(baseline, eagle3, threshold, floor):
     except BenchError as err:
         raise BadInput(str(err)) from None
     click.echo(report.render_verdict(verdict))
-    sys.exit(0 if verdict.passed else 1)
+    sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
 
 def _int_list(text: str) -> list[int]:
@@ -187,10 +186,10 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, output_
 
     base = load_settings(config, assignments, profile)
     checks = preflight.run(base, sglang_target)
-    print_checks(checks)
+    click.echo(checks.render_text())
     if not checks.ok:
         click.echo("preflight failed; nothing was started.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     points = sweep.grid(base, _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None)
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
                          concurrencies=[1, *[c for c in concurrencies if c != 1]], requests=requests,
@@ -205,6 +204,6 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, output_
         click.echo(f"plot: {report.plot(report.load(results), output_dir / 'sweep.png')}")
     if top is None:
         click.echo("no speculative point was measured", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     gain_text = f", {gain:.3f}x the baseline" if gain else ""
     click.echo(f"best: {top.label} at {top.median_tok_s:.1f} tok/s{gain_text}")

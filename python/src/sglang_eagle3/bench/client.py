@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from . import BenchError
+
 APIS = ("native", "openai")
 YIELD_BEFORE_BOOKKEEPING_S = 0.002
 # meta_info.completion_tokens (native) and usage.completion_tokens (OpenAI) are both cumulative.
@@ -42,10 +44,6 @@ def _completion_tokens(payload: str) -> int | None:
         return None
     match = COMPLETION_TOKENS.match(payload, at)
     return int(match.group(1)) if match else None
-
-
-class BenchError(Exception):
-    """The server cannot be benchmarked (unreachable, not SGLang, wrong API)."""
 
 
 @dataclass

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .client import BenchError, inter_token_latencies_ms
+from . import BenchError
+from .client import inter_token_latencies_ms
 
 METRICS = {  # record field -> (label, unit, scale for display)
     "decode_tok_s": ("decode", "tok/s", 1.0),
@@ -153,7 +154,7 @@ def plot(records: list[dict], path: Path) -> Path:
 
 
 @dataclass
-class Verdict:
+class GateVerdict:
     passed: bool
     baseline_tok_s: float
     eagle3_tok_s: float
@@ -171,7 +172,9 @@ def single_stream_median(records: list[dict], what: str) -> float:
     return statistics.median(values)
 
 
-def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None) -> Verdict:
+def compare(
+    baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None
+) -> GateVerdict:
     base = single_stream_median(baseline, "the baseline")
     spec = single_stream_median(eagle3, "the EAGLE-3 run")
     ratio = spec / base
@@ -182,10 +185,10 @@ def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, fl
         )
     if floor is not None and spec < floor:
         reasons.append(f"EAGLE-3 {spec:.1f} tok/s is below the floor {floor:g} tok/s")
-    return Verdict(not reasons, base, spec, ratio, threshold, floor, reasons)
+    return GateVerdict(not reasons, base, spec, ratio, threshold, floor, reasons)
 
 
-def render_verdict(v: Verdict) -> str:
+def render_verdict(v: GateVerdict) -> str:
     lines = [
         "Single-stream decode, median tok/s:",
         f"  baseline  {v.baseline_tok_s:8.1f}",

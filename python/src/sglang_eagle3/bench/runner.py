@@ -19,7 +19,8 @@ from pathlib import Path
 
 import aiohttp
 
-from .client import APIS, BenchError, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
+from . import BenchError
+from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
 
 ABORT_AFTER_CONSECUTIVE_FAILURES = 3
 
