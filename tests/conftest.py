@@ -98,3 +98,23 @@ def run_cli():
         )
 
     return run
+
+
+# -- timing tests: apart from the functional suite ----------------------------------------------
+# Tests marked `timing` compare measured rates with what the stand-in server sent, within 1%.
+# They hold on a loaded machine but are wall-clock measurements, so they run only when asked
+# for: `tests/run -m timing` (or any -m expression naming them).
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.option.markexpr:
+        return  # the caller chose with -m
+    kept = [item for item in items if "timing" not in item.keywords]
+    deselected = [item for item in items if "timing" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept

@@ -1,0 +1,82 @@
+"""How accurately `bench` measures: the client against what the stand-in server actually sent.
+
+Marked `timing` and left out of the functional suite: these are wall-clock measurements.
+Run them with `tests/run -m timing`. The truth is the server's own send log (the time it
+handed each chunk to the socket), not the rate it was asked for: the stand-in schedules
+chunks at absolute times, so on a busy machine a late wake-up delays a chunk and the next
+ones catch up, and the delivered rate may be above or below the nominal one. Only the
+client is under test, so there is no bound on how far the server strays from its schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+from bench_fixtures import fake_server
+from sglang_eagle3.bench import report
+from sglang_eagle3.bench.runner import RunConfig, run
+
+pytestmark = pytest.mark.timing
+
+
+def tokens_for(rate: float) -> int:
+    # 1.5 s of decoding per request (at least 32 tokens), so that 1% is not a single
+    # scheduler hiccup; at most 1,200 tokens, as SGLang's native stream resends the whole
+    # text in every chunk and longer streams would load the 2 cores with copying.
+    return int(min(1200, max(32, rate * 1.5)))
+
+
+@pytest.mark.parametrize("rate", [20, 200, 2000])
+@pytest.mark.parametrize("burst", [1, 4])
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_decode_rate_within_one_percent_of_what_was_sent(tmp_path, rate, burst, concurrency):
+    with fake_server(RATE=rate, BURST=burst, FIRST_DELAY=0.2) as server:
+        output = tmp_path / "r.jsonl"
+        outcome = run(RunConfig(url=server.url, output=output, concurrencies=[concurrency], requests=concurrency,
+                                warmup=1, max_tokens=tokens_for(rate)))  # fmt: skip
+        requests = [r for r in report.load(output) if r["type"] == "request"]
+        sent = {r["prompt_id"]: server.delivered_rate(r["prompt_id"]) for r in requests}
+    assert outcome.finished == concurrency and outcome.failed == 0
+    errors = [abs(r["decode_tok_s"] / sent[r["prompt_id"]] - 1) for r in requests]
+    print(f"ACCURACY rate={rate} burst={burst} concurrency={concurrency} worst_error={max(errors):.5f}")
+    for r in requests:
+        truth = sent[r["prompt_id"]]
+        assert math.isfinite(truth) and truth > 0
+        assert abs(r["decode_tok_s"] / truth - 1) < 0.01, (r["decode_tok_s"], truth)
+        assert r["ttft_s"] >= 0.2  # the server waits 0.2 s before the first token: never less
+        assert r["output_tokens"] == tokens_for(rate)
+        if burst > 1:
+            assert max(r["chunk_tokens"]) == burst  # bursts were seen and counted exactly
+
+
+def test_openai_api_within_one_percent(tmp_path):
+    with fake_server(RATE=300, BURST=3) as server:
+        output = tmp_path / "r.jsonl"
+        run(RunConfig(url=server.url, output=output, api="openai", requests=2, warmup=0, max_tokens=300))
+        requests = [r for r in report.load(output) if r["type"] == "request"]
+        sent = [server.delivered_rate(r["prompt_id"]) for r in requests]
+    assert all(abs(r["decode_tok_s"] / t - 1) < 0.01 for r, t in zip(requests, sent, strict=True))
+
+
+def test_compare_against_live_urls_within_one_percent(tmp_path):
+    with (
+        fake_server(RATE=400) as baseline,
+        fake_server("--speculative-algorithm", "EAGLE3", RATE=400) as eagle3,
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "compare", baseline.url, eagle3.url],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        sent = {}  # label -> median rate the server sent for the measured requests
+        for records in map(report.load, sorted((tmp_path / "results").glob("*.jsonl"))):
+            requests = [r for r in records if r["type"] == "request"]
+            server = eagle3 if requests[0]["label"] == "eagle3" else baseline
+            sent[requests[0]["label"]] = statistics.median(server.delivered_rate(r["prompt_id"]) for r in requests)
+    measured = {k: float(v) for k, v in re.findall(r"^  (baseline|EAGLE-3)\s+([0-9.]+)", result.stdout, re.M)}
+    assert abs(measured["baseline"] / sent["baseline"] - 1) < 0.01
+    assert abs(measured["EAGLE-3"] / sent["eagle3"] - 1) < 0.01
