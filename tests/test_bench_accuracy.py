@@ -6,11 +6,18 @@ handed each chunk to the socket), not the rate it was asked for: the stand-in sc
 chunks at absolute times, so on a busy machine a late wake-up delays a chunk and the next
 ones catch up, and the delivered rate may be above or below the nominal one. Only the
 client is under test, so there is no bound on how far the server strays from its schedule.
+
+The client timestamps a chunk when it reads it; on a machine where busy neighbours hold
+both cores, the client itself is woken late, by tens of milliseconds, which is 1% of a
+short stream. So the client and the stand-in run at a higher priority (nice -10) where
+that is allowed (root, as on CI): the neighbours still compete, but the scheduler no
+longer decides the result. Without the permission the tests run as they are.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -22,6 +29,19 @@ from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
 
 pytestmark = pytest.mark.timing
+
+
+@pytest.fixture(autouse=True, scope="module")
+def ahead_of_busy_neighbours():
+    """nice -10 for this process and the stand-in servers it starts (they inherit it); restored after."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, before - 10)
+    except PermissionError:
+        yield
+        return
+    yield
+    os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def tokens_for(rate: float) -> int:
