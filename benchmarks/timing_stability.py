@@ -29,17 +29,26 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=2, help="busy loops competing for the CPUs")
     args = parser.parse_args()
 
+    # Stopped by SIGTERM or Ctrl-C, it still ends the busy loops and the test run (see finally).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     loops = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(args.busy)]
     failures = 0
     try:
         print(f"{os.cpu_count()} CPUs, {args.busy} busy loops, load before: {os.getloadavg()[0]:.1f}")
         for run in range(1, args.runs + 1):
             start = time.monotonic()
-            result = subprocess.run(
+            tests = subprocess.Popen(
                 [sys.executable, "-m", "pytest", str(REPO / "tests" / "test_bench_accuracy.py"),
                  "-m", "timing", "-q", "-s", "-p", "no:cacheprovider"],
-                capture_output=True, text=True, cwd=REPO,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, start_new_session=True,
             )  # fmt: skip
+            try:
+                stdout, _ = tests.communicate()
+            finally:
+                if tests.poll() is None:  # interrupted: end the run (the stand-ins end with their launcher)
+                    os.killpg(tests.pid, signal.SIGKILL)
+            result = subprocess.CompletedProcess(tests.args, tests.returncode, stdout)
             errors = [float(e) for e in re.findall(r"worst_error=([0-9.]+)", result.stdout)]
             summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
             failures += result.returncode != 0

@@ -51,9 +51,14 @@ def tokens_for(rate: float) -> int:
     return int(min(1200, max(32, rate * 1.5)))
 
 
-@pytest.mark.parametrize("rate", [20, 200, 2000])
-@pytest.mark.parametrize("burst", [1, 4])
-@pytest.mark.parametrize("concurrency", [1, 8])
+# Rates well inside what the client handles on this machine (8 x 2,000 tok/s is its limit
+# here, measured by benchmarks/bench_accuracy.py): these tests check the measurement, not
+# the machine's capacity, and must hold while neighbours compete for the two cores.
+CASES = [(c, burst, rate) for c, rates in ((1, (20, 200, 2000)), (8, (20, 200, 1000))) for rate in rates
+         for burst in (1, 4)]  # fmt: skip
+
+
+@pytest.mark.parametrize("concurrency, burst, rate", CASES)
 def test_decode_rate_within_one_percent_of_what_was_sent(tmp_path, rate, burst, concurrency):
     with fake_server(RATE=rate, BURST=burst, FIRST_DELAY=0.2) as server:
         output = tmp_path / "r.jsonl"
