@@ -58,6 +58,6 @@ def fake_server(*args: str, **env: str):
              **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}},
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, interval=0.05):
+        with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, stop_timeout=10, interval=0.05):
             with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
                 yield FakeServer(url, json.load(response)["fake_true_rate"], send_log)

@@ -56,7 +56,7 @@ def test_waits_for_health_then_notifies_ready(notify_socket, tmp_path):
     process_plan = fake_plan(port, READY_AFTER=1.0, EXIT_AFTER=3.0, SIGNAL_LOG=log)
     start = time.monotonic()
     outcome = launcher.serve(
-        process_plan, f"http://127.0.0.1:{port}/health_generate", 30, log=lambda m: None, interval=0.1
+        process_plan, f"http://127.0.0.1:{port}/health_generate", 30, 10, log=lambda m: None, interval=0.1
     )
     # The fake server becomes healthy after 1 s and then crashes with code 7 at 3 s.
     assert outcome.status is ExitStatus.SERVER_EXITED and "server exited with 7" in outcome.message
@@ -74,6 +74,7 @@ def test_never_ready_times_out_stops_the_child_and_exits_cleanly(notify_socket, 
         fake_plan(port, NEVER_READY=1, SIGNAL_LOG=log),
         f"http://127.0.0.1:{port}/health_generate",
         1.5,
+        10,
         log=lambda m: None,
         interval=0.1,
     )
@@ -92,6 +93,7 @@ def test_child_that_dies_during_load_is_reported(tmp_path):
         fake_plan(port, NEVER_READY=1, EXIT_AFTER=0.5),
         f"http://127.0.0.1:{port}/health_generate",
         30,
+        10,
         log=lambda m: None,
         interval=0.1,
     )
@@ -110,7 +112,7 @@ def test_signals_are_forwarded_to_the_server(tmp_path, sig):
         from sglang_eagle3.launch_plan import LaunchPlan
         plan = LaunchPlan([sys.executable, "-m", "sglang.launch_server", "--port", "{port}"],
                           {{"PYTHONPATH": {str(FAKE_SGLANG)!r}, "FAKE_SGLANG_SIGNAL_LOG": {str(log)!r}}})
-        outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, interval=0.1)
+        outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, 10, interval=0.1)
         print("OUTCOME", int(outcome.status), outcome.message, flush=True)
         sys.exit(outcome.status)
         """

@@ -86,6 +86,7 @@ def test_verify_reports_the_three_states(pristine_tree, patched_tree, tree_copy,
         "0001-kimi-k25-forward-eagle3-methods.patch": "not applied",
         "0002-sm120-torch-symm-mem.patch": "conflict",
         "0003-sm120-flashinfer-allreduce-fusion-opt-in.patch": "not applied",
+        "0005-server-args-hide-api-keys.patch": "not applied",
     }
 
 

@@ -160,7 +160,7 @@ def test_credentials_directory_is_used_under_systemd(tmp_path):
     (tmp_path / "api-key").write_text("k")
     plan = launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     assert plan.env[credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
-    assert launch_plan.build(settings.ServerSettings(), environ={}).api_key_file is None
+    assert launch_plan.build(settings.ServerSettings(), environ={}).key_files == {}
 
 
 def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, monkeypatch):

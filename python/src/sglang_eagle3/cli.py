@@ -172,8 +172,10 @@ def settings_group() -> None:
 @settings_group.command("show")
 @settings_options
 def settings_show(config, assignments, profile) -> None:
-    """The effective settings as JSON (after file, environment, --set and profile)."""
-    click.echo(load_settings(config, assignments, profile).model_dump_json(indent=2))
+    """The effective settings as JSON (after file, environment, --set and profile); secrets masked."""
+    shown = load_settings(config, assignments, profile).model_dump(mode="json")
+    shown["environment"] = credentials.masked_env(shown["environment"])
+    click.echo(json.dumps(shown, indent=2))
 
 
 @settings_group.command("schema")
@@ -232,9 +234,10 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
     click.echo(f"starting: {plan.shell()}")
-    outcome = launcher.serve(plan, launch_plan.health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
-    if outcome.status is not ExitStatus.OK:
-        click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
+    outcome = launcher.serve(
+        plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
+    )
+    click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
     sys.exit(outcome.status)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -57,6 +58,40 @@ def _describe_os_error(err: OSError | UnicodeError) -> str:
         return f"a file is not UTF-8 text ({err}); give a text file"
     where = f"{err.filename}: " if err.filename else ""
     return f"{where}{err.strerror or err}; check the path and its permissions"
+
+
+class FiniteFloat(click.ParamType):
+    """A finite number above ``minimum`` (click's FloatRange lets nan and inf through)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float, inclusive: bool):
+        self.minimum, self.inclusive = minimum, inclusive
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if number < self.minimum or (number == self.minimum and not self.inclusive):
+            bound = ">=" if self.inclusive else ">"
+            self.fail(f"{value!r} must be {bound} {self.minimum:g}", param, ctx)
+        return number
+
+
+def writable_file(path: Path) -> Path:
+    """``path`` if a results file can be written there (its directory is created); else BadInput."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInput(f"cannot create the directory {path.parent} for {path}: {err.strerror}") from None
+    if path.is_dir():
+        raise BadInput(f"{path} is a directory; give a file name for the results")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise BadInput(f"cannot write {path}: permission denied; choose another --output")
+    return path
 
 
 def settings_options(func):

@@ -1,9 +1,9 @@
 """The launch plan: settings -> the exact SGLang command line and environment.
 
 SGLang's own entry point is ``python -m sglang.launch_server ARGS``. When an API key
-is configured the launcher starts ``python -m sglang_eagle3.sglang_main ARGS`` instead:
-the same entry point, which reads the key from a file so it never appears in argv,
-in the environment or in logs (see sglang_main.py and credentials.py).
+(or the admin key) is configured the launcher starts ``python -m sglang_eagle3.sglang_main
+ARGS`` instead: the same entry point, which reads the keys from their files, so they never
+appear in argv, in the environment or in logs (see sglang_main.py and credentials.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def sglang_args(settings: ServerSettings) -> list[str]:
 class LaunchPlan:
     argv: list[str]
     env: dict[str, str]  # only what the launcher adds to the inherited environment
-    api_key_file: Path | None = None
+    key_files: dict[str, Path] = field(default_factory=dict)  # SGLang's secret field -> the file holding it
     sglang_argv: list[str] = field(default_factory=list)  # the equivalent python -m sglang.launch_server argv
 
     def shell(self) -> str:
@@ -50,12 +50,16 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
     environ = os.environ if environ is None else environ
     args = sglang_args(settings)
     env = dict(settings.environment)
-    key_file = credentials.api_key_file(settings, environ)
     sglang_argv = [python, "-m", "sglang.launch_server", *args]
-    if key_file is None:
-        return LaunchPlan(sglang_argv, env, None, sglang_argv)
-    env[credentials.API_KEY_FILE_ENV] = str(key_file)
-    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_file, sglang_argv)
+    key_files = {}
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
+        if path is not None:
+            key_files[secret.field] = path
+            env[secret.env] = str(path)  # the path, never the key
+    if not key_files:
+        return LaunchPlan(sglang_argv, env, {}, sglang_argv)
+    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_files, sglang_argv)
 
 
 def base_url(settings: ServerSettings) -> str:

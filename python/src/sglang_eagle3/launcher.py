@@ -1,9 +1,13 @@
-"""Start SGLang, wait until it is ready, tell systemd, stop it gracefully.
+"""Start SGLang, wait until it is ready, tell systemd, stop it within the grace period.
 
-The launcher stays SGLang's parent: it forwards SIGINT/SIGTERM to the server's process
-group, polls /health_generate (which answers 200 only once a token can be generated),
-and, when systemd started it with NOTIFY_SOCKET (Type=notify), sends READY=1 once the
-server is healthy and STOPPING=1 on shutdown.
+The launcher stays SGLang's parent: it starts the server in its own process group,
+polls /health_generate (which answers 200 only once a token can be generated) and,
+when systemd started it with NOTIFY_SOCKET (Type=notify), sends READY=1 once the server
+is healthy and STOPPING=1 on shutdown.
+
+Stopping: SIGTERM or SIGINT, while the model loads or after, is forwarded to the server's
+process group at once; the server gets `stop_timeout` seconds (a setting) to exit, then
+what is left of the group is killed (SIGKILL). A second signal kills at once.
 """
 
 from __future__ import annotations
@@ -22,8 +26,6 @@ from dataclasses import dataclass
 
 from .exit_status import ExitStatus
 from .launch_plan import LaunchPlan
-
-STOP_GRACE_SECONDS = 60  # SGLang drains and frees GPU memory; then SIGKILL
 
 
 def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
@@ -91,18 +93,23 @@ def describe_exit(returncode: int) -> str:
     return f"exited with {returncode}"
 
 
-def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = STOP_GRACE_SECONDS) -> int:
-    """Signal the server's process group, wait, then kill what is left."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def signal_group(process: subprocess.Popen, sig: int) -> None:
+    """Send sig to the server's process group (SGLang's scheduler and detokenizer are in it)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def stop(process: subprocess.Popen, grace: float, sig: int | None = signal.SIGTERM) -> int:
+    """Signal the server's group (sig None: it was signalled already), wait `grace` s, then SIGKILL the rest."""
+    if process.poll() is None and sig is not None:
+        signal_group(process, sig)
+    try:
+        process.wait(max(0.0, grace))
+    except subprocess.TimeoutExpired:
+        signal_group(process, signal.SIGKILL)
+        process.wait()
+    # The leader is gone; children that outlived it (or ignored the signal) go with it.
+    signal_group(process, signal.SIGKILL)
     return process.returncode
 
 
@@ -116,7 +123,9 @@ class NotReady(Exception):
 
 
 @contextlib.contextmanager
-def running(plan: LaunchPlan, health_url: str, ready_timeout: float, interval: float = 2.0, progress=None):
+def running(
+    plan: LaunchPlan, health_url: str, ready_timeout: float, stop_timeout: float, interval: float = 2.0, progress=None
+):
     """The server, started and healthy, for the duration of the block; stopped afterwards."""
     process = start(plan)
     try:
@@ -127,7 +136,7 @@ def running(plan: LaunchPlan, health_url: str, ready_timeout: float, interval: f
             raise NotReady(f"server not ready after {ready_timeout:.0f}s")
         yield process
     finally:
-        stop(process)
+        stop(process, stop_timeout)
 
 
 def stopped(signum: int, when: str = "") -> ServeOutcome:
@@ -136,20 +145,53 @@ def stopped(signum: int, when: str = "") -> ServeOutcome:
     return ServeOutcome(status, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))
 
 
-def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, interval: float = 2.0) -> ServeOutcome:
+class _StopRequested(Exception):
+    """Raised by the signal handler to leave a blocking wait (like KeyboardInterrupt)."""
+
+
+class _StopOnSignal:
+    """SIGTERM/SIGINT handler for `serve`: forward to the server's group, remember when, leave the wait."""
+
+    def __init__(self, process: subprocess.Popen, stop_timeout: float, log):
+        self.process, self.stop_timeout, self.log = process, stop_timeout, log
+        self.signum: int | None = None
+        self.at = 0.0
+        self.interruptible = False  # True only inside the waits below
+
+    def __call__(self, signum, _frame):
+        if self.signum is not None:  # a second signal: no more waiting
+            signal_group(self.process, signal.SIGKILL)
+        else:
+            self.signum, self.at = signum, time.monotonic()
+            signal_group(self.process, signum)
+            sd_notify("STOPPING=1")
+            self.log(f"{signal.Signals(signum).name}: stopping the server (killed after {self.stop_timeout:g}s)")
+        if self.interruptible:
+            self.interruptible = False
+            raise _StopRequested
+
+    @contextlib.contextmanager
+    def wait(self):
+        """A blocking wait that a stop request ends at once."""
+        self.interruptible = True
+        try:
+            if self.signum is not None:  # arrived just before
+                raise _StopRequested
+            yield
+        finally:
+            self.interruptible = False
+
+    def remaining(self) -> float:
+        return self.stop_timeout - (time.monotonic() - self.at)
+
+
+def serve(
+    plan: LaunchPlan, health_url: str, ready_timeout: float, stop_timeout: float, log=print, interval: float = 2.0
+) -> ServeOutcome:
     """Run the server in the foreground until it exits or we are told to stop."""
     process = start(plan)
-    stopping = {"signal": None}
-
-    def forward(signum, _frame):
-        stopping["signal"] = signum
-        sd_notify("STOPPING=1")
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    on_signal = _StopOnSignal(process, stop_timeout, log)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         last_note = [0.0]
 
@@ -159,30 +201,37 @@ def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, in
                 log(f"waiting for {health_url}: {elapsed:.0f}s of {ready_timeout:.0f}s")
                 sd_notify(f"STATUS=loading, {elapsed:.0f}s")
 
-        readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
-        if stopping["signal"] is not None:
-            stop(process)
-            return stopped(stopping["signal"], "before the server was ready")
+        readiness = None
+        try:
+            with on_signal.wait():
+                readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+            if readiness is Readiness.READY:
+                sd_notify("READY=1\nSTATUS=serving")
+                log(f"ready: {health_url}")
+                with on_signal.wait():
+                    code = process.wait()
+                return ServeOutcome(ExitStatus.SERVER_EXITED, f"server {describe_exit(code)}; see its log above")
+        except _StopRequested:
+            pass
+        if on_signal.signum is not None:
+            stop(process, on_signal.remaining(), sig=None)  # the handler signalled the group already
+            outcome = stopped(on_signal.signum, "" if readiness is Readiness.READY else "before the server was ready")
+            if process.returncode == -signal.SIGKILL:
+                outcome.message += f"; it did not exit within {stop_timeout:g}s and was killed"
+            return outcome
         if readiness is Readiness.TIMED_OUT:
             sd_notify("STOPPING=1")
-            stop(process)
+            stop(process, stop_timeout)
             return ServeOutcome(
                 ExitStatus.NOT_READY, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)"
             )
-        if readiness is Readiness.EXITED:
-            return ServeOutcome(
-                ExitStatus.SERVER_EXITED,
-                f"server {describe_exit(process.returncode)} before it was ready; see its log above",
-            )
-        sd_notify("READY=1\nSTATUS=serving")
-        log(f"ready: {health_url}")
-        code = process.wait()
-        if stopping["signal"] is not None:
-            return stopped(stopping["signal"])
-        return ServeOutcome(ExitStatus.SERVER_EXITED, f"server {describe_exit(code)}; see its log above")
+        return ServeOutcome(
+            ExitStatus.SERVER_EXITED,
+            f"server {describe_exit(process.returncode)} before it was ready; see its log above",
+        )
     finally:
         if process.poll() is None:
-            stop(process)
+            stop(process, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)
         sys.stdout.flush()

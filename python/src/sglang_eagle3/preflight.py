@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import probe, sglang_source
+from . import credentials, probe, sglang_source
 from .settings import ServerSettings, field_flag
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
@@ -225,9 +225,19 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
     if settings.speculative_algorithm:
         check_model_dir(result, "draft model", settings.speculative_draft_model_path)
     check_port(result, settings.host, settings.port)
-    if settings.api_key_file is not None and not Path(settings.api_key_file).is_file():
-        result.add("api key", CheckStatus.FAIL, f"api_key_file {settings.api_key_file} does not exist")
+    check_key_files(result, settings, os.environ)
     return result
+
+
+def check_key_files(result: Preflight, settings: ServerSettings, environ) -> None:
+    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
+        if path is None:
+            continue
+        problem = credentials.check_key_file(path, secret.setting)
+        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
+        result.add(name, CheckStatus.FAIL if problem else CheckStatus.OK, problem or f"{path} (the key is not shown)")
 
 
 def _architecture(settings: ServerSettings) -> str:

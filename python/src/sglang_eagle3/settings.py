@@ -21,13 +21,16 @@ Where values come from, later wins:
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
+
+from .credentials import SECRET_ARGS, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
@@ -62,7 +65,11 @@ def _schema_flags(schema: dict, model: type[BaseModel]) -> None:
 class ServerSettings(BaseModel):
     """Settings of one SGLang server started by `sglang-eagle3 serve`."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_flags)
+    # Strict where lax parsing would guess: no inf/nan, and numbers are numbers (StrictInt, StrictFloat:
+    # `--set tp_size=true` is an error, not 1).
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, allow_inf_nan=False, json_schema_extra=_schema_flags
+    )
 
     # -- the model ---------------------------------------------------------------------
     model_path: str = Field(
@@ -71,7 +78,7 @@ class ServerSettings(BaseModel):
     )
     served_model_name: str | None = Field(None, description="Model name reported by the API (default: model_path).")
     trust_remote_code: bool = Field(True, description="Allow the model's own code from the hub (Kimi-K2.5 needs it).")
-    context_length: int | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
+    context_length: StrictInt | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
 
     # -- speculative decoding ------------------------------------------------------------
     speculative_algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = Field(
@@ -80,9 +87,9 @@ class ServerSettings(BaseModel):
     speculative_draft_model_path: str | None = Field(
         "AQ-MedAI/Kimi-K25-eagle3", description="EAGLE-3 draft model (Llama architecture): hub id or local directory."
     )
-    speculative_num_steps: int = Field(3, ge=1, description="Draft steps per verification.")
-    speculative_eagle_topk: int = Field(1, ge=1, description="Branching factor of the draft tree (1 = a chain).")
-    speculative_num_draft_tokens: int = Field(
+    speculative_num_steps: StrictInt = Field(3, ge=1, description="Draft steps per verification.")
+    speculative_eagle_topk: StrictInt = Field(1, ge=1, description="Branching factor of the draft tree (1 = a chain).")
+    speculative_num_draft_tokens: StrictInt = Field(
         4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1."
     )
     speculative_draft_attention_backend: str | None = Field(
@@ -90,15 +97,15 @@ class ServerSettings(BaseModel):
     )
 
     # -- parallelism and memory -----------------------------------------------------------
-    tp_size: int = Field(8, ge=1, description="Tensor parallel size: GPUs per model replica.")
-    nnodes: int = Field(1, ge=1, description="Number of hosts the model spans.")
-    node_rank: int = Field(0, ge=0, description="This host's rank among nnodes.")
+    tp_size: StrictInt = Field(8, ge=1, description="Tensor parallel size: GPUs per model replica.")
+    nnodes: StrictInt = Field(1, ge=1, description="Number of hosts the model spans.")
+    node_rank: StrictInt = Field(0, ge=0, description="This host's rank among nnodes.")
     dist_init_addr: str | None = Field(None, description="host:port of node 0 for multi-host rendezvous.")
-    mem_fraction_static: float | None = Field(
+    mem_fraction_static: StrictFloat | None = Field(
         None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache."
     )
-    cuda_graph_max_bs: int | None = Field(None, ge=1, description="Largest batch size captured in CUDA graphs.")
-    max_running_requests: int | None = Field(
+    cuda_graph_max_bs: StrictInt | None = Field(None, ge=1, description="Largest batch size captured in CUDA graphs.")
+    max_running_requests: StrictInt | None = Field(
         None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation)."
     )
 
@@ -113,13 +120,17 @@ class ServerSettings(BaseModel):
 
     # -- serving ---------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port.")
+    port: StrictInt = Field(30000, ge=1, le=65535, description="HTTP port.")
     enable_metrics: bool = Field(True, description="Prometheus metrics at /metrics (acceptance length gauges).")
 
     # -- the launcher's own (LAUNCHER_ONLY: not SGLang arguments) ------------------------------
     api_key_file: Path | None = Field(
-        None, description="File holding the API key (never the key itself). Under systemd, "
+        None, description="File holding the API key (never the key itself; mode 600). Under systemd, "
         "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
+    )  # fmt: skip
+    admin_api_key_file: Path | None = Field(
+        None, description="File holding the admin API key of SGLang's management endpoints (mode 600). Under "
+        "systemd, $CREDENTIALS_DIRECTORY/admin-api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
     )  # fmt: skip
     extra_args: list[str] = Field(
         default_factory=list,
@@ -131,10 +142,30 @@ class ServerSettings(BaseModel):
         description="Extra environment variables for the server process.",
         json_schema_extra=LAUNCHER_ONLY,
     )
-    ready_timeout: float = Field(
-        3600, gt=0, description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
-        json_schema_extra=LAUNCHER_ONLY,
+    ready_timeout: StrictFloat = Field(
+        3600, gt=0, le=7 * 86400, json_schema_extra=LAUNCHER_ONLY,
+        description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
     )  # fmt: skip
+    stop_timeout: StrictFloat = Field(
+        60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,
+        description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
+    )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, values: Any) -> Any:
+        def has_nul(value: Any) -> bool:
+            if isinstance(value, dict):
+                return any(has_nul(k) or has_nul(v) for k, v in value.items())
+            if isinstance(value, list):
+                return any(has_nul(v) for v in value)
+            return "\0" in str(value)
+
+        if isinstance(values, dict):
+            for name, value in values.items():
+                if has_nul(value):
+                    raise ValueError(f"{name}: contains a NUL character")
+        return values
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerSettings:
@@ -168,8 +199,17 @@ class ServerSettings(BaseModel):
             raise ValueError("dist_init_addr: more than one node needs the rendezvous address host:port of node 0")
         if self.tp_size % self.nnodes:
             raise ValueError(f"tp_size: {self.tp_size} must split evenly over nnodes ({self.nnodes})")
-        if any(a.split("=", 1)[0] == "--api-key" for a in self.extra_args):
-            raise ValueError("extra_args: do not pass --api-key (it would show in process lists); use api_key_file")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError("dist_init_addr: expected host:port of node 0, e.g. 10.0.0.1:50000")
+        for arg in self.extra_args:
+            if secret := secret_flag_in(arg):
+                # The message names the flag only: the next argument may be the key.
+                raise ValueError(
+                    f"extra_args: do not pass {secret.flag} (it would show in process lists and logs); "
+                    f"put the key in a file (chmod 600) and set {secret.setting}"
+                )
         return self
 
     @property
@@ -184,19 +224,38 @@ def field_flag(name: str) -> str | None:
     return "--" + name.replace("_", "-")
 
 
-def _parse_value(raw: str) -> Any:
-    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text."""
+def _parse_value(name: str, raw: str) -> Any:
+    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text.
+
+    A text setting keeps its text: `served_model_name=1234` is the name "1234".
+    """
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except json.JSONDecodeError:
         return raw
+    if isinstance(value, (bool, int, float)) and _takes_text(name):
+        return raw
+    return value
+
+
+@functools.cache
+def _takes_text(name: str) -> bool:
+    prop = ServerSettings.model_json_schema()["properties"][name]
+    return any(v.get("type") == "string" for v in prop.get("anyOf", [prop]))
 
 
 def _check_keys(keys, source: str) -> None:
     known = list(ServerSettings.model_fields)
     for key in keys:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+            secret = next((s for s in SECRET_ARGS if key == s.field), None)
+            if secret is not None:
+                raise SettingsError(
+                    f"{source}: the key itself is never a setting (it would show in files, process lists and "
+                    f"logs); put it in a file (chmod 600) and set {secret.setting}, or under systemd use "
+                    f"LoadCredential={secret.credential}:FILE"
+                )
+            close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known settings: {', '.join(known)}"
             raise SettingsError(f"{source}: unknown setting {key!r}{hint}")
 
@@ -225,18 +284,19 @@ def from_environment(environ: dict[str, str]) -> dict:
             if name in NOT_SETTINGS:
                 continue
             _check_keys([name], f"environment variable {key}")
-            values[name] = _parse_value(raw)
+            values[name] = _parse_value(name, raw)
     return values
 
 
 def from_assignments(assignments: list[str]) -> dict:
     values = {}
     for item in assignments:
+        # Messages show the field, never the value: it may be a secret typed in the wrong place.
         if "=" not in item:
-            raise SettingsError(f"--set {item!r}: expected field=value, e.g. --set tp_size=4")
+            raise SettingsError("--set expects field=value, e.g. --set tp_size=4")
         key, raw = item.split("=", 1)
-        _check_keys([key.strip()], f"--set {item}")
-        values[key.strip()] = _parse_value(raw)
+        _check_keys([key.strip()], f"--set {key.strip()}=...")
+        values[key.strip()] = _parse_value(key.strip(), raw)
     return values
 
 
@@ -269,7 +329,9 @@ def describe(err: ValidationError) -> str:
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         message = e["msg"].removeprefix("Value error, ")
-        got = f" (got {e['input']!r})" if where and "input" in e and not isinstance(e["input"], dict) else ""
+        # The value is shown for plain fields only: extra_args and environment may hold secrets.
+        plain = where and where.split(".")[0] not in ("extra_args", "environment")
+        got = f" (got {e['input']!r})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
         lines.append(f"{where}: {message}{got}" if where else message)
     return "invalid settings:\n  " + "\n  ".join(lines)
 

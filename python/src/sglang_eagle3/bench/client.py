@@ -210,6 +210,14 @@ async def identify(client: aiohttp.ClientSession, api: str) -> dict:
             status, info = await _get_json(client, "/get_model_info")
     except (aiohttp.ClientError, TimeoutError) as err:
         raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip()) from None
+    if status == 401:
+        has_key = "Authorization" in client.headers
+        raise BenchError(
+            f"{base} rejected the API key (HTTP 401); check --api-key-file"
+            if has_key
+            else f"{base} requires an API key (HTTP 401): give --api-key-file FILE "
+            "(or run with $CREDENTIALS_DIRECTORY/api-key)"
+        )
     if status != 200:
         raise BenchError(
             f"{base} does not look like an SGLang server: /model_info answered "

@@ -60,8 +60,9 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
             config = RunConfig(**{**template.__dict__, "url": url, "label": point.label, "output": results})
             log(f"{point.label}: starting the server")
             try:
-                with launcher.running(launch_plan.build(point.settings), launch_plan.health_url(point.settings),
-                                      point.settings.ready_timeout, interval=0.5):  # fmt: skip
+                s = point.settings
+                plan, health = launch_plan.build(s), launch_plan.health_url(s)
+                with launcher.running(plan, health, s.ready_timeout, s.stop_timeout, interval=0.5):
                     outcome = run(config, on_result=on_result)
                 if outcome.interrupted:
                     log("interrupted: the points measured so far are kept")

@@ -14,6 +14,9 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
   FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
                             the CLOCK_MONOTONIC time each chunk was handed to the socket
+  FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" as SGLang's --api-key does (401 without,
+                            /health* exempt); /server_info then also shows api_key, as unpatched 0.5.9 does
+  FAKE_SGLANG_IGNORE_STOP   log SIGTERM/SIGINT but go on (a server that does not stop when asked)
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
 draft tokens) with one clear best point, so sweeps have something to find.
@@ -48,6 +51,7 @@ READY_AFTER = float(env.get("FAKE_SGLANG_READY_AFTER", 0))
 FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFTER") else None
 DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
 SEND_LOG = env.get("FAKE_SGLANG_SEND_LOG")
+API_KEY = open(env["FAKE_SGLANG_API_KEY_FILE"]).read().strip() if env.get("FAKE_SGLANG_API_KEY_FILE") else None
 
 if args.speculative_algorithm:
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
@@ -93,7 +97,7 @@ def openai_chunk(done: int, total: int, final: bool) -> dict:
 
 
 def response(code: int, body: bytes = b"", content_type: str = "application/json") -> bytes:
-    reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+    reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}[code]
     head = f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
     return (head + "Connection: close\r\n\r\n").encode() + body
 
@@ -106,7 +110,7 @@ def get(path: str) -> bytes:
     if path in ("/server_info", "/get_server_info"):
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
         body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
-                "fake_true_rate": RATE, "fake_burst": BURST}  # fmt: skip
+                "fake_true_rate": RATE, "fake_burst": BURST, **({"api_key": API_KEY} if API_KEY else {})}  # fmt: skip
         return response(200, json.dumps(body).encode())
     if path == "/v1/models":
         return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
@@ -147,13 +151,17 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         if not request_line:
             return
         method, path, _ = request_line.split(" ", 2)
-        length = 0
+        length, authorization = 0, None
         while (line := (await reader.readline()).decode().strip()) != "":
             name, _, value = line.partition(":")
             if name.lower() == "content-length":
                 length = int(value)
+            if name.lower() == "authorization":
+                authorization = value.strip()
         body = json.loads(await reader.readexactly(length)) if length else {}
-        if method == "GET":
+        if API_KEY and not path.startswith("/health") and authorization != f"Bearer {API_KEY}":
+            writer.write(response(401, b'{"error": "Unauthorized"}'))
+        elif method == "GET":
             writer.write(get(path))
         elif path == "/generate":
             await stream(writer, body.get("text", ""), body.get("sampling_params", {}).get("max_new_tokens", 16),
@@ -179,7 +187,8 @@ async def main() -> None:
         if env.get("FAKE_SGLANG_SIGNAL_LOG"):
             with open(env["FAKE_SGLANG_SIGNAL_LOG"], "a") as f:
                 f.write(signal.Signals(signum).name + "\n")
-        stop.set()
+        if not env.get("FAKE_SGLANG_IGNORE_STOP"):
+            stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
