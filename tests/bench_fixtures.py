@@ -59,5 +59,8 @@ def fake_server(*args: str, **env: str):
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, stop_timeout=10, interval=0.05):
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
+            key_file = env.get("API_KEY_FILE")
+            headers = {"Authorization": f"Bearer {Path(key_file).read_text().strip()}"} if key_file else {}
+            request = urllib.request.Request(f"{url}/server_info", headers=headers)
+            with urllib.request.urlopen(request, timeout=5) as response:
                 yield FakeServer(url, json.load(response)["fake_true_rate"], send_log)

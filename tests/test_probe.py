@@ -140,8 +140,8 @@ def test_bad_inputs_get_clear_messages(pristine_tree, tmp_path, run_cli):
     result = run_cli("probe", "--target", str(tmp_path))
     assert result.returncode == 2 and "does not contain an SGLang source tree" in result.stderr
     result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", "sm120")
-    assert result.returncode == 2 and "not of the form 12.0" in result.stderr
+    assert result.returncode == 2 and "is not of the form 12.0" in result.stderr
     result = run_cli("probe", "--target", str(pristine_tree), "--arch", "KimiK25ForConditionalGen")
-    assert result.returncode == 1 and "no class KimiK25ForConditionalGen" in result.stdout
-    assert "did you mean KimiK25ForConditionalGeneration" in result.stdout
+    assert result.returncode == 2 and "no class KimiK25ForConditionalGen" in result.stderr
+    assert "did you mean KimiK25ForConditionalGeneration" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr

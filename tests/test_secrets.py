@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import sglang_eagle3
-from bench_fixtures import free_port
+from bench_fixtures import fake_server, free_port
 from conftest import STAND_INS
 from processes import descendants
 from test_preflight import fake_nvidia_smi
@@ -168,3 +168,157 @@ def test_the_same_launch_on_pristine_sglang_logs_the_key(tmp_path, pristine_tree
     assert f"api_key='{api}'".encode() in line
     # Only there: the launcher kept it out of argv and the environment of every process.
     assert all(api.encode() not in c + e for c, e in processes.values())
+
+
+# -- patch 0005 on its own: the pristine and the patched tree, side by side -------------------------
+
+SERVER_ARGS_DRIVER = """
+import ast, dataclasses, json, pathlib, sys
+import sglang
+from sglang.srt.server_args import ServerArgs
+ServerArgs.__post_init__ = lambda self: None  # it probes for an accelerator; not what is under test
+args = ServerArgs(model_path="m", api_key=sys.argv[1], admin_api_key=sys.argv[2])
+srt = pathlib.Path(sglang.__file__).parent / "srt"
+published = []  # calls that turn the whole server args into a dict: asdict(server_args), vars(...)
+for path in srt.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("dataclasses.asdict", "asdict", "vars"):
+            if node.args and "server_args" in ast.unparse(node.args[0]):
+                published.append(f"{path.relative_to(srt)}:{node.lineno}")
+public = args.public_dict() if hasattr(args, "public_dict") else None
+print(json.dumps({"repr": repr(args), "public": public, "published": published}))
+"""
+
+
+def server_args_facts(tree: Path, api: str, admin: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(STAND_INS)])}
+    result = subprocess.run([sys.executable, "-c", SERVER_ARGS_DRIVER, api, admin], capture_output=True, text=True,
+                            env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_patch_0005_hides_the_keys_from_repr_and_the_info_endpoints(pristine_tree, patched_tree, keys):
+    api, admin = keys
+    pristine = server_args_facts(pristine_tree, api, admin)
+    assert api in pristine["repr"] and admin in pristine["repr"]  # what SGLang 0.5.9 logs
+    assert len(pristine["published"]) >= 4  # /server_info, Engine, gRPC, /set_internal_state
+    patched = server_args_facts(patched_tree, api, admin)
+    assert api not in patched["repr"] and admin not in patched["repr"]
+    assert "model_path='m'" in patched["repr"]  # the rest is still logged
+    assert patched["published"] == []  # every info endpoint goes through public_dict()
+    assert "api_key" not in patched["public"] and "admin_api_key" not in patched["public"]
+    assert patched["public"]["model_path"] == "m"
+
+
+# -- key files, in preflight and in bench -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_text(""), "is empty; write the key into it"),
+        (lambda p: p.write_text("  \n"), "is empty"),
+        (lambda p: (p.write_text("k-1"), p.chmod(0o644)), "chmod 600"),
+        (lambda p: (p.write_text("k-1"), p.chmod(0o640)), "chmod 600"),
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: None, "does not exist"),
+        (lambda p: p.write_text("k-1\nk-2\n"), "on one line"),
+        (lambda p: p.write_text("k 1"), "without spaces"),
+        (lambda p: p.write_bytes(b"k\xff"), "printable ASCII"),
+    ],
+    ids=["empty", "blank", "world-readable", "group-readable", "directory", "missing", "two-lines", "space",
+         "binary"],
+)  # fmt: skip
+def test_preflight_rejects_unusable_key_files(tmp_path, run_cli, patched_tree, make, message):
+    key = tmp_path / "api.key"
+    make(key)
+    if key.is_file() and message != "chmod 600":
+        key.chmod(0o600)
+    for setting in ("api_key_file", "admin_api_key_file"):
+        result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"{setting}={key}")
+        assert result.returncode == 1
+        line = next(x for x in result.stdout.splitlines() if x.startswith("[FAIL]") and str(key) in x)
+        assert message in line and setting in line
+        assert "k-1" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root reads every file: an unreadable key file needs another user")
+def test_preflight_rejects_an_unreadable_key_file(tmp_path, run_cli, patched_tree):
+    key = tmp_path / "api.key"
+    key.write_text("k-1")
+    key.chmod(0o000)
+    result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"api_key_file={key}")
+    assert result.returncode == 1 and "cannot be read by this user" in result.stdout
+
+
+SECRET = "sk-do-not-print-4711"
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (["settings", "show", "--set", f"api_key={SECRET}"], {}),
+        (["settings", "show", "--set", f"admin_api_key={SECRET}"], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--api-key", "{SECRET}"]'], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--admin-api-key={SECRET}"]'], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--api_key", "{SECRET}"]'], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--api-k", "{SECRET}"]'], {}),
+        (["serve", "--dry-run", "--set", f"extra_args=--api-key {SECRET}"], {}),
+        (["serve", "--dry-run", "--set", f"environment=HF_TOKEN={SECRET}"], {}),
+        (["settings", "show", "--set", SECRET], {}),
+        (["settings", "show", "--set", f"api-key={SECRET}"], {}),
+        (["settings", "show"], {"SGLANG_EAGLE3_API_KEY": SECRET}),
+        (["settings", "show"], {"SGLANG_EAGLE3_ADMIN_API_KEY": SECRET}),
+        (["settings", "show", "--set", f'environment={{"HF_TOKEN": "{SECRET}"}}'], {}),
+        (["serve", "--dry-run", "--set", f'environment={{"MY_SECRET": "{SECRET}"}}'], {}),
+        (["serve", "--dry-run", "--json", "--set", f'environment={{"API_KEY": "{SECRET}"}}'], {}),
+    ],
+)
+def test_a_key_typed_in_the_wrong_place_is_never_echoed(run_cli, args, env):
+    result = run_cli(*args, env=env)
+    assert SECRET not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    if "environment={" not in " ".join(args):  # those are legal settings (shown masked); the rest are refused
+        assert result.returncode == 2, result.stderr
+
+
+def test_a_key_in_the_settings_file_is_refused_without_echo(tmp_path, run_cli):
+    for name, text in (("s.toml", f'api_key = "{SECRET}"\n'), ("s.json", json.dumps({"admin_api_key": SECRET}))):
+        (tmp_path / name).write_text(text)
+        result = run_cli("settings", "show", "--config", str(tmp_path / name))
+        assert result.returncode == 2 and "put it in a file (chmod 600)" in result.stderr
+        assert SECRET not in result.stdout + result.stderr
+
+
+def test_bench_sends_the_key_and_keeps_it_out_of_the_results(tmp_path, run_cli, keys):
+    api, _ = keys
+    key = private_file(tmp_path / "api.key", api + "\n")
+    wrong = private_file(tmp_path / "wrong.key", "sk-wrong")
+    with fake_server(RATE=400, API_KEY_FILE=str(key)) as server:  # answers 401 without the key, as SGLang does
+        base = ["bench", "run", "--url", server.url, "--requests", "2", "--warmup", "0", "--max-tokens", "16",
+                "--no-plot"]  # fmt: skip
+        result = run_cli(*base, "--output", str(tmp_path / "none.jsonl"))
+        assert result.returncode == 2 and "requires an API key (HTTP 401): give --api-key-file" in result.stderr
+        result = run_cli(*base, "--output", str(tmp_path / "wrong.jsonl"), "--api-key-file", str(wrong))
+        assert result.returncode == 2 and "rejected the API key" in result.stderr
+        result = run_cli(*base, "--output", str(tmp_path / "file.jsonl"), "--api-key-file", str(key))
+        assert result.returncode == 0, result.stderr
+        credentials = tmp_path / "credentials"
+        credentials.mkdir()
+        private_file(credentials / "api-key", api)
+        result = run_cli(
+            *base, "--output", str(tmp_path / "systemd.jsonl"), env={"CREDENTIALS_DIRECTORY": str(credentials)}
+        )
+        assert result.returncode == 0, result.stderr
+    for name in ("file.jsonl", "systemd.jsonl"):
+        text = (tmp_path / name).read_text()
+        assert api not in text
+        records = [json.loads(line) for line in text.splitlines()]
+        assert sum(r["type"] == "request" and r["ok"] for r in records) == 2
+        info = next(r for r in records if r["type"] == "server_info")
+        assert "api_key" not in json.dumps(info["raw"])  # dropped, also from the internal states
+        assert info["raw"]["fake_true_rate"] == 400  # the rest kept
+    key.chmod(0o644)
+    result = run_cli(*base, "--api-key-file", str(key), "--output", str(tmp_path / "x.jsonl"))
+    assert result.returncode == 2 and f"chmod 600 {key}" in result.stderr and api not in result.stderr

@@ -20,7 +20,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from .source_index import SourceIndex
+from .source_index import SourceIndex, SourceLayoutError, expect
 
 SYMM_MEM_FLAG = "--enable-torch-symm-mem"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
@@ -105,9 +105,17 @@ def _sm_majors(index: SourceIndex, function_name: str) -> list[int]:
 def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
     comm_dir = index.tree.srt / "distributed" / "device_communicators"
     utils_path, comm_path = comm_dir / "all_reduce_utils.py", comm_dir / "torch_symm_mem.py"
-    sizes = _constants(index.module(utils_path).body)["TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"]
-    cls = index.find_class_in(comm_path, "TorchSymmMemCommunicator")
-    multimem = _constants(cls.body)["_WORLD_SIZES_MULTIMEM"]
+    sizes = expect(
+        _constants(index.module(utils_path).body).get("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"),
+        f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES in {index.rel(utils_path)}",
+    )
+    cls = expect(
+        index.find_class_in(comm_path, "TorchSymmMemCommunicator"),
+        f"TorchSymmMemCommunicator in {index.rel(comm_path)}",
+    )
+    multimem = expect(
+        _constants(cls.body).get("_WORLD_SIZES_MULTIMEM"), "TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM"
+    )
     minimum = next(
         (
             n.comparators[0].value
@@ -122,7 +130,8 @@ def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, request
 
     def line(table: str) -> str:
         lineno = next(
-            n.lineno for n in ast.walk(cls) if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table)
+            (n.lineno for n in ast.walk(cls) if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table)),
+            cls.lineno,
         )
         return f"{index.rel(comm_path)}:{lineno}"
 
@@ -170,9 +179,11 @@ def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, request
 def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | None]:
     """Majors FlashInfer's TRT-LLM comm module is compiled for, if FlashInfer sits beside SGLang."""
     comm = index.tree.root / "flashinfer" / "jit" / "comm.py"
-    if not comm.is_file():
+    try:
+        module = index.module(comm)
+    except SourceLayoutError:  # no FlashInfer beside SGLang, or not one this tool can read
         return None, None
-    for node in ast.walk(ast.parse(comm.read_text())):
+    for node in ast.walk(module):
         if isinstance(node, ast.FunctionDef) and node.name == "gen_trtllm_comm_module":
             for kw in (k for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords):
                 if kw.arg == "supported_major_versions":
@@ -183,18 +194,25 @@ def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | 
 def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
-    gate = next(
-        n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
+    gate = expect(
+        next(
+            (
+                n
+                for n in module.body
+                if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
+            ),
+            None,
+        ),
+        f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}",
     )
     module_assigns = _assignments(module.body)
     gate_majors: set[int] = set()
     for name in {
         n.id for n in ast.walk(gate) if isinstance(n, ast.Name) and re.fullmatch(r"_is_sm\d+_supported", n.id)
     }:
+        assignment = expect(module_assigns.get(name), f"{name} = ... in {index.rel(comm_path)}")
         calls = [
-            c.func.id
-            for c in ast.walk(module_assigns[name].value)
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            c.func.id for c in ast.walk(assignment.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
         ]
         for call in calls:
             gate_majors.update(_sm_majors(index, call))
@@ -247,13 +265,28 @@ def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) ->
     )
 
 
+# NVIDIA GPU generations: Maxwell (5.x) to Blackwell (10.x, 12.x).
+KNOWN_MAJORS = range(5, 13)
+
+
+def capability_major(compute_capability: str) -> int:
+    """12 for "12.0"; ValueError for anything that is not an NVIDIA compute capability."""
+    match = re.fullmatch(r"(\d{1,2})\.(\d)", compute_capability.strip())
+    if not match:
+        raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0 (major.minor)")
+    major = int(match.group(1))
+    if major not in KNOWN_MAJORS:
+        raise ValueError(
+            f"compute capability {compute_capability!r} is no NVIDIA GPU's ({KNOWN_MAJORS[0]}.0 to "
+            f"{KNOWN_MAJORS[-1]}.x; RTX PRO 6000 Blackwell is 12.0, H100/H200 9.0)"
+        )
+    return major
+
+
 def effects(
     index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
 ) -> AllReduceEffects:
-    match = re.fullmatch(r"(\d+)(?:\.(\d+))?", compute_capability.strip())
-    if not match:
-        raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0")
-    major = int(match.group(1))
+    major = capability_major(compute_capability)
     symm = torch_symm_mem_verdict(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_verdict(index, major, allreduce_fusion)
     result = AllReduceEffects(compute_capability, tp_size, symm, fusion)

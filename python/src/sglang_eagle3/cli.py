@@ -8,10 +8,22 @@ from pathlib import Path
 
 import click
 
-from . import __version__, credentials, launch_plan, launcher, patchset, preflight, probe, settings, sglang_source
+from . import (
+    SGLANG_VERSION,
+    __version__,
+    credentials,
+    launch_plan,
+    launcher,
+    patchset,
+    preflight,
+    probe,
+    settings,
+    sglang_source,
+)
 from .bench.cli import bench_group
 from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
 from .exit_status import ExitStatus, help_text
+from .source_index import SourceLayoutError
 
 
 def _tree(target: str | None) -> sglang_source.SGLangTree:
@@ -19,6 +31,13 @@ def _tree(target: str | None) -> sglang_source.SGLangTree:
         return sglang_source.locate(target)
     except sglang_source.SGLangNotFound as err:
         raise BadInput(str(err)) from None
+
+
+def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
+    return (
+        f"SGLang {tree.version or '(unknown version)'} at {tree.root} does not have the source layout of "
+        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}"
+    )
 
 
 def _series() -> patchset.PatchSeries:
@@ -72,8 +91,11 @@ def patch_apply(target: str | None) -> None:
     series, tree = _series(), _tree(target)
     try:
         result = patchset.apply(series, tree)
+    except patchset.ApplyInterrupted as err:
+        click.echo(f"sglang-eagle3 patch apply: {err}", err=True)
+        sys.exit(ExitStatus.INTERRUPTED)
     except patchset.PatchError as err:
-        if tree.version != series.sglang_version:
+        if tree.version != series.sglang_version or isinstance(err, patchset.TreeNotWritable):
             raise BadInput(str(err)) from None
         raise CheckFailed(str(err)) from None
     if not result.applied:
@@ -155,8 +177,12 @@ def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_sy
             torch_symm_mem=torch_symm_mem,
             allreduce_fusion=allreduce_fusion,
         )
+    except SourceLayoutError as err:
+        raise BadInput(layout_message(tree, err)) from None
     except ValueError as err:
         raise BadInput(str(err)) from None
+    if result.class_location is None:  # a typo or another model: bad input, not a missing patch
+        raise BadInput(result.problems[0] + "; --arch is the class name in the model's config.json 'architectures'")
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else probe.render_text(result))
     sys.exit(ExitStatus.OK if result.ready else ExitStatus.CHECK_FAILED)
 

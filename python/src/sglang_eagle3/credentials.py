@@ -126,9 +126,13 @@ def masked_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-def without_secrets(server_args: dict) -> dict:
-    """SGLang's server args (e.g. /server_info) without the keys, for results files and logs.
+def without_secrets(info):
+    """SGLang's /server_info without the keys (at any depth: each internal state holds the server args too).
 
     A server with patch 0005 already leaves them out; an unpatched one does not.
     """
-    return {k: v for k, v in server_args.items() if k not in {s.field for s in SECRET_ARGS}}
+    if isinstance(info, dict):
+        return {k: without_secrets(v) for k, v in info.items() if k not in {s.field for s in SECRET_ARGS}}
+    if isinstance(info, list):
+        return [without_secrets(v) for v in info]
+    return info

@@ -11,6 +11,7 @@ import csv
 import difflib
 import enum
 import errno
+import json
 import os
 import re
 import shutil
@@ -19,8 +20,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import credentials, probe, sglang_source
+from . import SGLANG_VERSION, credentials, probe, sglang_source
 from .settings import ServerSettings, field_flag
+from .source_index import SourceLayoutError
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]
@@ -83,23 +85,59 @@ def device_nodes(dev: Path = Path("/dev")) -> list[Path]:
     return sorted(p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
 
 
+def _expanded(path: str) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~unknown-user: leave it as it is, the checks below report it
+        return Path(path)
+
+
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+    return path.startswith(("/", "./", "../", "~")) or _expanded(path).exists()
 
 
-def check_model_dir(result: Preflight, what: str, path: str | None) -> None:
+def read_model_config(directory: Path) -> tuple[dict | None, str | None]:
+    """(config.json as a dict, None), or (None, what is wrong with it and how to fix it)."""
+    config = directory / "config.json"
+    try:
+        data = json.loads(config.read_bytes())
+    except OSError as err:
+        return None, f"cannot read {config}: {err.strerror}"
+    except UnicodeDecodeError:
+        return None, f"{config} is not UTF-8 text; download the model again"
+    except json.JSONDecodeError as err:
+        return None, f"{config} is not valid JSON ({err}); download the model again"
+    if not isinstance(data, dict):
+        return None, f"{config} holds a JSON {type(data).__name__}, not an object; is this a model's config.json?"
+    architectures = data.get("architectures")
+    if not (isinstance(architectures, list) and architectures and all(isinstance(a, str) for a in architectures)):
+        return None, (
+            f"{config} has no 'architectures' list of class names "
+            '(e.g. "architectures": ["KimiK25ForConditionalGeneration"]); is this a model\'s config.json?'
+        )
+    return data, None
+
+
+def check_model_dir(result: Preflight, what: str, path: str | None) -> str | None:
+    """Check a model setting; returns the local model's architecture (None for hub ids and failures)."""
     if path is None:
-        return
+        return None
     if not _looks_local(path):
         result.add(what, CheckStatus.OK, f"{path} (Hugging Face id, fetched by SGLang)")
-        return
-    directory = Path(path).expanduser()
+        return None
+    directory = _expanded(path)
     if not directory.is_dir():
         result.add(what, CheckStatus.FAIL, f"{directory} does not exist; download the model there or give its hub id")
     elif not (directory / "config.json").is_file():
         result.add(what, CheckStatus.FAIL, f"{directory} has no config.json; point at the model's top directory")
     else:
-        result.add(what, CheckStatus.OK, f"{directory}")
+        config, problem = read_model_config(directory)
+        if problem:
+            result.add(what, CheckStatus.FAIL, problem)
+            return None
+        result.add(what, CheckStatus.OK, f"{directory} ({config['architectures'][0]})")
+        return config["architectures"][0]
+    return None
 
 
 def check_port(result: Preflight, host: str, port: int) -> None:
@@ -108,11 +146,12 @@ def check_port(result: Preflight, host: str, port: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
         try:
             sock.bind((host, port))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
+        except (OSError, ValueError) as err:  # ValueError: a host name IDNA cannot encode
+            if getattr(err, "errno", None) == errno.EADDRINUSE:
                 result.add("port", CheckStatus.FAIL, f"{host}:{port} is in use; stop what listens there or set port")
             else:
-                result.add("port", CheckStatus.FAIL, f"cannot listen on {host}:{port}: {err.strerror}; check host")
+                why = getattr(err, "strerror", None) or str(err)
+                result.add("port", CheckStatus.FAIL, f"cannot listen on {host}:{port}: {why}; check host")
             return
     result.add("port", CheckStatus.OK, f"{host}:{port} is free")
 
@@ -121,7 +160,11 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
     """extra_args must be flags this SGLang knows, and not ones a setting already owns."""
     if not settings.extra_args:
         return
-    known = sglang_source.server_flags(tree)
+    try:
+        known = sglang_source.server_flags(tree)
+    except sglang_source.SGLangNotFound as err:
+        result.add("extra_args", CheckStatus.FAIL, str(err))
+        return
     owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}
     owned_spellings = {spelling: flag for flag in owned if flag in known for spelling in known[flag][0]}
     args = list(settings.extra_args)
@@ -174,7 +217,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
                 CheckStatus.FAIL,
                 "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)",
             )
-    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError, OSError) as err:
         result.add("gpus", CheckStatus.FAIL, f"nvidia-smi failed: {err}")
     else:
         need = settings.gpus_per_node
@@ -193,37 +236,24 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
                 f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
             )
 
+    arch = check_model_dir(result, "model", settings.model_path) or probe.DEFAULT_ARCH
+    if settings.speculative_algorithm:
+        check_model_dir(result, "draft model", settings.speculative_draft_model_path)
+
     compute_capability = result.gpus[0].compute_capability if result.gpus else "12.0"
     try:
         tree = sglang_source.locate(sglang_target)
-        probed = probe.probe(
-            tree,
-            arch=_architecture(settings),
-            algorithm=settings.speculative_algorithm or "EAGLE3",
-            compute_capability=compute_capability,
-            tp_size=settings.tp_size,
-            torch_symm_mem=settings.enable_torch_symm_mem,
-            allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
-        )
     except sglang_source.SGLangNotFound as err:
         result.add("sglang", CheckStatus.FAIL, str(err))
     else:
-        if tree.version != "0.5.9":
+        if tree.version != SGLANG_VERSION:
             result.add(
-                "sglang", CheckStatus.WARN, f"SGLang {tree.version} at {tree.root}; this launcher is written for 0.5.9"
-            )
-        problems = probed.problems if settings.speculative_algorithm else probed.allreduce.problems
-        if problems:
-            result.add("probe", CheckStatus.FAIL, "; ".join(problems) + " (fix: sglang-eagle3 patch apply)")
-        else:
-            result.add("probe", CheckStatus.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
-        for warning in probed.allreduce.warnings:
-            result.add("optimisations", CheckStatus.WARN, warning)
+                "sglang", CheckStatus.WARN,
+                f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
+                f"{SGLANG_VERSION}",
+            )  # fmt: skip
+        check_probe(result, settings, tree, arch, compute_capability)
         check_extra_args(result, settings, tree)
-
-    check_model_dir(result, "model", settings.model_path)
-    if settings.speculative_algorithm:
-        check_model_dir(result, "draft model", settings.speculative_draft_model_path)
     check_port(result, settings.host, settings.port)
     check_key_files(result, settings, os.environ)
     return result
@@ -240,14 +270,34 @@ def check_key_files(result: Preflight, settings: ServerSettings, environ) -> Non
         result.add(name, CheckStatus.FAIL if problem else CheckStatus.OK, problem or f"{path} (the key is not shown)")
 
 
-def _architecture(settings: ServerSettings) -> str:
-    """The target's architecture from a local config.json; Kimi-K2.5 for hub ids."""
-    config = Path(settings.model_path).expanduser() / "config.json"
-    if config.is_file():
-        import json
-
-        try:
-            return json.loads(config.read_text())["architectures"][0]
-        except (ValueError, KeyError, IndexError):
-            pass
-    return probe.DEFAULT_ARCH
+def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, compute_capability: str) -> None:
+    try:
+        probed = probe.probe(
+            tree,
+            arch=arch,
+            algorithm=settings.speculative_algorithm or "EAGLE3",
+            compute_capability=compute_capability,
+            tp_size=settings.tp_size,
+            torch_symm_mem=settings.enable_torch_symm_mem,
+            allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
+        )
+    except SourceLayoutError as err:
+        result.add(
+            "probe", CheckStatus.FAIL,
+            f"SGLang at {tree.root} does not have the source layout of {SGLANG_VERSION} ({err}); "
+            f"install sglang=={SGLANG_VERSION}",
+        )  # fmt: skip
+        return
+    except ValueError as err:  # e.g. a compute capability nvidia-smi reported that is no known GPU's
+        result.add("probe", CheckStatus.FAIL, str(err))
+        return
+    if probed.class_location is None:
+        result.add("probe", CheckStatus.FAIL, f"{probed.problems[0]}; check 'architectures' in the model's config.json")
+        return
+    problems = probed.problems if settings.speculative_algorithm else probed.allreduce.problems
+    if problems:
+        result.add("probe", CheckStatus.FAIL, "; ".join(problems) + " (fix: sglang-eagle3 patch apply)")
+    else:
+        result.add("probe", CheckStatus.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
+    for warning in probed.allreduce.warnings:
+        result.add("optimisations", CheckStatus.WARN, warning)

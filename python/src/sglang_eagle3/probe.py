@@ -317,7 +317,7 @@ def render_text(result: ProbeResult) -> str:
     else:
         lines.append("Verdict: NOT READY")
         lines += [f"  - {p}" for p in result.problems]
-        if result.missing or result.allreduce.problems:
+        if result.class_location is not None and (result.missing or result.allreduce.problems):
             lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
     for warning in result.allreduce.warnings:
         lines.append(f"  warning: {warning}")

@@ -265,6 +265,8 @@ def read_file(path: Path) -> dict:
         text = path.read_text()
     except OSError as err:
         raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"settings file {path} is not UTF-8 text; save it as UTF-8 (JSON or TOML)") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:

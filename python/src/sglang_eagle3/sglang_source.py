@@ -41,7 +41,9 @@ def _read_version(package: Path) -> str | None:
     version_file = package / "_version.py"
     if version_file.is_file():
         match = re.search(
-            r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", version_file.read_text(), re.MULTILINE
+            r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]",
+            version_file.read_text(errors="replace"),
+            re.MULTILINE,
         )
         if match:
             return match.group(1)
@@ -70,7 +72,10 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         package = Path(next(iter(spec.submodule_search_locations)))
         return SGLangTree(root=package.parent, version=_read_version(package))
 
-    path = Path(target).expanduser().resolve()
+    try:
+        path = Path(target).expanduser().resolve()
+    except (RuntimeError, OSError) as err:  # ~unknown-user, a symlink loop
+        raise SGLangNotFound(f"{target}: {err}") from None
     if not path.is_dir():
         raise SGLangNotFound(f"{path} is not a directory")
     if (path / "srt").is_dir() and path.name == "sglang":  # the package directory itself
@@ -87,7 +92,12 @@ def locate(target: str | Path | None = None) -> SGLangTree:
 def server_flags(tree: SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
     """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value)."""
     flags = {}
-    for node in ast.walk(ast.parse((tree.srt / "server_args.py").read_text())):
+    source = tree.srt / "server_args.py"
+    try:
+        module = ast.parse(source.read_bytes(), filename=str(source))
+    except (OSError, SyntaxError, ValueError) as err:
+        raise SGLangNotFound(f"cannot read SGLang's flags from {source}: {err}") from None
+    for node in ast.walk(module):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
             names = frozenset(
                 a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")

@@ -7,7 +7,11 @@ import statistics
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
+
+from ..settings import describe
 from . import BenchError
 from .client import inter_token_latencies_ms
 
@@ -25,12 +29,57 @@ def reference() -> dict:
     return json.loads(resources.files(__package__).joinpath("reference.json").read_text())
 
 
+# The records a results file holds, as runner.py writes them; what summaries, plots and the
+# gate read is checked on load, so a hand-edited or foreign file is reported by line.
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+Number = float | None
+
+
+class RunRecord(_Record):
+    type: Literal["run"]
+    label: str = "run"
+
+
+class RequestRecord(_Record):
+    type: Literal["request"]
+    label: str
+    concurrency: StrictInt = Field(ge=1)
+    ok: StrictBool
+    decode_tok_s: Number = None
+    ttft_s: Number = None
+    e2e_s: Number = None
+    output_tokens: StrictInt | None = None
+    spec_accept_length: Number = None
+    chunk_times_us: list[StrictInt] = []
+    chunk_tokens: list[StrictInt] = []
+
+    @model_validator(mode="after")
+    def _chunks(self) -> RequestRecord:
+        if len(self.chunk_times_us) != len(self.chunk_tokens):
+            raise ValueError("chunk_times_us and chunk_tokens differ in length")
+        return self
+
+
+class ServerInfoRecord(_Record):
+    type: Literal["server_info"]
+    label: str
+    avg_spec_accept_length: Number = None
+
+
+RECORD = TypeAdapter(Annotated[RunRecord | RequestRecord | ServerInfoRecord, Field(discriminator="type")])
+
+
 def load(path: Path) -> list[dict]:
     """Records of a results file. A torn last line (a crash mid-write) is skipped; other bad lines are errors."""
     try:
         lines = path.read_text().splitlines()
     except OSError as err:
         raise BenchError(f"cannot read results file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise BenchError(f"{path} is not a sglang-eagle3 results file (not UTF-8 text)") from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -43,6 +92,11 @@ def load(path: Path) -> list[dict]:
             raise BenchError(f"{path}:{number} is not a JSON record; is this a sglang-eagle3 results file?") from None
         if not isinstance(record, dict) or "type" not in record:
             raise BenchError(f"{path}:{number} is not a sglang-eagle3 result record (no 'type')")
+        try:
+            record = RECORD.validate_python(record).model_dump()
+        except ValidationError as err:
+            problem = describe(err).removeprefix("invalid settings:").strip()
+            raise BenchError(f"{path}:{number} is not a valid result record: {problem}") from None
         records.append(record)
     if not any(r["type"] == "run" for r in records):
         raise BenchError(f"{path} has no 'run' record; is this a sglang-eagle3 results file?")

@@ -109,6 +109,7 @@ def get(path: str) -> bytes:
         return response(200, json.dumps({"model_path": args.model_path, "is_generation": True}).encode())
     if path in ("/server_info", "/get_server_info"):
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
+        state.update({"api_key": API_KEY} if API_KEY else {})  # as 0.5.9's vars(server_args) has it
         body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
                 "fake_true_rate": RATE, "fake_burst": BURST, **({"api_key": API_KEY} if API_KEY else {})}  # fmt: skip
         return response(200, json.dumps(body).encode())
