@@ -219,11 +219,19 @@ def settings_reference(write: Path | None) -> None:
         click.echo(table)
         return
     start, end = "<!-- settings-reference:start -->", "<!-- settings-reference:end -->"
-    text = write.read_text()
+    if not write.is_file():  # a FIFO or device would block or never end
+        raise BadInput(f"{write} is not a regular file")
+    try:
+        text = write.read_text()
+    except UnicodeDecodeError:
+        raise BadInput(f"{write} is not UTF-8 text") from None
     if start not in text or end not in text:
         raise BadInput(f"{write} has no {start} ... {end} block to update")
     before, rest = text.split(start, 1)
-    write.write_text(f"{before}{start}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    try:
+        write.write_text(f"{before}{start}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    except OSError as err:
+        raise BadInput(f"cannot write {write}: {err.strerror}") from None
     click.echo(f"updated the settings reference in {write}")
 
 

@@ -261,6 +261,8 @@ def _check_keys(keys, source: str) -> None:
 
 
 def read_file(path: Path) -> dict:
+    if path.exists() and not path.is_file():  # a FIFO or device would block or never end
+        raise SettingsError(f"settings file {path} is not a regular file")
     try:
         text = path.read_text()
     except OSError as err:

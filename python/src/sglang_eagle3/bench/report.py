@@ -74,6 +74,8 @@ RECORD = TypeAdapter(Annotated[RunRecord | RequestRecord | ServerInfoRecord, Fie
 
 def load(path: Path) -> list[dict]:
     """Records of a results file. A torn last line (a crash mid-write) is skipped; other bad lines are errors."""
+    if path.exists() and not path.is_file():  # a directory, FIFO or device
+        raise BenchError(f"{path} is not a results file (not a regular file)")
     try:
         lines = path.read_text().splitlines()
     except OSError as err:

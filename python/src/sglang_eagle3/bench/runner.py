@@ -71,6 +71,10 @@ def base_url(url: str) -> str:
         raise BenchError(f"{url!r} is not a valid URL ({err}); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BenchError(f"{url!r} is not an http(s) URL with a host; {example}")
+    try:
+        parts.hostname.encode("idna")  # what aiohttp will do with it: labels of 1-63 characters
+    except UnicodeError as err:
+        raise BenchError(f"{url!r}: {parts.hostname[:40]!r}... is not a host name ({err}); {example}") from None
     if port == 0:
         raise BenchError(f"{url!r}: port 0 is not a server's port; {example}")
     if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
