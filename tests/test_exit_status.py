@@ -40,3 +40,9 @@ def test_bad_input_and_failed_checks_use_their_statuses(run_cli, tmp_path):
     assert run_cli("serve", "--dry-run", "--set", "tp_size=0").returncode == ExitStatus.BAD_INPUT
     assert run_cli("probe", "--target", str(tmp_path)).returncode == ExitStatus.BAD_INPUT
     assert run_cli("no-such-command").returncode == ExitStatus.BAD_INPUT  # click's usage errors agree
+
+
+def test_readme_lists_the_same_exit_statuses():
+    readme = (PACKAGE.parents[2] / "README.md").read_text()
+    for status in ExitStatus:
+        assert f"| {int(status)} | {status.meaning} |" in readme, status

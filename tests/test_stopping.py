@@ -28,12 +28,12 @@ GRACE = 2.0
 SLACK = 5.0  # the bar: gone within grace + 5 s of the launcher's signal
 
 
-def start_serve(tmp_path, patched_tree, port: int, **behaviour) -> subprocess.Popen:
+def start_serve(tmp_path, patched_tree, port: int, grace: float = GRACE, **behaviour) -> subprocess.Popen:
     environment = {"PYTHONPATH": str(FAKE_SGLANG), **{f"FAKE_SGLANG_{k}": str(v) for k, v in behaviour.items()}}
     env = {**os.environ, "SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
     return subprocess.Popen(
         [sys.executable, "-m", "sglang_eagle3.cli", "serve", "--sglang", str(patched_tree),
-         "--set", f"port={port}", "--set", f"stop_timeout={GRACE}", "--set", "ready_timeout=600",
+         "--set", f"port={port}", "--set", f"stop_timeout={grace}", "--set", "ready_timeout=600",
          "--set", f"environment={json.dumps(environment)}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
@@ -91,3 +91,24 @@ def test_a_server_that_ignores_the_signal_is_killed_after_the_grace_period(tmp_p
     if phase == "loading":
         assert "before the server was ready" in err
     assert "Traceback" not in err
+
+
+def test_a_second_signal_kills_at_once(tmp_path, patched_tree):
+    port = free_port()
+    launcher = start_serve(tmp_path, patched_tree, port, IGNORE_STOP=1, grace=60)
+    try:
+        wait_for(lambda: listening(port), "the server to listen")
+        (server,) = descendants(launcher.pid)
+        time.sleep(1.0)
+        launcher.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        signalled = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)  # "I said stop": no 60 s wait
+        wait_for(lambda: not alive(server), "the server to be gone", timeout=60)
+        gone = time.monotonic() - signalled
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert gone <= SLACK, f"server gone {gone:.1f}s after the second SIGTERM"
+    assert launcher.returncode == ExitStatus.OK and "was killed" in err
