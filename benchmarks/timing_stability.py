@@ -46,7 +46,7 @@ def main() -> int:
             try:
                 stdout, _ = tests.communicate()
             finally:
-                if tests.poll() is None:  # interrupted: end the run (the stand-ins end with their launcher)
+                if tests.poll() is None:  # interrupted: end the test run (stand-ins it started may outlive it)
                     os.killpg(tests.pid, signal.SIGKILL)
             result = subprocess.CompletedProcess(tests.args, tests.returncode, stdout)
             errors = [float(e) for e in re.findall(r"worst_error=([0-9.]+)", result.stdout)]
