@@ -104,45 +104,59 @@
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [
-          stack.testEnv
+          stack.devEnv
           stack.cuda.toolkit
           pkgs.patch
           pkgs.uv
           pkgs.ruff
-          pkgs.nixfmt-rfc-style
+          pkgs.nixfmt
         ];
-        env = stack.runtimeEnv // {
+        env = removeAttrs stack.runtimeEnv [ "SGLANG_EAGLE3_PATCHES" ] // {
           UV_NO_SYNC = "1";
+          UV_PYTHON = stack.python.interpreter;
           UV_PYTHON_DOWNLOADS = "never";
         };
+        # sglang-eagle3 is installed editable from $REPO_ROOT/python (uv2nix's editable
+        # overlay), so the shell runs the working tree's code and finds its patches/.
         shellHook = ''
           unset PYTHONPATH
+          export REPO_ROOT=$(git rev-parse --show-toplevel)
         '';
+        passthru = { inherit (stack) devEnv; };
       };
 
       checks.${system} = import ./nix/checks.nix {
-        inherit pkgs lib stack;
+        inherit pkgs stack;
         src = ./.;
         moduleChecks = import ./nix/module-checks.nix {
           inherit pkgs lib nixpkgs;
           module = self.nixosModules.default;
-          package = stack.package;
+          # The launcher without the CUDA stack: enough for the settings and unit checks.
+          package = stack.toolsEnv;
         };
       };
 
       nixosModules = {
         default = self.nixosModules.sglang-eagle3;
-        sglang-eagle3 = {
-          imports = [ ./modules/sglang-eagle3.nix ];
-          # The flake's environment for the host's system, unless the host sets its own.
-          services.sglang-eagle3.package = lib.mkDefault self.packages.${system}.default;
-        };
+        sglang-eagle3 =
+          { pkgs, lib, ... }:
+          let
+            hostSystem = pkgs.stdenv.hostPlatform.system;
+          in
+          {
+            imports = [ ./modules/sglang-eagle3.nix ];
+            # The flake's environment for the host's system, unless the host sets its own.
+            services.sglang-eagle3.package = lib.mkDefault (
+              self.packages.${hostSystem}.default
+                or (throw "sglang-eagle3: this flake builds for ${system} only, not ${hostSystem}; set services.sglang-eagle3.package")
+            );
+          };
       };
 
       overlays.default = final: _prev: {
         sglang-eagle3 = (mkStack final).package;
       };
 
-      formatter.${system} = pkgs.nixfmt-rfc-style;
+      formatter.${system} = pkgs.nixfmt-tree;
     };
 }

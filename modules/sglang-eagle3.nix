@@ -121,6 +121,11 @@ let
   };
 in
 {
+  imports = [
+    ./sglang-eagle3-monitoring.nix # services.sglang-eagle3.monitoring: Prometheus, alert rules, Grafana
+    ./sglang-eagle3-models.nix # services.sglang-eagle3.models: weights pinned by lock files
+  ];
+
   options.services.sglang-eagle3 = {
     enable = lib.mkEnableOption "the SGLang EAGLE-3 server (Kimi-K2.5 by default)";
 
@@ -263,6 +268,14 @@ in
         data connections on ephemeral ports between the hosts; allow those on the
         private interconnect (e.g. `networking.firewall.trustedInterfaces`).
       '';
+    };
+
+    hardening = mkOption {
+      type = types.attrsOf types.anything;
+      internal = true;
+      readOnly = true;
+      default = hardening;
+      description = "The sandboxing every unit of this module starts from (the models unit too).";
     };
 
     renderedSettings = mkOption {

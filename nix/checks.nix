@@ -1,7 +1,6 @@
 # `nix flake check` on any Linux builder, no GPU needed.
 {
   pkgs,
-  lib,
   stack,
   src,
   moduleChecks,
@@ -34,9 +33,7 @@ in
         touch $out
       '';
 
-  # Python formatting and lint (ruff), and every .nix file parses. The .nix files have
-  # not been run through nixfmt yet (it could not be installed where they were written):
-  # `nix fmt` formats them; this check does not enforce nixfmt's layout.
+  # Python formatting and lint (ruff), and every .nix file parses.
   formatting =
     pkgs.runCommand "sglang-eagle3-formatting"
       {
@@ -46,10 +43,7 @@ in
         ];
       }
       ''
-        cd ${src}
-        ruff format --check python tests benchmarks
-        ruff check python tests benchmarks
-        for f in $(find . -name '*.nix'); do nix-instantiate --parse "$f" > /dev/null; done
+        bash ${./scripts/check-formatting.sh} ${src}
         touch $out
       '';
 }

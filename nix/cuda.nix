@@ -1,8 +1,7 @@
-# The CUDA 13 toolchain from nixpkgs' cudaPackages_13_0.
-#   toolkit:     nvcc, headers and libraries in one tree, for CUDA_HOME (FlashInfer and
-#                Triton compile kernels at run time) and the dev shell;
-#   runtimeLibs: what autoPatchelf links the CUDA wheels against (as nixpkgs' torch-bin).
-# libcuda.so.1 is the driver: it comes from the host at run time (/run/opengl-driver/lib).
+# The CUDA 13 toolchain from nixpkgs' cudaPackages_13_0, for CUDA_HOME (FlashInfer and
+# Triton compile kernels at run time) and the dev shell: nvcc, headers and libraries in one
+# tree. The libraries the wheels link are chosen per wheel from data (python-overrides.nix);
+# libcuda.so.1 is the driver, from the host at run time (/run/opengl-driver/lib).
 { pkgs, lib }:
 let
   stack = (import ./pins.nix).stack;
@@ -27,20 +26,4 @@ in
       ]
     );
   };
-
-  runtimeLibs = with cudaPackages; [
-    cuda_cudart
-    cuda_cupti
-    cuda_nvrtc
-    cuda_nvtx
-    cudnn
-    cusparselt
-    libcublas
-    libcufft
-    libcufile
-    libcurand
-    libcusolver
-    libcusparse
-    nccl
-  ];
 }

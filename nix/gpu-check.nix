@@ -10,8 +10,10 @@
 {
   pkgs,
   package,
-  modelPath ? "/var/lib/sglang-eagle3/models/Kimi-K2.5-NVFP4",
-  draftModelPath ? "/var/lib/sglang-eagle3/models/Kimi-K25-eagle3",
+  # The example host's model directories (modules/examples/8-gpu-host.nix), which the
+  # module's gpuChecks expose to the sandbox by default.
+  modelPath ? "/var/lib/models/Kimi-K2.5-NVFP4",
+  draftModelPath ? "/var/lib/models/Kimi-K25-eagle3",
   threshold ? 1.0,
   requests ? 8,
 }:

@@ -1,6 +1,13 @@
 # The NixOS module, evaluated with the real NixOS module system in example hosts (the
-# 8-GPU host, rank 0 of a two-host deployment, and broken configurations). Each check
-# inspects the generated unit and the assertions; no GPU needed.
+# 8-GPU host, rank 0 of a two-host deployment) and in broken configurations.
+#
+# What can be decided from the configuration is checked at evaluation time, so
+# `nix flake check --no-build` already fails on it: no failed assertion (the hosts get the
+# root file system and boot loader a real hardware-configuration.nix gives), the unit's
+# settings, credentials, hardening and dependencies. The build step then runs
+# scripts/verify-units.sh (systemd-analyze verify and security) on the rendered units, and
+# the launcher's own settings loader on the rendered settings file. The module's package is
+# the tools environment (the launcher without the CUDA stack), so these checks stay cheap.
 {
   pkgs,
   lib,
@@ -9,19 +16,66 @@
   package,
 }:
 let
+  # What every real host has from its hardware-configuration.nix; without them NixOS's own
+  # assertions (root file system, boot loader) fail whatever the module does.
+  hardware = {
+    fileSystems."/" = {
+      device = "/dev/disk/by-label/nixos";
+      fsType = "ext4";
+    };
+    boot.loader.grub.device = "nodev";
+    system.stateVersion = "25.11";
+  };
   evalHost =
     modules:
     nixpkgs.lib.nixosSystem {
       system = "x86_64-linux";
       modules = [
         module
+        hardware
         { services.sglang-eagle3.package = package; }
       ]
       ++ modules;
     };
-  failedAssertions =
-    host: map (a: a.message) (lib.filter (a: !a.assertion) host.config.assertions);
-  unitFile = host: name: "${host.config.systemd.units.${name}.unit}/${name}";
+  failedAssertions = host: map (a: a.message) (lib.filter (a: !a.assertion) host.config.assertions);
+  unit = host: name: host.config.systemd.units.${name}.unit;
+
+  # Evaluation-time expectations: [ { ok; what; } ] -> true, or a throw naming every miss.
+  expect =
+    check: expectations:
+    let
+      misses = map (e: e.what) (lib.filter (e: !e.ok) expectations);
+    in
+    lib.assertMsg (misses == [ ]) "module check ${check}:\n${lib.concatMapStringsSep "\n" (m: "  - ${m}") misses}";
+
+  noFailedAssertions = host: {
+    ok = failedAssertions host == [ ];
+    what = "NixOS assertions failed: ${builtins.toJSON (failedAssertions host)}";
+  };
+
+  # Build step shared by the host checks: the units as systemd reads them, and the settings
+  # file as the launcher reads it.
+  verifyHost =
+    name: host: units:
+    let
+      service = host.config.systemd.services.sglang-eagle3;
+    in
+    pkgs.runCommand "sglang-eagle3-${name}"
+      {
+        nativeBuildInputs = [
+          pkgs.systemd
+          package
+        ];
+        units = map (u: "${unit host u}/${u}") units;
+        settings = lib.last (lib.splitString " " service.serviceConfig.ExecStart);
+        # The toplevel forces NixOS's assertion check, as a real system build does.
+        toplevel = host.config.system.build.toplevel;
+      }
+      ''
+        export HOME=$TMPDIR
+        bash ${./scripts/verify-units.sh} $units | tee $out
+        sglang-eagle3 settings show --config "$settings" > /dev/null
+      '';
 
   host8 = evalHost [ ../modules/examples/8-gpu-host.nix ];
   twoNode = evalHost [ ../modules/examples/two-node.nix ];
@@ -39,68 +93,156 @@ let
       { services.sglang-eagle3.nodeRank = lib.mkForce 2; }
     ];
   };
+
+  # The 8-GPU host with Prometheus and Grafana on the same machine.
+  monitored = evalHost [
+    ../modules/examples/8-gpu-host.nix
+    {
+      services.prometheus.enable = true;
+      services.grafana = {
+        enable = true;
+        settings.security.secret_key = "$__file{/var/lib/grafana/secret_key}";
+      };
+    }
+  ];
+  prometheus = monitored.config.services.prometheus;
+
+  sc8 = host8.config.systemd.services.sglang-eagle3.serviceConfig;
+  settings8 = host8.config.services.sglang-eagle3.renderedSettings;
+  bench8 = host8.config.systemd.services.sglang-eagle3-bench;
 in
 {
   module-8-gpu-host =
-    pkgs.runCommand "sglang-eagle3-module-8-gpu-host"
+    assert expect "module-8-gpu-host" [
+      (noFailedAssertions host8)
       {
-        nativeBuildInputs = [
-          pkgs.systemd
-          pkgs.jq
-        ];
-        unit = unitFile host8 "sglang-eagle3.service";
-        bench = unitFile host8 "sglang-eagle3-bench.service";
-        failed = builtins.toJSON (failedAssertions host8);
-        ports = builtins.toJSON host8.config.networking.firewall.allowedTCPPorts;
-        mounts = builtins.toJSON host8.config.programs.nix-required-mounts.allowedPatterns.sglang-eagle3-models.paths;
+        ok = sc8.Type == "notify" && sc8.NotifyAccess == "main";
+        what = "the server unit is Type=notify";
       }
-      ''
-        set -x
-        [ "$failed" = "[]" ]
-        grep -qx 'Type=notify' $unit
-        grep -qx 'LoadCredential=api-key:/run/secrets/sglang-api-key' $unit
-        grep -q  'CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7' $unit
-        grep -qx 'PrivateDevices=false' $unit
-        grep -qx 'ProtectSystem=strict' $unit
-        grep -qx 'LimitMEMLOCK=infinity' $unit
-        ! grep -q 'MemoryDenyWriteExecute' $unit
-        grep -q '^After=.*sglang-eagle3.service' $bench
-        [ "$ports" = "[30000]" ]
-        [ "$mounts" = '["/var/lib/models/Kimi-K2.5-NVFP4","/var/lib/models/Kimi-K25-eagle3"]' ]
-        # The settings file the launcher reads: the tuned defaults plus the host's values.
-        settings=$(grep -o -- '--config [^ ]*' $unit | cut -d' ' -f2)
-        jq -e '.tp_size == 8 and .speculative_algorithm == "EAGLE3"' $settings
-        jq -e '.model_path == "/var/lib/models/Kimi-K2.5-NVFP4"' $settings
-        jq -e 'has("api_key_file") | not' $settings
-        systemd-analyze verify --man=no --recursive-errors=no $unit
-        systemd-analyze security --offline=true $unit | tail -1
-        touch $out
-      '';
+      {
+        ok = sc8.LoadCredential == [ "api-key:/run/secrets/sglang-api-key" ];
+        what = "the API key is a credential";
+      }
+      {
+        ok = host8.config.systemd.services.sglang-eagle3.environment.CUDA_VISIBLE_DEVICES == "0,1,2,3,4,5,6,7";
+        what = "CUDA_VISIBLE_DEVICES lists the 8 GPUs";
+      }
+      {
+        ok =
+          sc8.PrivateDevices == false && sc8.ProtectSystem == "strict" && sc8.LimitMEMLOCK == "infinity" && !(sc8 ? MemoryDenyWriteExecute);
+        what = "hardening relaxed only where CUDA needs it";
+      }
+      {
+        ok = lib.elem "sglang-eagle3.service" bench8.after;
+        what = "the benchmark runs after the server is ready";
+      }
+      {
+        ok = host8.config.networking.firewall.allowedTCPPorts == [ 30000 ];
+        what = "the firewall opens the HTTP port only";
+      }
+      {
+        ok =
+          host8.config.programs.nix-required-mounts.allowedPatterns.sglang-eagle3-models.paths == [
+            "/var/lib/models/Kimi-K2.5-NVFP4"
+            "/var/lib/models/Kimi-K25-eagle3"
+          ];
+        what = "GPU check sandboxes see the model directories";
+      }
+      {
+        ok = lib.all (f: lib.elem f host8.config.nix.settings.system-features) [
+          "cuda"
+          "nixos-test"
+          "benchmark"
+          "big-parallel"
+          "kvm"
+        ];
+        what = "gpuChecks adds the cuda system feature and keeps the host's defaults: ${builtins.toJSON host8.config.nix.settings.system-features}";
+      }
+      {
+        ok =
+          settings8.tp_size == 8
+          && settings8.speculative_algorithm == "EAGLE3"
+          && settings8.model_path == "/var/lib/models/Kimi-K2.5-NVFP4"
+          && !(settings8 ? api_key_file);
+        what = "the settings file holds the tuned defaults, the host's values and no secret";
+      }
+    ];
+    verifyHost "module-8-gpu-host" host8 [
+      "sglang-eagle3.service"
+      "sglang-eagle3-bench.service"
+    ];
 
   module-two-node =
-    pkgs.runCommand "sglang-eagle3-module-two-node"
+    let
+      settings = twoNode.config.services.sglang-eagle3.renderedSettings;
+    in
+    assert expect "module-two-node" [
+      (noFailedAssertions twoNode)
       {
-        nativeBuildInputs = [ pkgs.jq ];
-        unit = unitFile twoNode "sglang-eagle3.service";
-        failed = builtins.toJSON (failedAssertions twoNode);
-        ports = builtins.toJSON twoNode.config.networking.firewall.allowedTCPPorts;
+        ok = twoNode.config.networking.firewall.allowedTCPPorts == [ 50000 ];
+        what = "rank 0 opens the rendezvous port";
+      }
+      {
+        ok = settings.nnodes == 2 && settings.node_rank == 0 && settings.dist_init_addr == "10.0.0.1:50000";
+        what = "the multi-host settings reach the launcher";
+      }
+    ];
+    verifyHost "module-two-node" twoNode [ "sglang-eagle3.service" ];
+
+  # services.sglang-eagle3.monitoring: the scrape jobs, the rule files (checked by promtool,
+  # with the Prometheus configuration they are part of) and the provisioned dashboard.
+  module-monitoring =
+    let
+      jobs = lib.listToAttrs (map (j: lib.nameValuePair j.job_name j) prometheus.scrapeConfigs);
+      providers = monitored.config.services.grafana.provision.dashboards.settings.providers;
+      # prometheus.yml as nixpkgs' module writes it: the declared fields, nulls left out.
+      prometheusYml = pkgs.writeText "prometheus.yml" (
+        builtins.toJSON {
+          scrape_configs = map (lib.filterAttrsRecursive (_: v: v != null)) prometheus.scrapeConfigs;
+          rule_files = map toString prometheus.ruleFiles;
+        }
+      );
+    in
+    assert expect "module-monitoring" [
+      (noFailedAssertions monitored)
+      {
+        ok = jobs ? sglang-eagle3 && jobs.sglang-eagle3.static_configs == [ { targets = [ "127.0.0.1:30000" ]; labels = { }; } ];
+        what = "Prometheus scrapes the server on loopback: ${builtins.toJSON (jobs.sglang-eagle3 or null)}";
+      }
+      {
+        ok = (jobs.sglang-eagle3-health.metrics_path or null) == "/health_generate";
+        what = "Prometheus scrapes /health_generate, so `up` shows readiness";
+      }
+      {
+        ok = builtins.length prometheus.ruleFiles == 2;
+        what = "the alert rules and their thresholds are loaded";
+      }
+      {
+        ok = map (p: baseNameOf (toString p.options.path)) providers == [ "sglang-eagle3-dashboard.json" ];
+        what = "Grafana provisions the dashboard";
+      }
+    ];
+    pkgs.runCommand "sglang-eagle3-module-monitoring"
+      {
+        nativeBuildInputs = [
+          pkgs.prometheus
+          pkgs.jq
+        ];
+        dashboards = map (p: p.options.path) providers;
       }
       ''
-        [ "$failed" = "[]" ]
-        [ "$ports" = "[50000]" ]
-        settings=$(grep -o -- '--config [^ ]*' $unit | cut -d' ' -f2)
-        jq -e '.nnodes == 2 and .node_rank == 0 and .dist_init_addr == "10.0.0.1:50000"' $settings
+        promtool check config ${prometheusYml}
+        for d in $dashboards; do jq -e '.panels | length > 0' "$d" > /dev/null; done
         touch $out
       '';
 
-  # Each broken host must fail with the expected assertion message.
+  # Each broken host fails with the expected assertion message.
   module-assertions =
-    let
-      results = lib.mapAttrs (expected: host: lib.any (lib.hasInfix expected) (failedAssertions host)) broken;
-    in
-    pkgs.runCommand "sglang-eagle3-module-assertions" { results = builtins.toJSON results; } ''
-      echo "$results"
-      ! echo "$results" | grep -q false
-      touch $out
-    '';
+    assert expect "module-assertions" (
+      lib.mapAttrsToList (expected: host: {
+        ok = lib.any (lib.hasInfix expected) (failedAssertions host);
+        what = "a host where '${expected}' is wrong fails with that message; got ${builtins.toJSON (failedAssertions host)}";
+      }) broken
+    );
+    pkgs.runCommand "sglang-eagle3-module-assertions" { } "touch $out";
 }

@@ -1,6 +1,7 @@
-# SGLang 0.5.9 as a wheel with exactly the patch series applied.
-# The pinned PyPI wheel is unpacked, patched with GNU patch (no fuzz: any patch that
-# does not apply cleanly fails the build), and packed again (wheel regenerates RECORD).
+# SGLang 0.5.9 as a wheel with exactly the patch series applied: the pinned PyPI wheel,
+# unpacked, patched with GNU patch (no fuzz: a patch that does not apply exactly fails the
+# build) and packed again, by scripts/patch-wheel.sh (tests/test_build_scripts.py runs the
+# same script on a copy of the wheel named the way the store names it).
 { pkgs, python }:
 let
   pins = import ./pins.nix;
@@ -13,16 +14,9 @@ pkgs.runCommand "sglang-${series.version}-patched-wheel"
       pkgs.patch
       (python.withPackages (ps: [ ps.wheel ]))
     ];
+    PATCH_FLAGS = toString series.flags;
     passthru = { inherit pristine series; };
   }
   ''
-    python -m wheel unpack ${pristine} --dest unpacked
-    cd unpacked/sglang-${series.version}
-    for p in ${toString series.patches}; do
-      echo "applying $(basename "$p")"
-      patch ${toString series.flags} -i "$p"
-    done
-    cd ..
-    mkdir -p $out
-    python -m wheel pack sglang-${series.version} --dest-dir $out
+    bash ${./scripts/patch-wheel.sh} ${pristine} ${pins.artifacts.sglang.wheel} $out ${toString series.patches}
   ''

@@ -73,7 +73,7 @@ VISION_CONFIG = dict(
 )
 
 
-def build_model():
+def build_model(text_config: dict = TEXT_CONFIG):
     from sglang.srt.configs.kimi_k25 import KimiK25Config
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
     from sglang.srt.layers.dp_attention import initialize_dp_attention
@@ -84,7 +84,7 @@ def build_model():
     config = dict(
         architectures=["KimiK25ForConditionalGeneration"],
         model_type="kimi_k25",
-        text_config=TEXT_CONFIG,
+        text_config=text_config,
         vision_config=VISION_CONFIG,
     )
     with open(os.path.join(model_dir, "config.json"), "w") as f:
@@ -97,11 +97,11 @@ def build_model():
     initialize_model_parallel(1)
 
     class DpAttentionModelConfig:  # the two fields initialize_dp_attention reads
-        hidden_size = TEXT_CONFIG["hidden_size"]
+        hidden_size = text_config["hidden_size"]
         dtype = torch.bfloat16
 
     initialize_dp_attention(server_args, DpAttentionModelConfig)
-    return KimiK25ForConditionalGeneration(KimiK25Config(text_config=TEXT_CONFIG, vision_config=VISION_CONFIG))
+    return KimiK25ForConditionalGeneration(KimiK25Config(text_config=text_config, vision_config=VISION_CONFIG))
 
 
 def attempt(fn):

@@ -19,13 +19,19 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import flake_eval
 import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSION, patchset, pins, settings
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
-NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB")
+# nixpkgs' real lib, and the locked uv2nix / pyproject.nix trees: from ../shared/nix/inputs
+# (tests/flake_eval.py), or given explicitly.
+_lib_tree = flake_eval.input_tree(flake_eval.NIXPKGS_LIB)
+NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB") or (str(_lib_tree / "lib") if _lib_tree else None)
+UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix-") or "")
+PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject.nix-") or "")
 needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB),
     reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the NixOS module without nixpkgs",
@@ -338,14 +344,14 @@ def test_module_rejects_an_api_key_given_as_a_store_path():
 
 
 @pytest.mark.skipif(
-    not (NIX and NIXPKGS_LIB and os.environ.get("UV2NIX_SRC") and os.environ.get("PYPROJECT_NIX_SRC")),
+    not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC),
     reason="needs NIXPKGS_LIB, UV2NIX_SRC and PYPROJECT_NIX_SRC (source trees of the flake inputs)",
 )
 def test_uv2nix_loads_the_workspace():
     expr = f"""
       let lib = import {NIXPKGS_LIB};
-          pyproject-nix = import {os.environ["PYPROJECT_NIX_SRC"]} {{ inherit lib; }};
-          uv2nix = import {os.environ["UV2NIX_SRC"]}/lib {{ inherit pyproject-nix lib; }};
+          pyproject-nix = import {PYPROJECT_NIX_SRC} {{ inherit lib; }};
+          uv2nix = import {UV2NIX_SRC}/lib {{ inherit pyproject-nix lib; }};
           ws = uv2nix.workspace.loadWorkspace {{ workspaceRoot = {REPO / "python"}; }};
           overlay = ws.mkPyprojectOverlay {{ sourcePreference = "wheel"; }};
       in {{ all = ws.deps.all; overlay = builtins.isFunction overlay; }}

@@ -17,11 +17,13 @@ DRIVER = Path(__file__).with_name("sglang_parser_driver.py")
 # One case per field (or group of fields that must change together), each away from its default.
 CASES: dict[str, dict] = {
     "model_path": {"model_path": "/models/kimi-k2.5-nvfp4"},
+    "revision": {"revision": "5a7d2c1e9b0f4a3c8d6e1f2a4b7c9d0e3f5a6b8c"},
     "served_model_name": {"served_model_name": "kimi-k2.5"},
     "trust_remote_code": {"trust_remote_code": False},
     "context_length": {"context_length": 32768},
     "speculative_algorithm": {"speculative_algorithm": "EAGLE"},
     "speculative_draft_model_path": {"speculative_draft_model_path": "/models/kimi-eagle3"},
+    "speculative_draft_model_revision": {"speculative_draft_model_revision": "v1.0"},
     "speculative_steps": {"speculative_num_steps": 5, "speculative_num_draft_tokens": 6},
     "speculative_topk": {"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8},
     "speculative_draft_attention_backend": {"speculative_draft_attention_backend": "triton"},

@@ -20,6 +20,16 @@ let
       # Evaluation only: the file's content is checked through renderedSettings.
       generate = name: _value: "/nix/store/eval-only-${name}";
     };
+    # Evaluation only: keeps the text so the tests can read the rendered file.
+    writeText = name: text: { inherit name text; };
+  };
+  enableOption = mkOption {
+    type = types.bool;
+    default = false;
+  };
+  listOption = mkOption {
+    type = types.listOf types.anything;
+    default = [ ];
   };
   declarations = {
     options = {
@@ -29,7 +39,19 @@ let
       };
       users = anything;
       systemd.services = mkOption {
-        type = types.attrsOf (types.submodule { freeformType = types.attrsOf types.anything; });
+        type = types.attrsOf (
+          types.submodule {
+            freeformType = types.attrsOf types.anything;
+            # Lists NixOS concatenates across modules (the models module adds to the server's).
+            options = lib.genAttrs [ "after" "before" "wants" "requires" "wantedBy" "requiredBy" ] (
+              _:
+              mkOption {
+                type = types.listOf types.str;
+                default = [ ];
+              }
+            );
+          }
+        );
         default = { };
       };
       networking.firewall.allowedTCPPorts = mkOption {
@@ -45,6 +67,17 @@ let
       hardware = anything;
       nixpkgs = anything;
       services.xserver = anything;
+      # What the monitoring module adds to (nixpkgs' prometheus and grafana modules).
+      services.prometheus = {
+        enable = enableOption;
+        scrapeConfigs = listOption;
+        ruleFiles = listOption;
+      };
+      services.grafana = {
+        enable = enableOption;
+        provision.enable = enableOption;
+        provision.dashboards.settings.providers = listOption;
+      };
       networking.firewall.trustedInterfaces = mkOption {
         type = types.listOf types.str;
         default = [ ];
@@ -74,6 +107,14 @@ in
   services = lib.mapAttrs (_: s: removeAttrs s [ "_module" ]) c.systemd.services;
   allowedTCPPorts = c.networking.firewall.allowedTCPPorts;
   requiredMounts = c.programs.nix-required-mounts;
+  monitoring = {
+    inherit (c.services.prometheus) scrapeConfigs;
+    ruleFiles = map (f: if builtins.isAttrs f then f else toString f) c.services.prometheus.ruleFiles;
+    grafana = {
+      inherit (c.services.grafana.provision) enable;
+      providers = map (p: p // { options.path = toString p.options.path; }) c.services.grafana.provision.dashboards.settings.providers;
+    };
+  };
   options = lib.mapAttrs (_: o: o.description or null) (
     removeAttrs evaluated.options.services.sglang-eagle3 [ "settings" ]
   );

@@ -12,6 +12,7 @@ from . import (
     SGLANG_VERSION,
     __version__,
     credentials,
+    draft_inputs,
     launch_plan,
     launcher,
     patchset,
@@ -23,6 +24,7 @@ from . import (
 from .bench.cli import bench_group
 from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
 from .exit_status import ExitStatus, help_text
+from .models.cli import models_group
 from .source_index import SourceLayoutError
 
 
@@ -58,6 +60,7 @@ def main() -> None:
 
 
 main.add_command(bench_group)  # defined with the benchmark, in bench/cli.py
+main.add_command(models_group)  # model lock / fetch / verify, in models/cli.py
 
 
 # -- patch ------------------------------------------------------------------------------
@@ -146,7 +149,9 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 
 @main.command("probe")
 @target_option
-@click.option("--arch", default=probe.DEFAULT_ARCH, show_default=True, help="Target model architecture (config.json).")
+@click.option(
+    "--arch", help=f"Target model architecture. Default: from --model's config.json, else {probe.DEFAULT_ARCH}."
+)
 @click.option(
     "--algorithm",
     default="EAGLE3",
@@ -158,16 +163,32 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 @click.option("--tp", "tp_size", default=8, show_default=True, type=click.IntRange(min=1), help="Tensor parallel size.")
 @click.option("--torch-symm-mem/--no-torch-symm-mem", default=True, show_default=True, help="Is it requested?")
 @click.option("--allreduce-fusion/--no-allreduce-fusion", default=True, show_default=True, help="Is it requested?")
+@click.option("--draft", metavar="PATH", help="Draft model to check: a directory, or a hub id in the local HF cache.")
+@click.option(
+    "--model", metavar="PATH", default=settings.ServerSettings.model_fields["model_path"].default, show_default=True,
+    help="Target model the draft is checked against: a directory, or a hub id in the local HF cache.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, as_json):
+def probe_command(
+    target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, draft, model, as_json
+):
     """Check, from SGLang's source, that it can serve ARCH with speculative decoding.
 
     No GPU, no weights: it finds every method the speculative path calls on the
     target model and checks the target class provides it, then reports what the
     requested all-reduce optimisations will do on the given GPU generation.
+    With --draft: whether the draft fits the target and this SGLang, and which
+    target layers it will see (see the README, "Draft checks").
     """
     tree = _tree(target)
     try:
+        if arch is None:
+            given = draft_inputs.locate(model, "target model") if draft else None
+            arch = probe.DEFAULT_ARCH
+            if given and given.directory:
+                arch = draft_inputs.Fields(
+                    draft_inputs.read_config(given.directory, "target model"), model
+                ).architecture()
         result = probe.probe(
             tree,
             arch=arch,
@@ -176,10 +197,12 @@ def probe_command(target, arch, algorithm, compute_capability, tp_size, torch_sy
             tp_size=tp_size,
             torch_symm_mem=torch_symm_mem,
             allreduce_fusion=allreduce_fusion,
+            draft=draft,
+            model=model if draft else None,
         )
     except SourceLayoutError as err:
         raise BadInput(layout_message(tree, err)) from None
-    except ValueError as err:
+    except (ValueError, draft_inputs.DraftInputError) as err:
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch
         raise BadInput(result.problems[0] + "; --arch is the class name in the model's config.json 'architectures'")

@@ -149,6 +149,11 @@ def _status(patch: Patch, directory: Path) -> PatchStatus:
     return PatchStatus(patch, PatchState.CONFLICT, (forward.stdout + forward.stderr).strip())
 
 
+def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
+    """The state of one patch against the tree as it is (no version check)."""
+    return _status(patch, tree.root)
+
+
 def check_version(series: PatchSeries, tree: SGLangTree) -> None:
     if tree.version != series.sglang_version:
         found = tree.version or "an unknown version"

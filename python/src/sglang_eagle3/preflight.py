@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import SGLANG_VERSION, credentials, probe, sglang_source
+from . import SGLANG_VERSION, credentials, draft_check, probe, sglang_source
 from .settings import ServerSettings, field_flag
 from .source_index import SourceLayoutError
 
@@ -118,12 +118,28 @@ def read_model_config(directory: Path) -> tuple[dict | None, str | None]:
     return data, None
 
 
-def check_model_dir(result: Preflight, what: str, path: str | None) -> str | None:
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def check_model_dir(
+    result: Preflight, what: str, path: str | None, revision: str | None = None, revision_field: str = "revision"
+) -> str | None:
     """Check a model setting; returns the local model's architecture (None for hub ids and failures)."""
     if path is None:
         return None
     if not _looks_local(path):
-        result.add(what, CheckStatus.OK, f"{path} (Hugging Face id, fetched by SGLang)")
+        # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
+        pin = f"pin it: `sglang-eagle3 models lock {path}` prints the commit for {revision_field}"
+        if revision is None:
+            result.add(what, CheckStatus.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
+                       f"its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
+        elif not COMMIT_SHA.fullmatch(revision):
+            result.add(what, CheckStatus.WARN, f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag "
+                       f"and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
+        else:
+            result.add(
+                what, CheckStatus.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)"
+            )
         return None
     directory = _expanded(path)
     if not directory.is_dir():
@@ -131,6 +147,9 @@ def check_model_dir(result: Preflight, what: str, path: str | None) -> str | Non
     elif not (directory / "config.json").is_file():
         result.add(what, CheckStatus.FAIL, f"{directory} has no config.json; point at the model's top directory")
     else:
+        if revision is not None:
+            result.add(what, CheckStatus.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
+                       "directory; check its content with `sglang-eagle3 models verify`")  # fmt: skip
         config, problem = read_model_config(directory)
         if problem:
             result.add(what, CheckStatus.FAIL, problem)
@@ -236,9 +255,12 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
                 f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
             )
 
-    arch = check_model_dir(result, "model", settings.model_path) or probe.DEFAULT_ARCH
+    arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
     if settings.speculative_algorithm:
-        check_model_dir(result, "draft model", settings.speculative_draft_model_path)
+        check_model_dir(
+            result, "draft model", settings.speculative_draft_model_path,
+            settings.speculative_draft_model_revision, "speculative_draft_model_revision",
+        )  # fmt: skip
 
     compute_capability = result.gpus[0].compute_capability if result.gpus else "12.0"
     try:
@@ -254,6 +276,9 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             )  # fmt: skip
         check_probe(result, settings, tree, arch, compute_capability)
         check_extra_args(result, settings, tree)
+        models_ok = not any(c.status is CheckStatus.FAIL for c in result.checks if c.name.endswith("model"))
+        if settings.speculative_algorithm and models_ok:
+            check_draft(result, settings, tree)
     check_port(result, settings.host, settings.port)
     check_key_files(result, settings, os.environ)
     return result
@@ -301,3 +326,29 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
         result.add("probe", CheckStatus.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
     for warning in probed.allreduce.warnings:
         result.add("optimisations", CheckStatus.WARN, warning)
+
+
+DRAFT_STATUS = {
+    draft_check.READY: CheckStatus.OK,
+    draft_check.WARN: CheckStatus.WARN,
+    draft_check.NOT_READY: CheckStatus.FAIL,
+}
+
+
+def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+    """The draft checks of `probe --draft` for the configured draft and target (see draft_check)."""
+    if settings.speculative_draft_model_path is None:
+        return
+    try:
+        draft = draft_check.check(
+            tree, settings.speculative_draft_model_path, settings.model_path, algorithm=settings.speculative_algorithm
+        )
+    except draft_check.DraftInputError as err:
+        result.add("draft", CheckStatus.FAIL, str(err))
+        return
+    except SourceLayoutError as err:
+        result.add("draft", CheckStatus.FAIL, f"SGLang at {tree.root} does not have the source layout of "
+                   f"{SGLANG_VERSION} ({err})")  # fmt: skip
+        return
+    for check in draft.results:
+        result.add(f"draft {check.check}", DRAFT_STATUS[check.verdict], check.evidence)

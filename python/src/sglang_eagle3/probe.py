@@ -11,6 +11,7 @@ source:
 2. The target class. Whether the architecture's class provides each method: defined
    in the class, inherited, or forwarded to an inner model that has it.
 3. All-reduce optimisations on the given compute capability (see allreduce_gates).
+4. With a draft model: the draft checks (see draft_check).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ast
 import enum
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import allreduce_gates, spec_conditions
 from .sglang_source import SGLangTree
@@ -67,6 +69,7 @@ class ProbeResult:
     methods: list[MethodCheck]
     allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
+    draft: Any = None  # draft_check.DraftReport when a draft model was given
 
     @property
     def missing(self) -> list[str]:
@@ -84,7 +87,12 @@ class ProbeResult:
             if not m.provided
         ]
         problems += self.allreduce.problems
+        problems += self.draft.problems if self.draft else []
         return problems
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.allreduce.warnings + (self.draft.warnings if self.draft else [])
 
     @property
     def ready(self) -> bool:
@@ -92,7 +100,8 @@ class ProbeResult:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.allreduce.warnings)
+        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.warnings)
+        data["draft"] = self.draft.to_dict() if self.draft else None
         return data
 
 
@@ -259,7 +268,13 @@ def probe(
     tp_size: int = 8,
     torch_symm_mem: bool = True,
     allreduce_fusion: bool = True,
+    draft: str | None = None,
+    model: str | None = None,
 ) -> ProbeResult:
+    """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
+
+    Raises ValueError on a bad algorithm or capability, draft_inputs.DraftInputError on bad model input.
+    """
     index = SourceIndex(tree)
     srt = tree.srt
     algebra = spec_conditions.load(index, sorted((srt / "model_executor").glob("*.py")))
@@ -283,6 +298,11 @@ def probe(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion
     )
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
+    draft_report = None
+    if draft is not None:
+        from . import draft_check  # imports this module's helpers
+
+        draft_report = draft_check.check(tree, draft, model, algorithm=canonical, target_arch=arch)
     return ProbeResult(
         sglang_root=str(tree.root),
         sglang_version=tree.version,
@@ -292,6 +312,7 @@ def probe(
         methods=methods,
         allreduce=allreduce,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
+        draft=draft_report,
     )
 
 
@@ -312,6 +333,8 @@ def render_text(result: ProbeResult) -> str:
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
     lines += ["", allreduce_gates.render_text(result.allreduce), ""]
+    if result.draft is not None:
+        lines += [*result.draft.render_lines(), ""]
     if result.ready:
         lines.append("Verdict: READY")
     else:
@@ -319,6 +342,6 @@ def render_text(result: ProbeResult) -> str:
         lines += [f"  - {p}" for p in result.problems]
         if result.class_location is not None and (result.missing or result.allreduce.problems):
             lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
-    for warning in result.allreduce.warnings:
+    for warning in result.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines)

@@ -76,6 +76,9 @@ class ServerSettings(BaseModel):
         "nvidia/Kimi-K2.5-NVFP4",
         description="Target model: a Hugging Face id or a local directory holding config.json.",
     )
+    revision: str | None = Field(
+        None, description="Hub revision of model_path; a 40-hex commit sha pins it (a branch or tag can move)."
+    )
     served_model_name: str | None = Field(None, description="Model name reported by the API (default: model_path).")
     trust_remote_code: bool = Field(True, description="Allow the model's own code from the hub (Kimi-K2.5 needs it).")
     context_length: StrictInt | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
@@ -86,6 +89,9 @@ class ServerSettings(BaseModel):
     )
     speculative_draft_model_path: str | None = Field(
         "AQ-MedAI/Kimi-K25-eagle3", description="EAGLE-3 draft model (Llama architecture): hub id or local directory."
+    )
+    speculative_draft_model_revision: str | None = Field(
+        None, description="Hub revision of the draft model; a 40-hex commit sha pins it."
     )
     speculative_num_steps: StrictInt = Field(3, ge=1, description="Draft steps per verification.")
     speculative_eagle_topk: StrictInt = Field(1, ge=1, description="Branching factor of the draft tree (1 = a chain).")

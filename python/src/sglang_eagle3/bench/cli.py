@@ -194,40 +194,84 @@ def _int_list(text: str) -> list[int]:
 @click.option("--steps", default="1,2,3,4,5", show_default=True, help="speculative_num_steps values.")
 @click.option("--topk", default="1", show_default=True, help="speculative_eagle_topk values.")
 @click.option("--draft-tokens", default="", help="speculative_num_draft_tokens values for top-k > 1.")
+@click.option(
+    "--draft",
+    "drafts",
+    multiple=True,
+    metavar="PATH",
+    help="Draft model to sweep (repeatable: each is swept over the same grid). Default: the setting.",
+)
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/sweep"),
               show_default=True)  # fmt: skip
 @click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree for the preflight probe.")
 @bench_options
-def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, output_dir, sglang_target, api,
+def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang_target, api,
                 concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot):  # fmt: skip
-    """Start the server for each speculative setting, measure, stop; report the best against baseline."""
-    from . import report, sweep
+    """Start the server for each draft and speculative setting, measure, stop; report the best against baseline.
+
+    With several --draft, each draft is checked (as serve's preflight does) and swept over
+    the same grid; accept length and decode tok/s are reported per draft and setting.
+    """
+    from . import sweep
     from .runner import RunConfig
 
     base = load_settings(config, assignments, profile)
     grid = _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None
     writable_file(output_dir / "sweep.jsonl")
-    checks = preflight.run(base, sglang_target)
+    drafts = list(drafts) or [base.speculative_draft_model_path]
+    # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
+    checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
     click.echo(checks.render_text())
     if not checks.ok:
         click.echo("preflight failed; nothing was started.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
-    points = sweep.grid(base, *grid)
+    points = sweep.grid(base, *grid, drafts)
+    if not _check_drafts(points, base, drafts, sglang_target):
+        click.echo("no draft passed its checks; nothing was started.", err=True)
+        sys.exit(ExitStatus.CHECK_FAILED)
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
                          concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
                          ignore_eos=ignore_eos, api_key_file=_key_file(base.api_key_file))  # fmt: skip
     sweep.sweep(points, template, output_dir, log=lambda m: click.echo(m, err=True))
-    click.echo(f"{'point':<24} {'median tok/s':>12}")
-    for p in points:
-        click.echo(f"{p.label:<24} {p.median_tok_s or float('nan'):>12.1f}" + (f"  ({p.error})" if p.error else ""))
+    click.echo(sweep.render_table(points))
+    if plot and any(p.median_tok_s for p in points):
+        click.echo(f"plot: {sweep.plot(points, output_dir / 'sweep.png')}")
     top, gain = sweep.best(points)
-    results = output_dir / "sweep.jsonl"
-    if plot and results.exists():
-        click.echo(f"plot: {report.plot(report.load(results), output_dir / 'sweep.png')}")
     if top is None:
         click.echo("no speculative point was measured", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
+    if len(drafts) > 1:  # the choice of draft: each one's best setting
+        for name in dict.fromkeys(p.draft for p in points if p.draft):
+            mine, mine_gain = sweep.best(points, name)
+            if mine is not None:
+                click.echo(f"best for {name}: {mine.label} at {mine.median_tok_s:.1f} tok/s"
+                           + (f", {mine_gain:.3f}x the baseline" if mine_gain else ""))  # fmt: skip
     gain_text = f", {gain:.3f}x the baseline" if gain else ""
     click.echo(f"best: {top.label} at {top.median_tok_s:.1f} tok/s{gain_text}")
+
+
+def _check_drafts(points, base, drafts, sglang_target) -> bool:
+    """Serve's draft checks for every draft; a draft that cannot work is not started (its points are skipped).
+
+    True if at least one draft passed.
+    """
+    from .. import sglang_source
+    from .sweep import draft_names
+
+    tree = sglang_source.locate(sglang_target)  # the preflight above found it
+    names, passed = draft_names(drafts), False
+    for draft in drafts:
+        checks = preflight.Preflight()
+        preflight.check_model_dir(checks, "draft model", draft)
+        if checks.ok:
+            preflight.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
+        click.echo(f"-- draft {names[draft]}: {draft}")
+        click.echo(checks.render_text())
+        failed = [f"{c.name}: {c.message}" for c in checks.checks if c.status is preflight.CheckStatus.FAIL]
+        passed = passed or not failed
+        for point in points:
+            if failed and point.draft == names[draft] and not point.error:
+                point.error = f"draft checks failed ({failed[0]})"
+    return passed

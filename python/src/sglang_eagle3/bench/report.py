@@ -218,6 +218,8 @@ class GateVerdict:
     threshold: float
     floor: float | None
     reasons: list[str]
+    # label -> what explains the speeds: accept length per request and the server's /metrics view
+    acceptance: dict[str, dict] = field(default_factory=dict)
 
 
 def single_stream_median(records: list[dict], what: str) -> float:
@@ -241,7 +243,22 @@ def compare(
         )
     if floor is not None and spec < floor:
         reasons.append(f"EAGLE-3 {spec:.1f} tok/s is below the floor {floor:g} tok/s")
-    return GateVerdict(not reasons, base, spec, ratio, threshold, floor, reasons)
+    acceptance = {"baseline": acceptance_of(baseline), "EAGLE-3": acceptance_of(eagle3)}
+    return GateVerdict(not reasons, base, spec, ratio, threshold, floor, reasons, acceptance)
+
+
+def acceptance_of(records: list[dict]) -> dict:
+    """Median per-request accept length, and the server's accept gauges and decode speed over the run."""
+    lengths = [r["spec_accept_length"] for r in records if r["type"] == "request" and r.get("ok")
+               and isinstance(r.get("spec_accept_length"), (int, float))]  # fmt: skip
+    server = next((r for r in records if r["type"] == "server_metrics" and "delta" in r), {})
+    return {
+        "request_accept_length": statistics.median(lengths) if lengths else None,
+        "server_accept_length": server.get("spec_accept_length"),
+        "server_accept_rate": server.get("spec_accept_rate"),
+        "server_decode_tok_s": server.get("decode_tok_s_per_request"),
+        "server_generated_tokens": (server.get("delta") or {}).get("sglang:generation_tokens_total"),
+    }
 
 
 def render_verdict(v: GateVerdict) -> str:
@@ -255,6 +272,16 @@ def render_verdict(v: GateVerdict) -> str:
     ]
     for ref in reference()["runs"]:
         lines.append(f"  {ref['tok_s']:8.1f}  {ref['configuration']}")
+    if any(value is not None for a in v.acceptance.values() for value in a.values()):
+        lines += ["", "Acceptance (per-request meta_info; server /metrics over the run):"]
+        lines.append(f"    {'':<9} {'accept len':>10} {'server len':>10} {'server rate':>11} {'server tok/s':>12} "
+                     f"{'gen tokens':>10}")  # fmt: skip
+        for label, a in v.acceptance.items():
+            cells = [(a["request_accept_length"], 10, ".2f"), (a["server_accept_length"], 10, ".2f"),
+                     (a["server_accept_rate"], 11, ".2f"), (a["server_decode_tok_s"], 12, ".1f"),
+                     (a["server_generated_tokens"], 10, ".0f")]  # fmt: skip
+            lines.append(f"    {label:<9} " + " ".join(f"{x:>{w}{f}}" if x is not None else f"{'-':>{w}}"
+                                                     for x, w, f in cells))  # fmt: skip
     lines.append("")
     lines.append("PASS: EAGLE-3 pays for itself" if v.passed else "FAIL: " + "; ".join(v.reasons))
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """Run the benchmark against a live server, writing each finished request as it completes.
 
 The results file is JSON Lines: a "run" record, then one "request" record per
-request the moment it finishes (flushed), then a "server_info" record. A run that is
+request the moment it finishes (flushed), then a "server_info" record and a
+"server_metrics" record (the server's acceptance counters before and after the run). A run that is
 interrupted (SIGINT) or whose server dies keeps every finished request on disk.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from .. import credentials
-from . import BenchError
+from . import BenchError, server_metrics
 from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
 
 ABORT_AFTER_CONSECUTIVE_FAILURES = 3
@@ -165,6 +166,7 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
         base_url=config.url, timeout=timeout, connector=connector, headers=headers
     ) as client:
         model_info = await identify(client, config.api)
+        metrics_before = await server_metrics.snapshot(client)
         writer = ResultWriter(config.output)
         try:
             started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -187,6 +189,8 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
                 writer.write({"type": "server_info", "label": config.label,  # no keys, from an unpatched server
                               "avg_spec_accept_length": avg_spec_accept_length(info),
                               "raw": credentials.without_secrets(info)})  # fmt: skip
+                metrics_after = await server_metrics.snapshot(client)
+                writer.write(server_metrics.record(config.label, metrics_before, metrics_after))
             writer.close()
     return outcome
 

@@ -17,9 +17,17 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" as SGLang's --api-key does (401 without,
                             /health* exempt); /server_info then also shows api_key, as unpatched 0.5.9 does
   FAKE_SGLANG_IGNORE_STOP   log SIGTERM/SIGINT but go on (a server that does not stop when asked)
+  FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
+  FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
+  FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
+  FAKE_SGLANG_DRAFT_QUALITY JSON {draft path: quality}: scales what speculation gains with that
+                            draft (1 = the model below, 0.5 = half its extra accepted tokens and speed-up)
+
+GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
-draft tokens) with one clear best point, so sweeps have something to find.
+draft tokens) with one clear best point, scaled by the draft's quality, so sweeps across
+settings and drafts have something to find.
 The true rate is reported in /server_info as "fake_true_rate".
 """
 
@@ -33,6 +41,8 @@ import signal
 import sys
 import time
 
+from sglang.fake_metrics import Metrics
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", default="127.0.0.1")
 parser.add_argument("--port", type=int, default=30000)
@@ -41,6 +51,7 @@ parser.add_argument("--speculative-algorithm")
 parser.add_argument("--speculative-num-steps", type=int, default=3)
 parser.add_argument("--speculative-eagle-topk", type=int, default=1)
 parser.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+parser.add_argument("--speculative-draft-model-path")
 args, _ = parser.parse_known_args()
 env = os.environ
 
@@ -52,6 +63,7 @@ FAIL_AFTER = int(env["FAKE_SGLANG_FAIL_AFTER"]) if env.get("FAKE_SGLANG_FAIL_AFT
 DIE_AFTER = int(env["FAKE_SGLANG_DIE_AFTER"]) if env.get("FAKE_SGLANG_DIE_AFTER") else None
 SEND_LOG = env.get("FAKE_SGLANG_SEND_LOG")
 API_KEY = open(env["FAKE_SGLANG_API_KEY_FILE"]).read().strip() if env.get("FAKE_SGLANG_API_KEY_FILE") else None
+DRAFT_QUALITY = json.loads(env.get("FAKE_SGLANG_DRAFT_QUALITY", "{}")).get(args.speculative_draft_model_path, 1.0)
 
 if args.speculative_algorithm:
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
@@ -59,11 +71,15 @@ if args.speculative_algorithm:
     # Real speed-up curves are flat near the top; this one has a clear peak at (3, 1, 4),
     # at least 15% ahead of any other point, so a sweep finds it despite timing noise.
     SPEED_UP = 1.7 - 0.25 * (steps - 3) ** 2 - 0.3 * (topk - 1) - 0.1 * abs(draft - steps - 1)
-    RATE = BASE_RATE * max(0.3, SPEED_UP)
+    ACCEPT_LENGTH = 1 + (ACCEPT_LENGTH - 1) * DRAFT_QUALITY
+    RATE = BASE_RATE * max(0.3, 1 + (SPEED_UP - 1) * DRAFT_QUALITY)
     BURST = int(env.get("FAKE_SGLANG_BURST", round(ACCEPT_LENGTH)))
 else:
     ACCEPT_LENGTH, RATE, BURST = None, BASE_RATE, int(env.get("FAKE_SGLANG_BURST", 1))
 finished = {"count": 0}
+MAX_RUNNING = int(env["FAKE_SGLANG_MAX_RUNNING"]) if env.get("FAKE_SGLANG_MAX_RUNNING") else None
+metrics = Metrics(args.model_path, args.speculative_num_draft_tokens if ACCEPT_LENGTH else None,
+                  int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)))  # fmt: skip
 
 
 def ready() -> bool:
@@ -111,8 +127,12 @@ def get(path: str) -> bytes:
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
         state.update({"api_key": API_KEY} if API_KEY else {})  # as 0.5.9's vars(server_args) has it
         body = {"speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
-                "fake_true_rate": RATE, "fake_burst": BURST, **({"api_key": API_KEY} if API_KEY else {})}  # fmt: skip
+                "fake_true_rate": RATE, "fake_burst": BURST, "fake_draft_quality": DRAFT_QUALITY,
+                **({"api_key": API_KEY} if API_KEY else {})}  # fmt: skip
         return response(200, json.dumps(body).encode())
+    if path == "/metrics":
+        body, content_type = metrics.page()
+        return response(200, body, content_type)
     if path == "/v1/models":
         return response(200, json.dumps({"object": "list", "data": [{"id": args.model_path}]}).encode())
     return response(404, b'{"detail": "Not Found"}')
@@ -122,9 +142,21 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
     # Streams end when the connection closes, as SSE over HTTP/1.1 with Connection: close.
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
     loop = asyncio.get_running_loop()
+    received = time.monotonic()
+    metrics.queued += 1
+    async with slots:
+        metrics.queued -= 1
+        try:
+            await decode(writer, prompt, max_tokens, chunk, loop, received)
+        finally:
+            metrics.running.pop(id(writer), None)
+
+
+async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: float) -> None:
     start = loop.time()
     done = 0
     sent: list[float] = []
+    prompt_tokens = len(prompt.split())
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
         if delay > 0:
@@ -136,6 +168,12 @@ async def stream(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chu
         sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
         writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
         await writer.drain()
+        metrics.running[id(writer)] = prompt_tokens + done
+        if len(sent) == 1:
+            metrics.first_token(received, sent[0])
+        else:
+            metrics.chunk(sent[-1] - sent[-2], n)
+    metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
             f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
@@ -179,7 +217,16 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
+async def refresh_metrics() -> None:
+    while True:
+        await asyncio.sleep(float(env.get("FAKE_SGLANG_METRICS_INTERVAL", 0.5)))
+        metrics.refresh()
+
+
 async def main() -> None:
+    global slots
+    slots = asyncio.Semaphore(MAX_RUNNING or 1_000_000)
+    refresher = asyncio.create_task(refresh_metrics())  # noqa: F841 (kept alive until exit)
     server = await asyncio.start_server(handle, args.host, args.port, reuse_address=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

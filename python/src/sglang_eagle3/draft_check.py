@@ -1,0 +1,448 @@
+"""Draft checks: will this EAGLE-3 draft work with this target on this SGLang, and will it see the
+layers it was trained on?
+
+Everything a wrong draft costs is found here in about a second, before the 600 GB target
+loads: an architecture this SGLang does not register as a draft, a hidden size or
+vocabulary that does not match the target, a missing d2t mapping, auxiliary layer ids
+outside the target, and the silent one: ids in the "input to layer i" convention that
+SGLang 0.5.9 captures one layer too deep (patch 0004).
+
+Inputs: the draft's and the target's config.json (Kimi-K2.5 nests its text model under
+``text_config``), the draft's safetensors headers, and the SGLang tree's own source
+(eagle3_source). Each result is READY, WARN (starts, but something is off or cannot be
+checked) or NOT READY (fails after the target has loaded, or silently proposes garbage).
+
+Layer numbers: SGLang's DeepSeek loop captures the *input* of layer i (the residual
+stream before it, i.e. the output of layer i - 1). All "captured" and "intended" lists
+here are such input indices; a draft id X in the "output of layer i" convention
+(first id 1) means input index X + 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from . import draft_inputs, eagle3_source
+from .draft_inputs import DraftInputError, Fields
+from .sglang_source import SGLangTree
+from .source_index import SourceIndex
+
+READY, WARN, NOT_READY = "READY", "WARN", "NOT READY"
+SEVERITY = {READY: 0, WARN: 1, NOT_READY: 2}
+DEFAULT_TARGET_ARCH = "KimiK25ForConditionalGeneration"
+# Used only when the draft class is not one this SGLang has (so its source cannot say).
+EAGLE3_WIDTH_FIELDS = ["target_hidden_size", "hidden_size"]
+
+__all__ = ["DraftInputError", "DraftReport", "check"]
+
+
+@dataclass
+class Result:
+    check: str
+    verdict: str
+    evidence: str
+
+
+@dataclass
+class Capture:
+    """Which target layers' inputs the draft wants and gets (input indices, see the module doc)."""
+
+    convention: str
+    layer_ids: list[int] | None
+    intended: list[int] | None
+    captured: list[int] | None  # by this tree, in the order the draft gets them
+    without_0004: list[int] | None
+    with_0004: list[int] | None
+    patch_0004: str
+    method: str | None  # file:line of the set_eagle3_layers_to_capture that runs
+
+
+@dataclass
+class Target:
+    given: str | None
+    directory: str | None
+    source: str
+    architecture: str
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.num_layers is not None
+
+
+@dataclass
+class DraftReport:
+    draft: str
+    draft_directory: str | None
+    draft_source: str
+    algorithm: str
+    architecture: str | None
+    target: Target
+    results: list[Result] = field(default_factory=list)
+    capture: Capture | None = None
+
+    def add(self, check: str, verdict: str, evidence: str) -> None:
+        self.results.append(Result(check, verdict, evidence))
+
+    @property
+    def verdict(self) -> str:
+        return max((r.verdict for r in self.results), key=SEVERITY.__getitem__, default=READY)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"draft {r.check}: {r.evidence}" for r in self.results if r.verdict == NOT_READY]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"draft {r.check}: {r.evidence}" for r in self.results if r.verdict == WARN]
+
+    def result(self, check: str) -> Result | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "verdict": self.verdict}
+
+    def render_lines(self) -> list[str]:
+        where = f"{self.draft_source}: {self.draft_directory}" if self.draft_directory else self.draft_source
+        lines = [f"Draft {self.draft} ({where}), {self.architecture or 'architecture unknown'}, for {self.algorithm}"]
+        t = self.target
+        if t.known:
+            lines.append(
+                f"Target {t.given or t.architecture}: {t.architecture}, {t.num_layers} layers, "
+                f"hidden size {t.hidden_size}, vocabulary {t.vocab_size}"
+            )
+        else:
+            lines.append(f"Target {t.given or t.architecture}: config not available ({t.source})")
+        for r in self.results:
+            lines.append(f"  {'[' + r.verdict + ']':<11} {r.check}: {r.evidence}")
+        c = self.capture
+        if c is not None:
+            lines.append(f"  Layers (inputs of target layers), {c.method or 'capture method not found'}:")
+            lines.append(f"      draft names          {c.layer_ids}: {c.convention}")
+            lines.append(f"      draft was trained on {_layers(c.intended)}")
+            lines.append(f"      this tree captures   {_layers(c.captured)} (patch 0004 {c.patch_0004})")
+            lines.append(f"      without patch 0004   {_layers(c.without_0004)}")
+            lines.append(f"      with patch 0004      {_layers(c.with_0004)}")
+        return lines
+
+
+def _layers(layers: list[int] | None) -> str:
+    return "unknown" if layers is None else str(layers)
+
+
+# -- the checks -----------------------------------------------------------------------
+
+
+def read_target(given: str | None, target_arch: str | None) -> Target:
+    """The target's text model: layers, hidden size, vocabulary (Kimi-K2.5: under text_config)."""
+    if given is None:
+        return Target(None, None, "no target model given", target_arch or DEFAULT_TARGET_ARCH)
+    files = draft_inputs.locate(given, "target model")
+    if files.directory is None:
+        return Target(given, None, f"{given} is {files.source}", target_arch or DEFAULT_TARGET_ARCH)
+    config = Fields(draft_inputs.read_config(files.directory, "target model"), f"{files.directory}/config.json")
+    text = config.section("text_config") or config
+    return Target(
+        given,
+        str(files.directory),
+        files.source,
+        target_arch or config.architecture(),
+        num_layers=text.integer("num_hidden_layers", required=True),
+        hidden_size=text.integer("hidden_size", required=True),
+        vocab_size=text.integer("vocab_size", required=True),
+    )
+
+
+def check(
+    tree: SGLangTree, draft: str, target: str | None = None, algorithm: str = "EAGLE3", target_arch: str | None = None
+) -> DraftReport:
+    """Check ``draft`` (directory or hub id) against ``target`` on ``tree``. Raises DraftInputError on bad input."""
+    algorithm = algorithm.upper()
+    files = draft_inputs.locate(draft, "draft model")
+    report = DraftReport(
+        draft, str(files.directory) if files.directory else None, files.source, algorithm, None,
+        read_target(target, target_arch),
+    )  # fmt: skip
+    if files.directory is None:
+        report.add(
+            "files", WARN,
+            f"{draft} is {files.source}: it is checked only after download "
+            f"(huggingface-cli download {draft}), or give a local directory",
+        )  # fmt: skip
+        return report
+    config = Fields(draft_inputs.read_config(files.directory, "draft model"), f"{files.directory}/config.json")
+    report.architecture = config.architecture()
+    index = SourceIndex(tree)
+    drafts = eagle3_source.registered_drafts(index, algorithm)
+    if drafts is None:
+        report.add("algorithm", WARN, f"draft checks cover EAGLE3 and EAGLE; {algorithm} drafts are not checked")
+        return report
+    facts = _check_architecture(report, index, tree, drafts)
+    if algorithm != "EAGLE3":
+        _check_vocabulary(report, config, facts)
+        return report
+    _check_layers(report, config, facts)
+    _check_hidden_size(report, config, facts)
+    _check_vocabulary(report, config, facts)
+    _check_token_mapping(report, config, files.directory)
+    _check_aux_layers(report, config, facts, index)
+    return report
+
+
+def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTree, drafts: dict[str, str]):
+    arch, algorithm = report.architecture, report.algorithm
+    if arch in drafts:
+        report.add("architecture", READY, f"{arch} is registered as an {algorithm} draft ({drafts[arch]})")
+        return eagle3_source.draft_class_facts(index, arch)
+    elsewhere = index.find_model_class(arch)
+    registered = ", ".join(f"{name} ({where})" for name, where in drafts.items()) or "none"
+    what = (
+        f"{arch} is a model class here ({index.rel(elsewhere[0])}:{elsewhere[1].lineno}) but not an {algorithm} draft"
+        if elsewhere
+        else f"{f'SGLang {tree.version}' if tree.version else 'this SGLang'} has no class {arch}"
+    )
+    report.add(
+        "architecture", NOT_READY,
+        f"{what}; its {algorithm} drafts are {registered}. The server would fail when it loads the draft, "
+        "after the target has loaded; use a draft of a registered architecture or an SGLang that has this one",
+    )  # fmt: skip
+    return None
+
+
+def _check_layers(report: DraftReport, config: Fields, facts) -> None:
+    if facts is None or facts.required_layers is None:
+        return
+    required, where = facts.required_layers
+    layers = config.integer("num_hidden_layers", required=True)
+    if layers == required:
+        report.add("layers", READY, f"{layers}, as {report.architecture} requires ({where})")
+    else:
+        report.add(
+            "layers", NOT_READY,
+            f"the draft has {layers} layers; {report.architecture} accepts {required} and raises ValueError "
+            f"otherwise ({where}), after the target has loaded",
+        )  # fmt: skip
+
+
+def _check_hidden_size(report: DraftReport, config: Fields, facts) -> None:
+    fields = (facts.width_fields if facts else None) or EAGLE3_WIDTH_FIELDS
+    name = next((f for f in fields if f in config.data and config.data[f] is not None), fields[-1])
+    read_by = f"read at {facts.width_read[name]}" if facts and facts.width_read else "the field EAGLE-3 drafts use"
+    expected = config.integer(name, required=True)
+    states = facts.aux_states[0] if facts and facts.aux_states else None
+    fc = f" (its fc at {facts.aux_states[1]} takes {states} x {expected})" if states else ""
+    target = report.target
+    if not target.known:
+        report.add(
+            "hidden size", WARN,
+            f"the draft expects target hidden states of width {expected} ({name}, {read_by}); "
+            f"the target's config is not available ({target.source})",
+        )  # fmt: skip
+    elif expected == target.hidden_size:
+        report.add("hidden size", READY, f"the draft expects {expected} ({name}, {read_by}), the target has {expected}")
+    else:
+        report.add(
+            "hidden size", NOT_READY,
+            f"the draft expects target hidden states of width {expected} ({name}, {read_by}){fc}, but the "
+            f"target's hidden size is {target.hidden_size}: the first draft step fails after the target has "
+            "loaded; this draft was trained for another target",
+        )  # fmt: skip
+
+
+def _check_vocabulary(report: DraftReport, config: Fields, facts) -> None:
+    vocab = config.integer("vocab_size", required=True)
+    draft_vocab = config.integer("draft_vocab_size")
+    tied = config.boolean("tie_word_embeddings", False)
+    target = report.target
+    issues, notes = [], []
+    if target.known and vocab != target.vocab_size:
+        issues.append(
+            f"vocab_size {vocab} differs from the target's {target.vocab_size}: the draft was trained for another "
+            "tokenizer"
+        )
+    elif target.known:
+        notes.append(f"vocab_size {vocab} = the target's")
+    else:
+        notes.append(f"vocab_size {vocab} (the target's is not known: {target.source})")
+    read_at = facts.draft_vocab_read(tied) if facts and "draft_vocab_size" not in config.data else None
+    if read_at:
+        issues.append(
+            f"no draft_vocab_size: {read_at} reads it ({'tied' if tied else 'untied'} embeddings), AttributeError "
+            "when the draft loads; add draft_vocab_size (the rows of the draft's lm_head, or null for the full "
+            "vocabulary) to its config.json"
+        )
+    elif draft_vocab is None:
+        notes.append("draft vocabulary = the full vocabulary" + (" (tied embeddings)" if tied else ""))
+    elif draft_vocab > vocab:
+        issues.append(f"draft_vocab_size {draft_vocab} is larger than vocab_size {vocab}")
+    else:
+        notes.append(f"draft vocabulary {draft_vocab}")
+    if issues:
+        report.add("vocabulary", NOT_READY, "; ".join(issues))
+    else:
+        report.add("vocabulary", READY if target.known else WARN, "; ".join(notes))
+
+
+def _check_token_mapping(report: DraftReport, config: Fields, directory) -> None:
+    vocab = config.integer("vocab_size", required=True)
+    draft_vocab = config.integer("draft_vocab_size")
+    if draft_vocab is None or draft_vocab >= vocab:
+        report.add("token mapping", READY, "the draft predicts over the full vocabulary; no d2t mapping needed")
+        return
+    lookup = draft_inputs.find_tensors(directory, "d2t")
+    need = f"draft vocabulary {draft_vocab} < vocab_size {vocab} needs the d2t mapping"
+    if not lookup.found:
+        if lookup.problem:
+            report.add("token mapping", WARN, f"{need}; not checked: {lookup.problem}")
+        else:
+            report.add(
+                "token mapping", NOT_READY,
+                f"{need}, and {lookup.searched} has no d2t tensor: SGLang would take draft token ids for target "
+                "ids, so almost nothing is accepted; use the draft's complete weights",
+            )  # fmt: skip
+        return
+    name, shape = next(iter(lookup.found.items()))
+    if shape is None:
+        report.add("token mapping", WARN, f"{need}; {name} is listed in {lookup.searched} but its shard is not here")
+    elif shape != [draft_vocab]:
+        report.add("token mapping", NOT_READY, f"{need}; {name} has shape {shape}, expected [{draft_vocab}]")
+    else:
+        report.add("token mapping", READY, f"{name} {shape} in {lookup.searched} maps draft ids to target ids")
+
+
+def _convention(layer_ids: list[int]) -> tuple[str, list[int] | None]:
+    first = layer_ids[0]
+    if first == 1:
+        return "output of layer i (first id 1)", [i + 1 for i in layer_ids]
+    if first >= 2:
+        return "input to layer i (first id 2 or more)", list(layer_ids)
+    return f"neither convention (first id {first}; outputs start at 1, inputs at 2)", None
+
+
+def _out_of_range(layers: list[int], num_layers: int) -> list[str]:
+    """Why each input index cannot be captured by a loop over layers 0..n-1 that captures before layer i."""
+    reasons = []
+    for i in layers:
+        if i == 0:
+            reasons.append("the input of layer 0 (there is no residual stream before it: TypeError)")
+        elif i < 0:
+            reasons.append(f"layer {i} (negative)")
+        elif i == num_layers:
+            reasons.append(
+                f"the input of layer {i}, i.e. the output of the last layer {num_layers - 1} (only the inputs of "
+                f"layers 1-{num_layers - 1} are captured)"
+            )
+        elif i > num_layers:
+            reasons.append(f"layer {i} (the target has layers 0-{num_layers - 1})")
+    return reasons
+
+
+def _check_aux_layers(report: DraftReport, config: Fields, facts, index: SourceIndex) -> None:
+    eagle = config.section("eagle_config")
+    layer_ids = eagle.int_list("eagle_aux_hidden_state_layer_ids") if eagle else None
+    if eagle and not eagle.boolean("use_aux_hidden_state", True):
+        report.add("aux layer ids", READY, "use_aux_hidden_state is false: the draft gets the target's last state")
+        return
+    target = report.target
+    n = target.num_layers
+    expected = facts.aux_states if facts and facts.aux_states else None
+    if layer_ids is None:
+        convention, intended = "none named: SGLang's default", None
+        report.add(
+            "aux layer ids", WARN,
+            "the draft's config does not name the layers it was trained on (eagle_config."
+            "eagle_aux_hidden_state_layer_ids); SGLang captures its default, which cannot be checked against the "
+            "draft's training",
+        )  # fmt: skip
+    elif not layer_ids:
+        raise DraftInputError(f"{config.where}: eagle_aux_hidden_state_layer_ids is empty")
+    else:
+        convention, intended = _convention(layer_ids)
+        issues, doubts, notes = [], [], [f"{layer_ids}: {convention}"]
+        if expected and len(layer_ids) != expected[0]:
+            issues.append(f"{len(layer_ids)} ids, but the draft's fc takes {expected[0]} states ({expected[1]})")
+        if len(set(layer_ids)) != len(layer_ids):
+            issues.append("an id is repeated: SGLang captures each layer once, so the draft gets fewer states")
+        elif layer_ids != sorted(layer_ids):
+            doubts.append(f"not increasing: SGLang captures in layer order, so the draft gets {sorted(layer_ids)}")
+        if intended is None:
+            doubts.append("which layers the draft means is not known")
+        elif n is None:
+            doubts.append(f"range not checked ({target.source})")
+        else:
+            bad = _out_of_range(intended, n)
+            if bad:
+                issues.append(f"names {'; '.join(bad)}, which SGLang cannot capture")
+            else:
+                notes.append(f"within the target's {n} layers")
+        verdict = NOT_READY if issues else WARN if doubts else READY
+        report.add("aux layer ids", verdict, "; ".join(issues + doubts + notes))
+    _check_captured_layers(report, index, layer_ids, convention, intended, expected)
+
+
+def _predict(function, layer_ids, num_layers) -> list[int] | None:
+    if function is None or (layer_ids is None and num_layers is None):
+        return None
+    try:
+        layers = eagle3_source.run_capture_method(function, layer_ids, num_layers or 0)
+    except Exception:  # a capture method this reader cannot run: no prediction
+        return None
+    # The forward loop captures each listed layer once, in layer order: that is what the draft gets.
+    return sorted(set(layers))
+
+
+def _check_captured_layers(report: DraftReport, index, layer_ids, convention, intended, expected) -> None:
+    target = report.target
+    rule = eagle3_source.capture_rule(index, target.architecture)
+    if rule is None:
+        report.capture = Capture(convention, layer_ids, intended, None, None, None, "unknown", None)
+        report.add(
+            "captured layers", WARN,
+            f"{target.architecture} has no {eagle3_source.CAPTURE_METHOD} this probe can follow (see the methods "
+            "above); which layers are captured is not known",
+        )  # fmt: skip
+        return
+    n = target.num_layers
+    captured = _predict(rule.this_tree, layer_ids, n)
+    capture = Capture(
+        convention, layer_ids, intended, captured, _predict(rule.without_0004, layer_ids, n),
+        _predict(rule.with_0004, layer_ids, n), rule.patch_0004, f"{rule.class_name} at {rule.location}",
+    )  # fmt: skip
+    report.capture = capture
+    where = f"{rule.class_name} at {rule.location}, patch 0004 {rule.patch_0004}"
+    fix = (
+        f" Fix: apply patch 0004 (sglang-eagle3 patch apply), which captures {capture.with_0004}."
+        if capture.with_0004 is not None and capture.with_0004 != captured and capture.with_0004 == intended
+        else ""
+    )
+    if captured is None:
+        reason = "the target's layer count is not known" if n is None else "this reader cannot run that method"
+        report.add("captured layers", WARN, f"not predicted ({where}): {reason}")
+        return
+    lost = _out_of_range(captured, n) if n is not None else []
+    if lost:
+        states = len(captured) - len(lost)
+        wanted = f", its fc takes {expected[0]}" if expected else ""
+        report.add(
+            "captured layers", NOT_READY,
+            f"this tree captures the inputs of layers {captured} ({where}): it asks for {'; '.join(lost)}; the "
+            f"draft gets {states} states{wanted}.{fix}",
+        )  # fmt: skip
+    elif intended is None:
+        report.add(
+            "captured layers", WARN,
+            f"this tree captures the inputs of layers {captured} ({where}); what the draft was trained on is "
+            "not known",
+        )  # fmt: skip
+    elif captured == intended:
+        report.add("captured layers", READY, f"the inputs of layers {captured}, as the draft was trained ({where})")
+    else:
+        offset = {c - i for c, i in zip(captured, intended, strict=False)}
+        by = f" (off by {offset.pop():+d})" if len(offset) == 1 else ""
+        report.add(
+            "captured layers", WARN,
+            f"this tree captures the inputs of layers {captured}, the draft was trained on {intended}{by} "
+            f"({where}): it starts, but accepts fewer tokens.{fix}",
+        )  # fmt: skip

@@ -1,0 +1,290 @@
+"""What an SGLang tree's own source says about EAGLE drafts, read without importing it.
+
+- Which architectures it registers as drafts for an algorithm (the ``EntryClass`` of
+  srt/models/*eagle3*.py for EAGLE3, *eagle*.py for EAGLE).
+- What a draft class requires of its config: the number of layers it accepts, how
+  many target hidden states its ``fc`` takes and which config field gives their width,
+  whether it reads ``draft_vocab_size`` unguarded.
+- Which target layers ``set_eagle3_layers_to_capture`` will capture for given ids.
+  That method is small and pure (it only sets attributes), so its own statements are
+  run on a stand-in ``self`` with no builtins beyond a few pure ones. This stays right
+  across SGLang versions (0.5.9, 0.5.9 + patch 0004, later upstream) without this
+  project restating each version's rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from . import patchset
+from .probe import _attribute_class, _defines, _forward_target
+from .source_index import SourceIndex, own_expressions, statements_with_conditions
+
+CAPTURE_METHOD = "set_eagle3_layers_to_capture"
+CONVENTION_PATCH = "0004-deepseek-eagle3-aux-layer-convention.patch"
+DRAFT_MODULE_GLOBS = {"EAGLE3": ("*eagle3*.py", None), "EAGLE": ("*eagle*.py", "*eagle3*.py")}
+
+
+# -- registered draft classes ---------------------------------------------------------
+
+
+def entry_classes(index: SourceIndex, path: Path) -> list[str]:
+    """Names in the module's ``EntryClass = [A, B]`` (or ``EntryClass = A``)."""
+    names = []
+    for node in index.module(path).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            names += [v.id for v in values if isinstance(v, ast.Name)]
+    return names
+
+
+def registered_drafts(index: SourceIndex, algorithm: str) -> dict[str, str] | None:
+    """Draft architecture -> where its class is defined, for EAGLE/EAGLE3; None for other algorithms."""
+    if algorithm not in DRAFT_MODULE_GLOBS:
+        return None
+    pattern, exclude = DRAFT_MODULE_GLOBS[algorithm]
+    models = index.tree.srt / "models"
+    excluded = set(models.glob(exclude)) if exclude else set()
+    drafts = {}
+    for path in sorted(set(models.glob(pattern)) - excluded):
+        for name in entry_classes(index, path):
+            resolved = index.resolve_name(path, name)
+            where = path if resolved is None else resolved[0]
+            line = "" if resolved is None else f":{resolved[1].lineno}"
+            drafts[name] = f"{index.rel(where)}{line}"
+    return drafts
+
+
+# -- what a draft class needs from its config -------------------------------------------
+
+
+@dataclass
+class DraftClassFacts:
+    location: str
+    required_layers: tuple[int, str] | None = None  # (count, file:line of the check)
+    aux_states: tuple[int, str] | None = None  # (count the fc takes, file:line)
+    width_fields: list[str] | None = None  # config fields for the aux state width, first present wins
+    width_read: dict[str, str] | None = None  # field -> file:line where it is read
+    # Unguarded reads of <config>.draft_vocab_size: (file:line, the tie_word_embeddings value it needs, or None)
+    draft_vocab_reads: list[tuple[str, bool | None]] = field(default_factory=list)
+
+    def draft_vocab_read(self, tied: bool) -> str | None:
+        """Where a config without draft_vocab_size raises AttributeError, for this tie_word_embeddings."""
+        return next((where for where, needs in self.draft_vocab_reads if needs in (None, tied)), None)
+
+
+def _attribute_chain(node: ast.expr) -> str:
+    return ast.unparse(node) if isinstance(node, (ast.Attribute, ast.Name)) else ""
+
+
+def _hasattr_fields(conditions) -> set[str]:
+    fields = set()
+    for cond in conditions:
+        for node in ast.walk(cond.test):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "hasattr"
+                and len(node.args) == 2
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                fields.add(node.args[1].value)
+    return fields
+
+
+def draft_class_facts(index: SourceIndex, arch: str) -> DraftClassFacts | None:
+    found = index.find_model_class(arch)
+    if found is None:
+        return None
+    path, cls = found
+    module = index.module(path)
+    facts = DraftClassFacts(location=f"{index.rel(path)}:{cls.lineno}")
+    init = _defines(cls, "__init__")
+    for stmt, conditions in statements_with_conditions(init.body if init else []):
+        test = conditions[-1].test if conditions else None
+        if (
+            isinstance(stmt, ast.Raise)
+            and isinstance(test, ast.Compare)
+            and _attribute_chain(test.left).endswith(".num_hidden_layers")
+            and isinstance(test.ops[0], ast.NotEq)
+            and isinstance(test.comparators[0], ast.Constant)
+        ):
+            facts.required_layers = (test.comparators[0].value, f"{index.rel(path)}:{test.lineno}")
+        tie = [c.polarity for c in conditions if _attribute_chain(c.test).endswith(".tie_word_embeddings")]
+        for node in own_expressions(stmt):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and node.attr == "draft_vocab_size"
+                and "draft_vocab_size" not in _hasattr_fields(conditions)
+            ):
+                facts.draft_vocab_reads.append((f"{index.rel(path)}:{node.lineno}", tie[-1] if tie else None))
+    # self.fc = torch.nn.Linear(self.<width> * K, ...) anywhere in the draft's module.
+    width_attr = None
+    for node in ast.walk(module):
+        if (
+            isinstance(node, ast.Assign)
+            and _attribute_chain(node.targets[0]) == "self.fc"
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+            and isinstance(node.value.args[0], ast.BinOp)
+            and isinstance(node.value.args[0].op, ast.Mult)
+        ):
+            left, right = node.value.args[0].left, node.value.args[0].right
+            constant, other = (left, right) if isinstance(left, ast.Constant) else (right, left)
+            if isinstance(constant, ast.Constant) and isinstance(constant.value, int):
+                facts.aux_states = (constant.value, f"{index.rel(path)}:{node.lineno}")
+                width_attr = _attribute_chain(other)
+    if width_attr:
+        guarded, fallback = [], []
+        for func in (n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)):
+            for stmt, conditions in statements_with_conditions(func.body):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and _attribute_chain(stmt.targets[0]) == width_attr
+                    and isinstance(stmt.value, ast.Attribute)
+                    and _attribute_chain(stmt.value.value) == "config"
+                ):
+                    field = stmt.value.attr
+                    (guarded if field in _hasattr_fields(conditions) else fallback).append(field)
+                    facts.width_read = {**(facts.width_read or {}), field: f"{index.rel(path)}:{stmt.lineno}"}
+        facts.width_fields = guarded + fallback or None
+    return facts
+
+
+# -- which layers a target captures ------------------------------------------------------
+
+
+def _passes_through(func: ast.FunctionDef, method: str) -> bool:
+    """``self.inner.method(a, b)`` called with exactly the function's own parameters: a pure forward."""
+    params = [a.arg for a in func.args.args[1:]]
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method:
+            return [ast.unparse(a) for a in node.args] == params and not node.keywords
+    return False
+
+
+def find_method(index: SourceIndex, path: Path, cls: ast.ClassDef, method: str, _depth: int = 0):
+    """(path, class, function) that really runs for ``cls.method``: through bases and forwarding wrappers."""
+    if _depth > 12:
+        return None
+    found = _defines(cls, method)
+    if isinstance(found, ast.FunctionDef):
+        inner = _forward_target(found, method) if _passes_through(found, method) else None
+        if inner is None:
+            return path, cls, found
+        inner_cls = _attribute_class(index, path, cls, inner)
+        return find_method(index, *inner_cls, method, _depth + 1) if inner_cls else None
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            resolved = index.resolve_name(path, base.id)
+            if resolved is not None:
+                result = find_method(index, *resolved, method, _depth + 1)
+                if result is not None:
+                    return result
+    return None
+
+
+class _StandIn(SimpleNamespace):
+    """``self`` for running a capture method: the attributes it reads, and whatever it sets."""
+
+
+SAFE_BUILTINS = {f.__name__: f for f in (list, tuple, len, range, sorted, min, max, int, enumerate, isinstance)}
+
+
+def run_capture_method(func: ast.FunctionDef, layer_ids: list[int] | None, num_layers: int) -> list[int]:
+    """The ``layers_to_capture`` this method sets for ``layer_ids`` on a target with ``num_layers`` layers."""
+    func = copy.deepcopy(func)
+    func.decorator_list, func.returns = [], None
+    for arg in func.args.args + func.args.kwonlyargs:
+        arg.annotation = None
+    module = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
+    namespace = {"__builtins__": SAFE_BUILTINS, "get_pp_group": lambda: _StandIn(is_last_rank=True)}
+    exec(compile(module, "<sglang source>", "exec"), namespace)  # defines the one function, nothing else
+    self = _StandIn(
+        config=_StandIn(num_hidden_layers=num_layers),
+        pp_group=_StandIn(is_last_rank=True),
+        model=_StandIn(layers_to_capture=[]),
+        capture_aux_hidden_states=False,
+    )
+    namespace[func.name](self, None if layer_ids is None else list(layer_ids))
+    return [int(x) for x in self.model.layers_to_capture]
+
+
+@dataclass
+class CaptureRule:
+    """How one tree maps a draft's ids to captured layers, and the same with and without patch 0004."""
+
+    location: str  # file:line of the method that runs
+    class_name: str
+    patch_0004: str  # applied | not applied | conflict | does not apply to <file> | unknown (why)
+    this_tree: ast.FunctionDef
+    with_0004: ast.FunctionDef | None
+    without_0004: ast.FunctionDef | None
+
+
+def _patch_0004():
+    try:
+        series = patchset.PatchSeries.load()
+    except patchset.PatchError as err:
+        return None, f"unknown ({err})"
+    patch = next((p for p in series.patches if p.name == CONVENTION_PATCH), None)
+    return patch, None if patch else f"unknown ({CONVENTION_PATCH} is not in the series)"
+
+
+def _method_in(source: str, class_name: str, method: str) -> ast.FunctionDef | None:
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            found = _defines(node, method)
+            return found if isinstance(found, ast.FunctionDef) else None
+    return None
+
+
+def _other_variant(patch: patchset.Patch, rel: str, path: Path, reverse: bool) -> str | None:
+    """The file at ``path`` with patch 0004 applied (or reversed), via GNU patch in a scratch directory."""
+    if shutil.which("patch") is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="sglang-eagle3-0004-") as scratch:
+        copy_path = Path(scratch) / rel
+        copy_path.parent.mkdir(parents=True)
+        shutil.copyfile(path, copy_path)
+        flags = [*patchset.PATCH_FLAGS, *(["--reverse"] if reverse else [])]
+        result = subprocess.run(["patch", *flags, "-d", scratch, "-i", str(patch.path)], capture_output=True)
+        return copy_path.read_text() if result.returncode == 0 else None
+
+
+def capture_rule(index: SourceIndex, target_arch: str) -> CaptureRule | None:
+    found = index.find_model_class(target_arch)
+    resolved = find_method(index, *found, CAPTURE_METHOD) if found else None
+    if resolved is None:
+        return None
+    path, cls, func = resolved
+    rel = f"sglang/{index.rel(path)}"
+    patch, unknown = _patch_0004()
+    rule = CaptureRule(f"{index.rel(path)}:{func.lineno}", cls.name, unknown or "", func, None, None)
+    if patch is None:
+        return rule
+    if rel not in patch.files:
+        rule.patch_0004 = f"does not apply to {index.rel(path)}"
+        rule.with_0004 = rule.without_0004 = func
+        return rule
+    try:
+        state = patchset.status(patch, index.tree).state
+    except patchset.PatchError as err:  # GNU patch is not installed
+        rule.patch_0004 = f"unknown ({err})"
+        return rule
+    rule.patch_0004 = state.value
+    if state is patchset.PatchState.CONFLICT:
+        return rule
+    applied = state is patchset.PatchState.APPLIED
+    other_text = _other_variant(patch, rel, path, reverse=applied)
+    other = _method_in(other_text, cls.name, CAPTURE_METHOD) if other_text else None
+    rule.with_0004, rule.without_0004 = (func, other) if applied else (other, func)
+    return rule

@@ -1,0 +1,34 @@
+"""Model weights pinned by commit and per-file hash: lock, fetch, verify.
+
+- ``lockfile``: the lock format (one JSON file per model: repo, commit, every file with
+  its size, sha256 and git blob id) and its validation.
+- ``hub``: everything that talks to the Hugging Face Hub, through huggingface_hub:
+  resolving a revision into a lock, downloading one file at the locked commit, the
+  token (read from a file, never from argv or the environment) and the hub's errors
+  turned into messages that say what to do.
+- ``hashing``: streamed sha256 and git blob ids.
+- ``verify``: a directory against a lock (sizes, hashes, missing and extra files).
+- ``fetch``: a directory made to match a lock: resumable, parallel, each file verified
+  before it is put in place.
+- ``progress``: a progress bar on a terminal, periodic lines in logs.
+- ``cli``: the ``sglang-eagle3 models`` commands.
+"""
+
+from __future__ import annotations
+
+
+class ModelsError(Exception):
+    """A failure with a message that says what is wrong and what to do.
+
+    ``kind`` names the failure for ``--json`` output; ``exit_code`` is 2 for bad input
+    (malformed lock, unknown repo or revision, a token that is missing) and 1 when a
+    check or a download failed.
+    """
+
+    def __init__(self, kind: str, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.kind = kind
+        self.exit_code = exit_code
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "message": str(self)}

@@ -1,0 +1,237 @@
+"""Everything that talks to the Hugging Face Hub, through huggingface_hub.
+
+huggingface_hub is the hub's own client: it knows the endpoints, redirects to the CDN
+(dropping the token there), Xet storage, retries and resuming from `.incomplete` files.
+We call it with the token given explicitly (`token=False` when there is none), so it never
+falls back to `HF_TOKEN` in the environment or a token stored in the home directory, and
+`HF_ENDPOINT` chooses the hub as usual. Its errors become ModelsErrors that say what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from . import ModelsError, hashing
+from .lockfile import ModelLock, describe
+
+TOKEN_CREDENTIAL = "hf-token"  # systemd: LoadCredential=hf-token:/path -> $CREDENTIALS_DIRECTORY/hf-token
+TOKEN_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+# Failures after which no other file of the model can succeed either.
+FATAL = {"gated", "repo_not_found", "revision_not_found", "offline", "disk_full", "token", "network"}
+
+
+def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -> str | None:
+    """The token from --token-file, else systemd's credential hf-token, else None.
+
+    Never from argv or the environment: both are visible to other processes (ps,
+    /proc/PID/environ) and inherited by children. Messages name the file, never its content.
+    """
+    environ = os.environ if environ is None else environ
+    path = token_file
+    if path is None and environ.get("CREDENTIALS_DIRECTORY"):
+        candidate = Path(environ["CREDENTIALS_DIRECTORY"]) / TOKEN_CREDENTIAL
+        path = candidate if candidate.is_file() else None
+    if path is None:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not text"
+        raise ModelsError("token", f"cannot read the token file {path}: {reason}", 2) from None
+    if not token:
+        raise ModelsError("token", f"the token file {path} is empty; put the Hugging Face token in it", 2)
+    if not token.isprintable() or any(c.isspace() for c in token):
+        raise ModelsError("token", f"the token file {path} must hold one token on one line, nothing else", 2)
+    return token
+
+
+def ignored_token_variables(environ: dict[str, str] | None = None) -> list[str]:
+    environ = os.environ if environ is None else environ
+    return [name for name in TOKEN_ENV_VARS if environ.get(name)]
+
+
+def redact(text: str, token: str | None) -> str:
+    """Defence in depth: no message leaves this package with the token in it."""
+    return text.replace(token, "***") if token else text
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _quiet_client() -> None:
+    # Our own progress replaces huggingface_hub's per-file tqdm bars.
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+
+
+def gated(repo: str, token: str | None) -> ModelsError:
+    where = endpoint()
+    if token is None:
+        message = (f"{repo} is gated: accept its conditions at {where}/{repo} and give a token of that account "
+                   f"with --token-file FILE (under systemd: the credential {TOKEN_CREDENTIAL})")  # fmt: skip
+    else:
+        message = (f"the token has no access to the gated {repo}: accept its conditions at {where}/{repo} "
+                   "with the token's account, or use a token of an account that did")  # fmt: skip
+    return ModelsError("gated", message, 2)
+
+
+def translate(
+    err: BaseException, *, repo: str, revision: str, path: str | None = None, token: str | None = None
+) -> ModelsError:
+    """A huggingface_hub / requests / OS error as a ModelsError that says what to do."""
+    import requests
+    from huggingface_hub import errors as hf
+
+    where = endpoint()
+    what = f"{path} of {repo}" if path else repo
+    if isinstance(err, ModelsError):
+        return err
+    if isinstance(err, hf.GatedRepoError):  # before RepositoryNotFoundError: it is a subclass
+        return gated(repo, token)
+    if isinstance(err, hf.RevisionNotFoundError):
+        return ModelsError(
+            "revision_not_found",
+            f"{repo} has no revision {revision!r} on {where}: check the branch, tag or commit. A locked "
+            "commit that is gone means the repository's history was rewritten: lock it again and review the change",
+            2,
+        )
+    if isinstance(err, hf.RepositoryNotFoundError):
+        access = "the token has no access to it" if token else "no token was given (--token-file FILE)"
+        return ModelsError(
+            "repo_not_found", f"repository {repo} not found on {where}: check the name; if it is private, {access}", 2
+        )
+    if isinstance(err, hf.EntryNotFoundError):
+        return ModelsError("file_not_found", f"{repo} has no file {path} at {revision}; lock it again", 1)
+    if isinstance(err, hf.OfflineModeIsEnabled):
+        return ModelsError("offline", "HF_HUB_OFFLINE is set in the environment: unset it to reach the hub", 2)
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ModelsError(
+            "disk_full",
+            f"disk full while writing {err.filename or what}: free space (or move --dir), then run the same "
+            "command again; what was downloaded is kept and resumed",
+        )
+    if isinstance(err, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
+        return ModelsError(
+            "interrupted",
+            f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); what "
+            "arrived is kept: run the same command again to resume",
+        )
+    if isinstance(err, hf.LocalEntryNotFoundError):
+        cause = err.__cause__ or err.__context__
+        return ModelsError("network", f"cannot reach {where} for {what}: {redact(str(cause or err), token)[:300]}")
+    if isinstance(err, hf.HfHubHTTPError):
+        status = err.response.status_code if err.response is not None else "?"
+        detail = err.server_message or str(err).splitlines()[0]
+        return ModelsError("hub_error", f"{where} answered HTTP {status} for {what}: {redact(detail, token)[:300]}")
+    if isinstance(err, OSError):
+        if "Consistency check failed" in str(err):  # huggingface_hub: received size != announced size
+            return ModelsError("interrupted", f"download of {what} ended early; run the same command again to resume")
+        target = f" {err.filename}" if err.filename else ""
+        return ModelsError("io_error", f"cannot write{target}: {err.strerror or err}")
+    return ModelsError("hub_error", f"{type(err).__name__} while fetching {what}: {redact(str(err), token)[:300]}")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """'owner/name@rev' -> ('owner/name', 'rev'); no '@' means main."""
+    repo, _, revision = spec.partition("@")
+    from .lockfile import REPO_ID
+
+    if not REPO_ID.fullmatch(repo):
+        raise ModelsError("bad_input", f"{spec!r}: expected REPO[@REVISION], e.g. AQ-MedAI/Kimi-K25-eagle3@main", 2)
+    if spec.endswith("@"):
+        raise ModelsError("bad_input", f"{spec!r}: the revision after '@' is empty", 2)
+    return repo, revision or "main"
+
+
+def resolve(repo: str, revision: str, token: str | None, workdir: Path, jobs: int = 8) -> ModelLock:
+    """Resolve a revision to its commit and describe every file there: a lock.
+
+    LFS files: size and sha256 as the hub publishes them. Files stored in git: the hub
+    gives only their git blob id, so they are downloaded (they are small), checked against
+    that id, and their sha256 recorded.
+    """
+    from huggingface_hub import HfApi
+
+    _quiet_client()
+    try:
+        info = HfApi().model_info(repo, revision=revision, files_metadata=True, token=token or False)
+    except Exception as err:
+        raise translate(err, repo=repo, revision=revision, token=token) from None
+    commit, siblings = info.sha, info.siblings
+    if not commit or not re.fullmatch(r"[0-9a-f]{40}", commit) or siblings is None:
+        raise ModelsError("hub_error", f"{endpoint()} returned no commit or file list for {repo}@{revision}")
+    if re.fullmatch(r"[0-9a-f]{40}", revision) and commit != revision:
+        raise ModelsError("hub_error", f"{endpoint()} resolved commit {revision} of {repo} to {commit}")
+    if (info.gated or info.private) and token is None:
+        raise gated(repo, token)
+    for s in siblings:
+        if s.size is None or s.blob_id is None:
+            raise ModelsError("hub_error", f"{endpoint()} gave no size or blob id for {s.rfilename} of {repo}")
+
+    def small_file(sibling) -> tuple[str, str, int]:
+        try:
+            local = download_file(repo, commit, sibling.rfilename, workdir, token)
+        except Exception as err:
+            raise translate(err, repo=repo, revision=commit, path=sibling.rfilename, token=token) from None
+        sha256, blob_id = hashing.sha256_and_git_blob_id(Path(local))
+        size = Path(local).stat().st_size
+        if blob_id != sibling.blob_id or size != sibling.size:
+            raise ModelsError(
+                "mismatch",
+                f"{sibling.rfilename} of {repo}@{commit}: downloaded {size} bytes with git blob id {blob_id}, "
+                f"the hub lists {sibling.size} bytes and {sibling.blob_id}; try again",
+            )
+        return sha256, blob_id, size
+
+    in_git = [s for s in siblings if s.lfs is None]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        hashed = dict(zip([s.rfilename for s in in_git], pool.map(small_file, in_git), strict=True))
+    files = []
+    for s in sorted(siblings, key=lambda s: s.rfilename):
+        if s.lfs is not None:
+            files.append(dict(path=s.rfilename, size=s.lfs.size, sha256=s.lfs.sha256, git_blob_id=s.blob_id, lfs=True))
+        else:
+            sha256, blob_id, size = hashed[s.rfilename]
+            files.append(dict(path=s.rfilename, size=size, sha256=sha256, git_blob_id=blob_id, lfs=False))
+    try:
+        return ModelLock(
+            repo=repo, revision=revision, commit=commit, gated=bool(info.gated), private=bool(info.private),
+            locked_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            total_size=sum(f["size"] for f in files), files=files,
+        )  # fmt: skip
+    except ValidationError as err:  # e.g. a file name that would escape the model directory
+        raise ModelsError("hub_error", f"{repo}@{commit} cannot be locked: {describe(err)}") from None
+
+
+def download_file(repo: str, commit: str, path: str, local_dir: Path, token: str | None) -> str:
+    """One file at the commit into local_dir, resuming from huggingface_hub's `.incomplete` file there."""
+    from huggingface_hub import hf_hub_download
+
+    _quiet_client()
+    return hf_hub_download(repo, path, revision=commit, local_dir=local_dir, token=token or False)
+
+
+def partial_bytes(local_dir: Path) -> int:
+    """Bytes huggingface_hub has written so far under local_dir (its `.incomplete` files): for progress only.
+
+    Runs while downloads finish and their directories are removed: os.walk skips what vanished.
+    """
+    total = 0
+    for root, _, files in os.walk(local_dir / ".cache" / "huggingface" / "download"):
+        for name in files:
+            if name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(os.path.join(root, name)).st_size
+    return total

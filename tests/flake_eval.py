@@ -1,0 +1,189 @@
+"""Evaluate this project's flake as `nix flake check` does, on a machine without nixpkgs.
+
+The flake's locked inputs are used as they are: uv2nix, pyproject.nix and
+build-system-pkgs from exact copies of their trees (../shared/nix/inputs, or
+$SGLANG_EAGLE3_NIX_INPUTS; their `nix hash path` must equal the narHash in flake.lock,
+which Nix checks). nixpkgs, which cannot be had here, is replaced by
+tests/nix/nixpkgs: nixpkgs' real `lib` (from the same folder) plus a small package set
+and NixOS stand-in that mirror the real functions (each file names what it mirrors).
+
+A Workspace is a temporary copy of the repository's files (what git tracks, plus new
+files not ignored) whose flake.lock points at those local trees, so plain
+`nix flake check path:...` runs with no override and no warning of the harness's own.
+Needs Nix >= 2.18 (nixpkgs' lib/minver.nix): ../shared/nix/install-nix.sh gives 2.26.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from functools import cached_property
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STANDIN = REPO / "tests" / "nix" / "nixpkgs"
+INPUTS = Path(os.environ.get("SGLANG_EAGLE3_NIX_INPUTS", REPO.parent / "shared" / "nix" / "inputs"))
+# flake.lock node -> prefix of its tarball in INPUTS
+TARBALLS = {
+    "uv2nix": "uv2nix-",
+    "pyproject-nix": "pyproject.nix-",
+    "pyproject-build-systems": "build-system-pkgs-",
+}
+NIXPKGS_LIB = "nixpkgs.lib-"
+# .ci/run sets this: there, a missing Nix or missing inputs is a failure, not a skip.
+REQUIRED = os.environ.get("SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL") == "1"
+
+
+def nix_version(nix: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([nix, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return None
+    match = re.search(r"(\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def unavailable() -> str | None:
+    """Why the flake cannot be evaluated here, or None."""
+    nix = shutil.which("nix")
+    if nix is None or (nix_version(nix) or (0, 0)) < (2, 18):
+        return "needs Nix >= 2.18 on PATH (run ../shared/nix/install-nix.sh)"
+    if not INPUTS.is_dir():
+        return f"needs the flake's locked input trees in {INPUTS} (set SGLANG_EAGLE3_NIX_INPUTS)"
+    for prefix in [*TARBALLS.values(), NIXPKGS_LIB]:
+        if not list(INPUTS.glob(f"{prefix}*.tar.gz")):
+            return f"{INPUTS} has no {prefix}*.tar.gz"
+    return None
+
+
+def tracked_files(repo: Path = REPO) -> list[str]:
+    """The repository's files as a clean clone would have them, plus new files not ignored."""
+    out = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    return [name for name in out.decode().split("\0") if name and (repo / name).exists()]
+
+
+def input_tree(prefix: str) -> Path | None:
+    """An input tree (e.g. "nixpkgs.lib-", "uv2nix-") unpacked once into the test cache, or None."""
+    tarballs = sorted(INPUTS.glob(f"{prefix}*.tar.gz")) if INPUTS.is_dir() else []
+    if not tarballs:
+        return None
+    cache = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
+    target = cache / "inputs" / tarballs[-1].name.removesuffix(".tar.gz")
+    if not target.is_dir():
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _extract(tarballs[-1], staging)
+        staging.rename(target)
+    (top,) = [p for p in target.iterdir() if p.is_dir()]
+    return top
+
+
+def _extract(tarball: Path, into: Path) -> Path:
+    with tarfile.open(tarball) as archive:
+        archive.extractall(into, filter="data")
+    (top,) = [p for p in into.iterdir() if p.is_dir()]
+    return top
+
+
+class Workspace:
+    """A copy of the repository wired to local input trees; run `nix` in it."""
+
+    def __init__(self, root: Path, repo: Path = REPO):
+        self.root = root
+        self.home = root / "home"
+        self.home.mkdir(parents=True)
+        self.inputs = self._unpack_inputs()
+        self.nixpkgs = self._assemble_nixpkgs()
+        self.flake = self._copy_repo(repo)
+        self._lock_to_local_trees()
+
+    # -- assembly ------------------------------------------------------------------------
+
+    def _unpack_inputs(self) -> dict[str, Path]:
+        trees = {}
+        for node, prefix in TARBALLS.items():
+            (tarball,) = sorted(INPUTS.glob(f"{prefix}*.tar.gz"))
+            trees[node] = _extract(tarball, self.root / "inputs" / node)
+        return trees
+
+    def _assemble_nixpkgs(self) -> Path:
+        target = self.root / "nixpkgs"
+        shutil.copytree(STANDIN, target)
+        (tarball,) = sorted(INPUTS.glob(f"{NIXPKGS_LIB}*.tar.gz"))
+        lib_tree = _extract(tarball, self.root / "inputs" / "nixpkgs.lib")
+        shutil.copytree(lib_tree / "lib", target / "lib")
+        # Where the stand-in's leaf packages find host programs when something is built here:
+        # this test environment's own bin directory first (its python has `wheel`, its ruff),
+        # then PATH.
+        dirs = [str(Path(sys.executable).parent), *os.environ.get("PATH", "").split(os.pathsep)]
+        host_path = list(dict.fromkeys(d for d in dirs if d))
+        (target / "host-tools.json").write_text(json.dumps({"path": host_path}))
+        return target
+
+    def _copy_repo(self, repo: Path) -> Path:
+        target = self.root / "repo"
+        for name in tracked_files(repo):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, target / name, follow_symlinks=False)
+        return target
+
+    def nar_hash(self, path: Path) -> str:
+        return self.nix("hash", "path", str(path)).stdout.strip()
+
+    def _lock_to_local_trees(self) -> None:
+        lock_file = self.flake / "flake.lock"
+        lock = json.loads(lock_file.read_text())
+        self.original_lock = json.loads(lock_file.read_text())
+        trees = {**self.inputs, "nixpkgs": self.nixpkgs}
+        for node, tree in trees.items():
+            locked = {"type": "path", "path": str(tree), "narHash": self.nar_hash(tree)}
+            locked["lastModified"] = lock["nodes"][node]["locked"]["lastModified"]
+            lock["nodes"][node]["locked"] = locked
+        lock_file.write_text(json.dumps(lock, indent=2))
+
+    # -- running Nix -----------------------------------------------------------------------
+
+    @cached_property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "XDG_CACHE_HOME": str(self.home / ".cache"),
+            # As root without a daemon: no build users, no remote builders; no binary cache (no network).
+            "NIX_CONFIG": "\n".join(
+                ["build-users-group =", "substituters =", "build-hook =", "experimental-features = nix-command flakes"]
+            ),
+        }
+
+    def nix(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            ["nix", *args], cwd=self.flake, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"nix {' '.join(args)} failed:\n{result.stderr[-6000:]}")
+        return result
+
+    @property
+    def ref(self) -> str:
+        return f"path:{self.flake}"
+
+    def eval(self, attribute: str, apply: str | None = None):
+        """`nix eval --json path:<flake>#<attribute>`, optionally through --apply."""
+        args = ["eval", "--json", f"{self.ref}#{attribute}"]
+        if apply:
+            args += ["--apply", apply]
+        return json.loads(self.nix(*args).stdout)
+
+    def eval_expr(self, expr: str):
+        """A Nix expression with `flake` (the flake's outputs) and `inputs` in scope."""
+        full = f'let flake = builtins.getFlake "{self.ref}"; inputs = flake.inputs; in {expr}'
+        return json.loads(self.nix("eval", "--json", "--impure", "--expr", full).stdout)

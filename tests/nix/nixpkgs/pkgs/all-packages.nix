@@ -1,0 +1,178 @@
+# The stand-in package set (what pkgs/top-level/all-packages.nix provides), limited to
+# what this project's flake, uv2nix, pyproject.nix and build-system-pkgs use.
+{
+  lib,
+  system,
+  config,
+}:
+self:
+let
+  stdenv = import ./stdenv.nix { inherit lib config system; };
+
+  # Directories searched for host programs when a leaf package is built here: the test
+  # that assembles the stand-in may write host-tools.json ({ "path": [ ... ] }).
+  hostPath =
+    if builtins.pathExists ../host-tools.json then
+      (builtins.fromJSON (builtins.readFile ../host-tools.json)).path
+    else
+      [
+        "/usr/local/bin"
+        "/usr/bin"
+        "/bin"
+      ];
+
+  # A leaf package (a program nixpkgs builds from source). Evaluated like the real one
+  # (name, version, meta.mainProgram); built here as wrappers of the host's programs, so
+  # the derivations around it can run.
+  hostTool =
+    pname: version: programs:
+    stdenv.mkDerivation {
+      inherit pname version;
+      inherit programs;
+      hostPath = hostPath;
+      # Each program is a wrapper that finds the host's program when it runs (so a store path
+      # built once follows the host's tools), started by its host path: a Python virtual
+      # environment is found from the path its interpreter is started by.
+      buildCommand = ''
+        mkdir -p $out/bin
+        for program in $programs; do
+          cat > "$out/bin/$program" <<EOS
+        #!/bin/sh
+        for dir in $hostPath; do
+          if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
+        done
+        echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
+        exit 127
+        EOS
+          chmod +x "$out/bin/$program"
+        done
+      '';
+      meta.mainProgram = builtins.head programs;
+    };
+
+  trivial = import ./trivial-builders.nix { inherit lib stdenv hostTool; };
+
+  # A setup hook package: only its name and the attributes mkDerivation users set matter.
+  setupHook =
+    name:
+    trivial.makeSetupHook { inherit name; } (
+      builtins.toFile "${name}.sh" "# ${name}: nixpkgs stand-in (evaluation only)\n"
+    );
+
+  # nixpkgs' aliases that warn (pkgs/top-level/aliases.nix); absent when allowAliases is false.
+  warnAlias = msg: value: if config.allowAliases then lib.warnOnInstantiate msg value else null;
+in
+trivial
+// {
+  inherit lib config stdenv;
+  # pkgs/top-level/aliases.nix: `pkgs.system` warns (use stdenv.hostPlatform.system).
+  system = lib.warn "'system' has been renamed to/replaced by 'stdenv.hostPlatform.system'" system;
+  pkgs = self;
+  buildPackages = self;
+  pkgsBuildHost = self;
+  callPackage = lib.callPackageWith self;
+  newScope = extra: lib.callPackageWith (self // extra);
+
+  fetchurl = import ./fetchurl.nix { inherit lib stdenv; };
+
+  bash = hostTool "bash" "5.3" [ "bash" ];
+  coreutils = hostTool "coreutils" "9.8" [
+    "cp"
+    "ln"
+    "mkdir"
+  ];
+  curl = hostTool "curl" "8.17.0" [ "curl" ];
+  git = hostTool "git" "2.52.0" [ "git" ];
+  gnupatch = hostTool "patch" "2.8" [ "patch" ];
+  patch = self.gnupatch;
+  jq = hostTool "jq" "1.8.1" [ "jq" ];
+  nix = hostTool "nix" "2.31.2" [
+    "nix"
+    "nix-instantiate"
+    "nix-store"
+  ];
+  # pkgs/by-name/ni/nixfmt; `nixfmt-rfc-style` is an alias that warns on use
+  # (pkgs/top-level/aliases.nix); nixfmt-tree wraps it in treefmt for `nix fmt`.
+  nixfmt = hostTool "nixfmt" "1.2.0" [ "nixfmt" ];
+  nixfmt-rfc-style = warnAlias "nixfmt-rfc-style is now the same as pkgs.nixfmt which should be used instead." self.nixfmt;
+  nixfmt-tree = hostTool "nixfmt-tree" "1.2.0" [ "treefmt" ];
+  numactl = hostTool "numactl" "2.0.19" [ "numactl" ];
+  prometheus = hostTool "prometheus" "3.9.1" [
+    "prometheus"
+    "promtool"
+  ];
+  ruff = hostTool "ruff" "0.14.14" [ "ruff" ];
+  systemd = hostTool "systemd" "258.3" [ "systemd-analyze" ];
+  ugrep = hostTool "ugrep" "7.5.0" [ "ugrep" ];
+  unzip = hostTool "unzip" "6.0" [ "unzip" ];
+  uv = hostTool "uv" "0.9.28" [ "uv" ];
+  zlib = hostTool "zlib" "1.3.1" [ ];
+  findutils = hostTool "findutils" "4.10.0" [ "find" ];
+  gnugrep = hostTool "gnugrep" "3.12" [ "grep" ];
+  gnused = hostTool "gnused" "4.9" [ "sed" ];
+  glibcLocales = hostTool "glibc-locales" "2.40-66" [ ];
+  tzdata = hostTool "tzdata" "2025b" [ ];
+  mesa = hostTool "mesa" "25.3.3" [ ];
+  grafana = hostTool "grafana" "12.3.2" [ "grafana" ];
+  nix-required-mounts = hostTool "nix-required-mounts" "0.0.1" [ "nix-required-mounts" ];
+  # pkgs/os-specific/linux/nvidia-x11/default.nix via linuxPackages.nvidiaPackages
+  linuxPackages =
+    let
+      driver =
+        version:
+        (hostTool "nvidia-x11" version [ ])
+        // {
+          inherit version;
+          open = hostTool "nvidia-open" version [ ];
+        };
+    in
+    {
+      kernel = hostTool "linux" "6.12.68" [ ];
+      nvidiaPackages = rec {
+        production = driver "580.126.09";
+        latest = driver "590.48.01";
+        stable = production;
+        beta = latest;
+        dc = driver "580.126.09";
+      };
+    };
+
+  makeWrapper = setupHook "make-shell-wrapper-hook";
+  # pkgs/build-support/setup-hooks/auto-patchelf.sh: reads autoPatchelfIgnoreMissingDeps,
+  # appendRunpaths, runtimeDependencies; provides addAutoPatchelfSearchPath.
+  autoPatchelfHook = setupHook "auto-patchelf-hook";
+  # pkgs/development/cuda-modules/packages/autoAddDriverRunpath.nix
+  autoAddDriverRunpath = setupHook "auto-add-driver-runpath-hook";
+  addDriverRunpath = {
+    driverLink = "/run/opengl-driver";
+  };
+
+  # pkgs/development/interpreters/python/manylinux/default.nix
+  pythonManylinuxPackages =
+    let
+      libs = [
+        stdenv.cc.cc.lib
+        self.zlib
+      ];
+    in
+    {
+      manylinux1 = libs;
+      manylinux2010 = libs;
+      manylinux2014 = libs;
+    };
+
+  python312 = import ./python.nix { inherit lib stdenv hostTool; };
+  python3 = self.python312;
+  python312Packages = self.python312.pkgs;
+
+  cudaPackages_13_0 = import ./cuda.nix {
+    inherit lib config stdenv;
+    cudaMajorMinorPatchVersion = "13.0.2";
+  };
+  cudaPackages = self.cudaPackages_13_0;
+
+  testers = import ./testers.nix {
+    inherit lib;
+    pkgs = self;
+  };
+}

@@ -1,0 +1,21 @@
+# The stand-in stdenv's builder (bash -e builder.sh), a small subset of nixpkgs'
+# pkgs/stdenv/generic/setup.sh: the `bin` directories of the inputs go on PATH (host
+# tools after them: the stand-in's leaf packages are links to them), `buildCommand`
+# (as runCommand and the trivial builders pass it, also via passAsFile) is run.
+# Derivations that need nixpkgs' phases (unpack, configure, build, install hooks)
+# cannot be built by the stand-in: it says so and fails.
+PATH=
+for input in $nativeBuildInputs $buildInputs $propagatedBuildInputs; do
+  if [ -d "$input/bin" ]; then PATH="${PATH:+$PATH:}$input/bin"; fi
+done
+export PATH="${PATH:+$PATH:}/usr/local/bin:/usr/bin:/bin"
+export HOME=/homeless-shelter TMPDIR=${TMPDIR:-/tmp}
+cd "$TMPDIR"
+if [ -n "${buildCommandPath:-}" ]; then
+  source "$buildCommandPath"
+elif [ -n "${buildCommand:-}" ]; then
+  eval "$buildCommand"
+else
+  echo "nixpkgs stand-in: $name needs nixpkgs' generic builder (phases); it can only be evaluated here" >&2
+  exit 1
+fi

@@ -1,0 +1,157 @@
+# Stand-in for cudaPackages_13_0 (pkgs/top-level/cuda-packages.nix, CUDA 13.0.2;
+# pkgs/development/cuda-modules/default.nix for the scope,
+# pkgs/development/cuda-modules/buildRedist/default.nix for the redistributables,
+# pkgs/development/cuda-modules/packages/*.nix for each package).
+#
+# What is mirrored: the attribute names; each package's outputs in the order buildRedist
+# gives them (out, doc, samples, python, bin, dev, include, lib, static, stubs); names
+# "cuda13.0-<pname>-<version>"; unfree NVIDIA licences (evaluating a drvPath needs
+# config.allowUnfree) and `meta.broken` unless config.cudaSupport (a brokenAssertion of
+# buildRedist); nccl and libnvshmem as the source builds they are (nccl BSD-3, libnvshmem
+# out only). There is no `cudaVersion` in the real scope: use cudaMajorMinorVersion.
+{
+  lib,
+  config,
+  stdenv,
+  cudaMajorMinorPatchVersion,
+}:
+let
+  cudaMajorMinorVersion = lib.versions.majorMinor cudaMajorMinorPatchVersion;
+  expectedOutputs = [
+    "out"
+    "doc"
+    "samples"
+    "python"
+    "bin"
+    "dev"
+    "include"
+    "lib"
+    "static"
+    "stubs"
+  ];
+
+  package =
+    {
+      pname,
+      version,
+      outputs,
+      license ? lib.licenses.nvidiaCudaRedist,
+      redist ? true,
+    }:
+    stdenv.mkDerivation {
+      name = "cuda${cudaMajorMinorVersion}-${pname}-${version}";
+      inherit pname version;
+      outputs = if redist then lib.intersectLists outputs expectedOutputs else outputs;
+      __structuredAttrs = false;
+      buildCommand = ''
+        for o in $outputs; do mkdir -p "''${!o}"; done
+      '';
+      meta = {
+        inherit license;
+        # buildRedist's brokenAssertions: "CUDA support is enabled by config.cudaSupport".
+        broken = redist && !config.cudaSupport;
+        platforms = [
+          "x86_64-linux"
+          "aarch64-linux"
+        ];
+      };
+    };
+  r =
+    pname: version: outputs:
+    package { inherit pname version outputs; };
+  full = [
+    "out"
+    "dev"
+    "include"
+    "lib"
+    "static"
+    "stubs"
+  ];
+in
+lib.makeScope (extra: lib.callPackageWith extra) (self: {
+  inherit cudaMajorMinorPatchVersion cudaMajorMinorVersion;
+  cudaMajorVersion = lib.versions.major cudaMajorMinorPatchVersion;
+  cudaNamePrefix = "cuda${cudaMajorMinorVersion}";
+  cudaAtLeast = lib.versionAtLeast cudaMajorMinorPatchVersion;
+  cudaOlder = lib.versionOlder cudaMajorMinorPatchVersion;
+  backendStdenv = stdenv;
+
+  cuda_cccl = r "cuda_cccl" "13.0.85" [ "out" ];
+  cuda_cudart = r "cuda_cudart" "13.0.96" full;
+  cuda_cupti = r "cuda_cupti" "13.0.85" [
+    "out"
+    "dev"
+    "include"
+    "lib"
+    "samples"
+    "static"
+  ];
+  cuda_nvcc = r "cuda_nvcc" "13.0.88" [ "out" ];
+  cuda_nvml_dev = r "cuda_nvml_dev" "13.0.87" [
+    "out"
+    "dev"
+    "include"
+    "stubs"
+  ];
+  cuda_nvrtc = r "cuda_nvrtc" "13.0.88" full;
+  cuda_nvtx = r "cuda_nvtx" "13.0.85" [
+    "out"
+    "dev"
+    "include"
+    "lib"
+  ];
+  cuda_profiler_api = r "cuda_profiler_api" "13.0.85" [
+    "out"
+    "dev"
+    "include"
+  ];
+  cudnn = r "cudnn" "9.13.0.50" [
+    "out"
+    "dev"
+    "include"
+    "lib"
+    "static"
+  ];
+  libcusparse_lt = r "libcusparse_lt" "0.8.1.1" [
+    "out"
+    "dev"
+    "include"
+    "lib"
+    "static"
+  ];
+  libcublas = r "libcublas" "13.1.0.3" full;
+  libcufft = r "libcufft" "12.0.0.61" full;
+  libcufile = r "libcufile" "1.15.1.6" [
+    "out"
+    "dev"
+    "include"
+    "lib"
+    "static"
+  ];
+  libcurand = r "libcurand" "10.4.0.35" full;
+  libcusolver = r "libcusolver" "12.0.4.66" full;
+  libcusparse = r "libcusparse" "12.6.3.3" full;
+  libnvjitlink = r "libnvjitlink" "13.0.88" full;
+  # Source builds (packages/nccl.nix, packages/libnvshmem.nix).
+  nccl = package {
+    pname = "nccl";
+    version = "2.28.7-1";
+    outputs = [
+      "out"
+      "dev"
+      "static"
+    ];
+    license = lib.licenses.bsd3;
+    redist = false;
+  };
+  libnvshmem = package {
+    pname = "libnvshmem";
+    version = "3.4.5-0";
+    outputs = [ "out" ];
+    redist = false;
+  };
+}
+# cuda-modules/aliases.nix (only with allowAliases, as in the real scope)
+// lib.optionalAttrs config.allowAliases {
+  cusparselt = self.libcusparse_lt;
+})

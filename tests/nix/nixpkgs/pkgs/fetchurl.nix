@@ -1,0 +1,101 @@
+# Stand-in for fetchurl (pkgs/build-support/fetchurl/default.nix): the same arguments
+# (`url` or `urls`, `name`, `hash` or `sha256` or `outputHash`/`outputHashAlgo`,
+# `passthru`, `meta`), the same name rule (the last component of the first URL, which
+# Nix then validates as a store path name: a `%` from a percent-encoded URL fails, as it
+# does with the real fetchurl), and the same fixed-output derivation (flat hash). The
+# builder would download with the host's curl; on machines without network a test can
+# put the file in the store first (`nix-store --add-fixed sha256 FILE`), after which the
+# output is valid and never built.
+{ lib, stdenv }:
+{
+  url ? "",
+  urls ? [ ],
+  name ? "",
+  hash ? "",
+  sha256 ? "",
+  outputHash ? "",
+  outputHashAlgo ? "",
+  sha1 ? "",
+  sha512 ? "",
+  recursiveHash ? false,
+  executable ? false,
+  curlOpts ? "",
+  curlOptsList ? [ ],
+  postFetch ? "",
+  downloadToTemp ? false,
+  showURLs ? false,
+  pname ? null,
+  version ? null,
+  passthru ? { },
+  meta ? { },
+  preferLocalBuild ? true,
+  nativeBuildInputs ? [ ],
+  derivationArgs ? { },
+}:
+let
+  urls' =
+    if url != "" then
+      assert lib.assertMsg (urls == [ ]) "fetchurl: only one of `url` and `urls` may be set";
+      [ url ]
+    else
+      assert lib.assertMsg (urls != [ ]) "fetchurl: either `url` or `urls` must be set";
+      urls;
+  hashes = lib.filter (h: h != "") [
+    hash
+    sha1
+    sha256
+    sha512
+    outputHash
+  ];
+  hash' =
+    if builtins.length hashes == 1 then
+      builtins.head hashes
+    else if hashes == [ ] then
+      throw "fetchurl requires a hash for fixed-output derivation: ${lib.concatStringsSep ", " urls'}"
+    else
+      throw "multiple hashes passed to fetchurl: ${lib.concatStringsSep ", " urls'}";
+  algo =
+    if outputHashAlgo != "" then
+      outputHashAlgo
+    else if sha256 != "" then
+      "sha256"
+    else if sha512 != "" then
+      "sha512"
+    else if sha1 != "" then
+      "sha1"
+    else
+      "";
+in
+stdenv.mkDerivation (
+{
+  name =
+    if pname != null && version != null then
+      "${pname}-${version}"
+    else if name != "" then
+      name
+    else
+      baseNameOf (toString (builtins.head urls'));
+  urls = urls';
+  outputHash = hash';
+  outputHashAlgo = algo;
+  outputHashMode = if recursiveHash || executable then "recursive" else "flat";
+  inherit
+    executable
+    preferLocalBuild
+    curlOpts
+    postFetch
+    ;
+  nativeBuildInputs = nativeBuildInputs;
+  buildCommand = ''
+    for u in $urls; do
+      curl --fail --location --silent --show-error --output "$out" "$u" && exit 0
+    done
+    exit 1
+  '';
+  passthru = passthru // {
+    url = builtins.head urls';
+  };
+  inherit meta;
+}
+// derivationArgs
+)

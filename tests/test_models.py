@@ -1,0 +1,696 @@
+"""`sglang-eagle3 models lock/fetch/verify`: the real huggingface_hub client against a stand-in hub on loopback.
+
+The stand-in (tests/stand_ins/fake_hub.py) serves a generated repository (LFS weights of some
+MB, small git files); every command runs as a subprocess, as users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from models_fixtures import (
+    REPO_ID,
+    MiB,
+    hub_with_model,
+    locked_files_in,
+    models_cmd,
+    models_env,
+    run_models,
+    sample_files,
+    sha256,
+)  # fmt: skip
+from sglang_eagle3 import preflight, settings
+from sglang_eagle3.models.progress import human_bytes
+from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+
+
+@pytest.fixture
+def hub():
+    with hub_with_model() as h:
+        yield h
+
+
+@pytest.fixture
+def env(hub, tmp_path):
+    return models_env(hub, tmp_path)
+
+
+def lock_model(env, tmp_path: Path, spec: str = REPO_ID) -> tuple[Path, dict]:
+    lock_file = tmp_path / "model.lock.json"
+    code, data, _, err = run_models(env, "lock", spec, "--output", str(lock_file))
+    assert code == 0, err
+    return lock_file, json.loads(lock_file.read_text())
+
+
+def wait_paused_or_exit(hub, proc: subprocess.Popen, timeout: float = 120) -> bool:
+    """True once the stand-in holds the download (the fetch is mid-transfer); False if the fetch ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if hub.paused.wait(0.05):
+            return True
+        if proc.poll() is not None:
+            return False
+    raise AssertionError("the fetch neither paused nor ended")
+
+
+def sizes_under(directory: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_size for p in directory.rglob("*") if p.is_file()} if directory.exists() else {}
+
+
+def wait_quiet(directory: Path, polls: int = 3) -> None:
+    """Until nothing under directory grows for a few polls: what arrived before the pause is written."""
+    last, still = None, 0
+    while still < polls:
+        time.sleep(0.1)
+        now = sizes_under(directory)
+        still = still + 1 if now == last else 0
+        last = now
+
+
+# -- lock ----------------------------------------------------------------------------------------
+
+
+def test_lock_pins_the_commit_and_every_file_as_the_hub_publishes_it(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    files = sample_files()
+    assert lock["repo"] == REPO_ID and lock["revision"] == "main"
+    assert lock["commit"] == hub.repos[REPO_ID].refs["main"]
+    assert [f["path"] for f in lock["files"]] == sorted(files)
+    for f in lock["files"]:
+        data = files[f["path"]]
+        assert (f["size"], f["sha256"], f["lfs"]) == (len(data), sha256(data), is_lfs(f["path"])), f["path"]
+        # LFS: the pointer's blob id, as the hub lists it; git files: the content's.
+        assert f["git_blob_id"] == git_blob_id(lfs_pointer(data) if f["lfs"] else data), f["path"]
+    assert lock["total_size"] == sum(map(len, files.values())) and lock["gated"] is False
+    # Only the small git files were downloaded to hash them; the weights' sha256 came from the hub.
+    downloaded = {
+        r["path"].rsplit("/resolve/", 1)[1].split("/", 1)[1]
+        for r in hub.requests(method="GET")
+        if "/resolve/" in r["path"]
+    }
+    assert downloaded == {p for p in files if not is_lfs(p)}
+    assert hub.requests(host=f"localhost:{hub.port}") == []
+
+
+def test_lock_resolves_branches_tags_and_commits(hub, env, tmp_path):
+    first = hub.repos[REPO_ID].refs["main"]
+    hub.repos[REPO_ID].refs["v1.0"] = first
+    second = hub.commit(REPO_ID, {**sample_files(), "config.json": b'{"changed": true}'})
+    one = tmp_path / "one.lock.json"
+    for spec, commit in ((f"{REPO_ID}@v1.0", first), (f"{REPO_ID}@{first}", first), (REPO_ID, second)):
+        code, data, _, err = run_models(env, "lock", spec, "--output", str(one))
+        assert code == 0 and data["locks"][0]["commit"] == commit, err
+        assert json.loads(one.read_text())["commit"] == commit
+    # Locking again when nothing changed upstream leaves the file as it was: no diff to review.
+    before = one.read_text()
+    time.sleep(1.1)  # locked_at has one-second resolution
+    code, data, _, _ = run_models(env, "lock", REPO_ID, "--output", str(one))
+    assert code == 0 and data["locks"][0]["changed"] is False and one.read_text() == before
+    # Several repositories: a directory with one lock each; the same one twice is refused.
+    hub.commit("test-org/other", {"config.json": b"{}"})
+    code, data, _, _ = run_models(env, "lock", REPO_ID, "test-org/other", "--output", str(tmp_path / "locks"))
+    assert code == 0 and sorted(p.name for p in (tmp_path / "locks").iterdir()) == [
+        "test-org--other.lock.json", "test-org--tiny-eagle3.lock.json",
+    ]  # fmt: skip
+    code, data, _, _ = run_models(env, "lock", f"{REPO_ID}@v1.0", REPO_ID, "--output", str(tmp_path / "locks"))
+    assert code == 2 and data["error"]["kind"] == "bad_input" and "given twice" in data["error"]["message"]
+
+
+def test_lock_of_an_unknown_revision_or_repository_fails_clearly(env, tmp_path):
+    code, data, _, _ = run_models(env, "lock", f"{REPO_ID}@no-such-branch", "--output", str(tmp_path / "x.json"))
+    assert code == 2 and data["error"]["kind"] == "revision_not_found"
+    assert "no revision 'no-such-branch'" in data["error"]["message"]
+    code, data, _, _ = run_models(env, "lock", "test-org/no-such-model", "--output", str(tmp_path / "x.json"))
+    assert (
+        code == 2 and data["error"]["kind"] == "repo_not_found" and "test-org/no-such-model" in data["error"]["message"]
+    )
+    code, data, _, _ = run_models(env, "lock", "not a repo id", "--output", str(tmp_path / "x.json"))
+    assert code == 2 and data["error"]["kind"] == "bad_input" and "REPO[@REVISION]" in data["error"]["message"]
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_repository_whose_file_names_escape_the_model_directory_is_not_locked(hub, env, tmp_path):
+    hub.commit("test-org/odd", {"config.json": b"{}", ".sglang-eagle3/state.json": b"{}"})
+    code, data, _, _ = run_models(env, "lock", "test-org/odd", "--output", str(tmp_path / "x.json"))
+    assert code == 1 and data["error"]["kind"] == "hub_error" and "cannot be locked" in data["error"]["message"]
+    assert ".sglang-eagle3/state.json" in data["error"]["message"] and not (tmp_path / "x.json").exists()
+
+
+# -- fetch and verify ------------------------------------------------------------------------------
+
+
+def test_fetch_downloads_exactly_the_lock_and_verify_agrees(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    code, data, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0, err
+    assert data["downloaded"] == len(lock["files"]) and data["failed"] == 0 and data["extra"] == []
+    assert data["downloaded_bytes"] == lock["total_size"]
+    for path, content in sample_files().items():
+        assert (directory / path).read_bytes() == content
+    model_files = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    assert {p for p in model_files if not p.startswith(".sglang-eagle3/")} == set(sample_files())
+    assert not any((directory / ".sglang-eagle3" / "staging").iterdir())  # nothing half-done is left
+    # The token-less client never sent an Authorization header; LFS bytes came from the CDN host.
+    assert all(r["authorization"] is None for r in hub.log)
+    assert {r["path"] for r in hub.requests(host=f"localhost:{hub.port}")} == {
+        f"/cdn/{f['sha256']}" for f in lock["files"] if f["lfs"]
+    }
+
+    code, data, _, err = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and data["ok"] and data["problems"] == [] and data["bytes_hashed"] == lock["total_size"]
+
+    # A second fetch trusts what it verified and downloads nothing.
+    before = len(hub.requests(method="GET"))
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and data["present"] == len(lock["files"]) and data["downloaded"] == 0
+    assert len(hub.requests(method="GET")) == before
+
+
+@pytest.mark.parametrize("seed", [7, 2026])
+def test_fetch_killed_at_random_points_resumes_and_ends_verified(hub, env, tmp_path, seed):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    rng = random.Random(seed)
+    kills = 0
+    for attempt in range(8):
+        verified = sum(f["size"] for f in lock["files"] if locked_files_in(directory, lock).get(f["path"]))
+        partial = sum(p.stat().st_size for p in directory.rglob("*.incomplete")) if directory.exists() else 0
+        remaining = lock["total_size"] - verified - partial
+        # The first kill comes after one 10 MiB write of the largest file (one download at a time):
+        # the next run must resume it. The others fall anywhere in the first 70% of what is left.
+        budget = (
+            rng.randrange(11 * MiB, 20 * MiB)
+            if attempt == 0
+            else rng.randrange(MiB // 4, max(MiB // 2, int(remaining * 0.7)))
+        )
+        jobs = "1" if attempt == 0 else rng.choice(["1", "2", "8"])
+        hub.pause_after(budget)
+        proc = subprocess.Popen(
+            models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory), "--jobs", jobs),
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if wait_paused_or_exit(hub, proc):
+            wait_quiet(directory)
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+        hub.release()
+        # Whatever the kill point: no locked name holds a partial or wrong file.
+        assert all(locked_files_in(directory, lock).values()), locked_files_in(directory, lock)
+        if proc.returncode == 0 or kills == 4:
+            break
+    assert kills >= 3
+    resumed = [r for r in hub.requests(method="GET") if r["range"] and not r["range"].startswith("bytes=0-")]
+    assert resumed, "no download was resumed with a Range request"
+    code, data, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0, err
+    code, data, _, _ = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and data["ok"], data
+    assert all(locked_files_in(directory, lock).values()) and len(locked_files_in(directory, lock)) == len(
+        lock["files"]
+    )
+
+
+def test_an_interrupted_download_is_reported_and_resumed_with_a_range_request(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    hub.drop_lfs_after = 12 * MiB  # the CDN closes connections early: the 23 MiB shard cannot finish
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 1 and not data["ok"]
+    failed = {o["path"]: o["error"] for o in data["outcomes"] if o["status"] == "failed"}
+    assert set(failed) == {"model-00001-of-00002.safetensors"}
+    assert failed["model-00001-of-00002.safetensors"]["kind"] == "interrupted"
+    assert "run the same command again to resume" in failed["model-00001-of-00002.safetensors"]["message"]
+    assert not (directory / "model-00001-of-00002.safetensors").exists()  # never reported complete
+    hub.drop_lfs_after = None
+    code, data, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and data["downloaded"] == 1, err
+    big = next(f for f in lock["files"] if f["path"] == "model-00001-of-00002.safetensors")
+    assert [r["range"] for r in hub.requests(path=f"/cdn/{big['sha256']}") if r["range"]] == [f"bytes={10 * MiB}-"]
+    assert data["downloaded_bytes"] == big["size"] - 10 * MiB  # only what was missing travelled again
+    assert run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+
+
+def test_sigterm_stops_a_fetch_at_once_and_the_rerun_completes(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    hub.pause_after(15 * MiB)
+    proc = subprocess.Popen(
+        models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert wait_paused_or_exit(hub, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)  # the downloads are blocked, yet the process ends
+    hub.release()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in err and "run the same command again to resume" in err
+    assert all(locked_files_in(directory, lock).values())
+    assert run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+    assert run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+
+
+def test_a_second_fetch_into_the_same_directory_is_refused_while_the_first_runs(hub, env, tmp_path):
+    lock_file, _ = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    hub.pause_after(5 * MiB)
+    first = subprocess.Popen(models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory)), env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    assert wait_paused_or_exit(hub, first)
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    hub.release()
+    assert code == 1 and data["error"]["kind"] == "busy" and str(directory) in data["error"]["message"]
+    assert first.wait(timeout=120) == 0
+
+
+@pytest.fixture
+def fetched(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "model"
+    code, _, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0, err
+    return lock_file, lock, directory
+
+
+def test_verify_names_a_flipped_byte_in_any_file(env, fetched):
+    lock_file, lock, directory = fetched
+    rng = random.Random(5)
+    for f in lock["files"]:
+        target = directory / f["path"]
+        original = target.read_bytes()
+        at = rng.randrange(len(original))
+        target.write_bytes(original[:at] + bytes([original[at] ^ 0x01]) + original[at + 1 :])
+        code, data, _, _ = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
+        assert code == 1 and not data["ok"], f["path"]
+        assert [(p["path"], p["kind"]) for p in data["problems"]] == [(f["path"], "sha256")]
+        # --quick compares sizes only: the same size passes, as documented.
+        assert run_models(env, "verify", "--quick", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+        target.write_bytes(original)
+    result = subprocess.run(
+        models_cmd("verify", "--lock", str(lock_file), "--dir", str(directory)), env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout.startswith("OK: 11 files")
+
+
+def test_verify_names_missing_extra_and_truncated_files(env, fetched):
+    lock_file, lock, directory = fetched
+    (directory / "config.json").unlink()
+    (directory / "model-00003-of-00002.safetensors").write_bytes(b"stray shard")
+    (directory / "original" / "notes.txt").write_text("mine")
+    with open(directory / "tokenizer.model", "r+b") as f:
+        f.truncate(1000)
+    (directory / ".cache" / "huggingface").mkdir(parents=True)  # huggingface_hub's own metadata: not extra
+    (directory / ".cache" / "huggingface" / ".gitignore").write_text("*")
+    for quick in (False, True):
+        args = ["verify", "--lock", str(lock_file), "--dir", str(directory)] + (["--quick"] if quick else [])
+        code, data, _, _ = run_models(env, *args)
+        assert code == 1
+        assert {(p["path"], p["kind"]) for p in data["problems"]} == {
+            ("config.json", "missing"), ("tokenizer.model", "size"),
+        }  # fmt: skip
+        assert data["extra"] == ["model-00003-of-00002.safetensors", "original/notes.txt"]
+    text = subprocess.run(
+        models_cmd("verify", "--lock", str(lock_file), "--dir", str(directory)), env=env, capture_output=True, text=True
+    )
+    assert "MISSING    config.json" in text.stdout and "EXTRA      model-00003-of-00002.safetensors" in text.stdout
+    assert "FAILED (sizes and sha256): 1 differ, 1 missing, 2 extra" in text.stderr
+    code, data, _, _ = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory / "nope"))
+    assert code == 1 and data["error"]["kind"] == "missing" and "models fetch" in data["error"]["message"]
+
+
+def test_fetch_repairs_a_damaged_file_and_leaves_files_of_the_user_alone(hub, env, fetched):
+    lock_file, lock, directory = fetched
+    shard = directory / "model-00002-of-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[12345] ^= 0xFF
+    shard.write_bytes(bytes(data))  # same size, new content: the recorded stamp no longer matches
+    (directory / "mine.txt").write_text("kept")
+    code, out, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and [o["path"] for o in out["outcomes"] if o["status"] == "downloaded"] == [shard.name]
+    assert shard.read_bytes() == sample_files()[shard.name]
+    assert out["extra"] == ["mine.txt"] and (directory / "mine.txt").read_text() == "kept"
+
+
+def test_a_new_lock_replaces_what_the_old_one_placed_but_nothing_else(hub, env, tmp_path, fetched):
+    lock_file, lock, directory = fetched
+    files = {k: v for k, v in sample_files().items() if k != "tokenizer.model"}
+    files["config.json"] = b'{"architectures": ["LlamaForCausalLMEagle3"], "v": 2}'
+    hub.commit(REPO_ID, files)
+    new_lock = tmp_path / "new.lock.json"
+    assert run_models(env, "lock", REPO_ID, "--output", str(new_lock))[0] == 0
+    (directory / "mine.txt").write_text("kept")
+    code, out, _, _ = run_models(env, "fetch", "--lock", str(new_lock), "--dir", str(directory))
+    assert code == 0 and out["removed"] == ["tokenizer.model"] and out["extra"] == ["mine.txt"]
+    assert [o["path"] for o in out["outcomes"] if o["status"] == "downloaded"] == ["config.json"]
+    assert (directory / "config.json").read_bytes() == files["config.json"]
+
+
+# -- the lock wins against the hub -------------------------------------------------------------------
+
+
+def test_a_file_replaced_upstream_fails_its_hash_and_is_not_put_in_place(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    commit = lock["commit"]
+    hub.rewrite(REPO_ID, commit, "model-00002-of-00002.safetensors", random.Random(9).randbytes(12 * MiB))
+    hub.rewrite(REPO_ID, commit, "config.json", b'{"architectures": ["Evil"]}')
+    directory = tmp_path / "model"
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 1
+    failed = {o["path"]: o["error"] for o in data["outcomes"] if o["status"] == "failed"}
+    assert set(failed) == {"model-00002-of-00002.safetensors", "config.json"}
+    assert all(e["kind"] == "mismatch" and "lock the model again" in e["message"] for e in failed.values())
+    assert "the hub served sha256" in failed["model-00002-of-00002.safetensors"]["message"]
+    assert not (directory / "model-00002-of-00002.safetensors").exists() and not (directory / "config.json").exists()
+    assert not any((directory / ".sglang-eagle3" / "staging").iterdir())  # rejected bytes are not kept to resume
+    assert all(locked_files_in(directory, lock).values())  # the other files are in place, verified
+    code, data, _, _ = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 1 and {p["path"] for p in data["problems"]} == set(failed)
+
+
+def test_a_new_commit_upstream_does_not_change_what_the_lock_fetches(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    hub.commit(REPO_ID, {**sample_files(), "model-00002-of-00002.safetensors": b"re-uploaded"})
+    directory = tmp_path / "model"
+    assert run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
+    assert (directory / "model-00002-of-00002.safetensors").read_bytes() == sample_files()[
+        "model-00002-of-00002.safetensors"
+    ]
+
+
+def test_a_locked_commit_that_is_gone_is_a_clear_error(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    del hub.repos[REPO_ID].commits[lock["commit"]]  # history rewritten (force push)
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "model"))
+    assert code == 2 and data["error"]["kind"] == "revision_not_found"
+    assert "history was rewritten" in data["error"]["message"]
+    assert data["failed"] == len(lock["files"])  # stopped after the first answer, not once per file
+
+
+# -- gated repositories and the token ----------------------------------------------------------------
+
+
+@pytest.fixture
+def gated(tmp_path):
+    token = "hf_" + secrets.token_hex(20)
+    with hub_with_model(gated=True, tokens=(token,)) as hub:
+        token_file = tmp_path / "hf-token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        yield hub, token, token_file
+
+
+def test_a_gated_repository_without_a_token_says_how_to_give_one(gated, tmp_path):
+    hub, token, token_file = gated
+    env = models_env(hub, tmp_path)
+    code, data, _, _ = run_models(env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
+    assert code == 2 and data["error"]["kind"] == "gated" and "--token-file" in data["error"]["message"]
+    code, data, _, err = run_models(
+        env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"), "--token-file", str(token_file)
+    )
+    assert code == 0, err
+    lock_file = tmp_path / "x.json"
+    assert json.loads(lock_file.read_text())["gated"] is True
+    asked = len(hub.log)
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m"))
+    assert code == 2 and data["error"]["kind"] == "gated" and "hf-token" in data["error"]["message"]
+    assert len(hub.log) == asked  # known from the lock: nothing was asked of the hub
+
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("hf_" + secrets.token_hex(20))
+    asked = len(hub.log)
+    code, data, _, _ = run_models(
+        env, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m"), "--token-file", str(wrong)
+    )
+    assert code == 2 and data["error"]["kind"] == "gated" and "the token has no access" in data["error"]["message"]
+    assert {r["status"] for r in hub.log[asked:]} == {403}
+
+
+def test_a_repository_gated_after_locking_is_reported_by_the_hub(hub, env, tmp_path):
+    lock_file, _ = lock_model(env, tmp_path)
+    hub.repos[REPO_ID].gated = True
+    code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m"))
+    assert code == 2 and data["error"]["kind"] == "gated"
+    assert 401 in {r["status"] for r in hub.requests(method="HEAD")}
+
+
+def test_the_token_is_never_in_argv_environment_or_output(gated, tmp_path):
+    hub, token, token_file = gated
+    # HF_DEBUG makes huggingface_hub log every request it sends: the test would see a token there.
+    env = models_env(hub, tmp_path, HF_DEBUG="1", HF_HUB_VERBOSITY="debug")
+    code, _, out, err = run_models(
+        env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"), "--token-file", str(token_file)
+    )
+    assert code == 0 and "curl" in err  # the debug log is on
+    assert token not in out + err
+    hub.pause_after(5 * MiB)
+    command = models_cmd("fetch", "--lock", str(tmp_path / "x.json"), "--dir", str(tmp_path / "m"))
+    proc = subprocess.Popen(
+        [*command, "--token-file", str(token_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert wait_paused_or_exit(hub, proc)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+    hub.release()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert token.encode() not in cmdline and token.encode() not in environ
+    assert token not in out + err
+    # The hub got it; the CDN, another host, never did.
+    hub_requests = [r for r in hub.log if r["host"] == f"127.0.0.1:{hub.port}" and "/resolve/" in r["path"]]
+    assert hub_requests and all(r["authorization"] == f"Bearer {token}" for r in hub_requests)
+    assert all(r["authorization"] is None for r in hub.log if r["host"] == f"localhost:{hub.port}")
+
+
+def test_the_token_comes_from_the_systemd_credential_and_never_from_the_environment(gated, tmp_path):
+    hub, token, token_file = gated
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    shutil.copy(token_file, credentials / "hf-token")
+    env = models_env(hub, tmp_path, CREDENTIALS_DIRECTORY=str(credentials))
+    code, _, _, err = run_models(env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
+    assert code == 0, err
+    # A token in the environment is not used (and said so): it would leak to every child process.
+    env = models_env(hub, tmp_path, HF_TOKEN=token)
+    code, data, _, err = run_models(env, "fetch", "--lock", str(tmp_path / "x.json"), "--dir", str(tmp_path / "m"))
+    assert code == 2 and data["error"]["kind"] == "gated"
+    assert "HF_TOKEN in the environment is ignored" in err and token not in err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("", "is empty"), ("hf_abc\nhf_def\n", "one token on one line"), (None, "cannot read the token file")],
+)
+def test_a_bad_token_file_is_named_but_never_shown(hub, env, tmp_path, content, message):
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+    code, data, _, _ = run_models(
+        env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"), "--token-file", str(token_file)
+    )
+    assert code == 2 and data["error"]["kind"] == "token" and message in data["error"]["message"]
+    assert str(token_file) in data["error"]["message"] and "hf_abc" not in data["error"]["message"]
+
+
+# -- malformed locks --------------------------------------------------------------------------------
+
+
+def _mutations():
+    def edit(fn):
+        def apply(lock):
+            fn(lock)
+            return json.dumps(lock)
+
+        return apply
+
+    return [
+        ("not json", lambda lock: "{not json", "is not valid JSON"),
+        ("a list", lambda lock: "[]", "expected a JSON object"),
+        ("no commit", edit(lambda lock: lock.pop("commit")), "commit: Field required"),
+        ("short commit", edit(lambda lock: lock.update(commit="abc123")), "commit: String should match pattern"),
+        ("bad sha256", edit(lambda lock: lock["files"][0].update(sha256="xyz")), "files.0.sha256"),
+        ("escaping path", edit(lambda lock: lock["files"][0].update(path="../../etc/passwd")), "'..'"),
+        ("absolute path", edit(lambda lock: lock["files"][0].update(path="/etc/passwd")), "relative path"),
+        ("duplicate", edit(lambda lock: lock["files"].append(lock["files"][0])), "listed twice"),
+        ("total", edit(lambda lock: lock.update(total_size=1)), "total_size 1 is not the sum"),
+        ("format", edit(lambda lock: lock.update(format="pip-lock")), "not a model lock"),
+        ("version", edit(lambda lock: lock.update(version=2)), "lock version 2 is not supported"),
+        ("tool dir", edit(lambda lock: lock["files"][0].update(path=".sglang-eagle3/state.json")), "the tools keep"),
+        ("unknown field", edit(lambda lock: lock.update(mirror="x")), "mirror: Extra inputs are not permitted"),
+    ]
+
+
+@pytest.mark.parametrize("name, mutate, message", _mutations(), ids=[m[0] for m in _mutations()])
+def test_a_malformed_lock_is_bad_input_naming_the_field(hub, env, tmp_path, name, mutate, message):
+    lock_file, lock = lock_model(env, tmp_path)
+    bad = tmp_path / "bad.lock.json"
+    bad.write_text(mutate(json.loads(json.dumps(lock))))
+    for command in ("fetch", "verify"):
+        code, data, _, _ = run_models(env, command, "--lock", str(bad), "--dir", str(tmp_path / "m"))
+        assert code == 2 and data["error"]["kind"] == "bad_lock", (command, data)
+        assert message in data["error"]["message"] and str(bad) in data["error"]["message"]
+    assert not (tmp_path / "m").exists()
+
+
+# -- the disk fills up --------------------------------------------------------------------------------
+
+
+def _namespace_tmpfs(directory: Path, size: str) -> subprocess.Popen:
+    """A private mount namespace with a small tmpfs on directory, held open by a sleeping process."""
+    directory.mkdir(parents=True)
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f'mount -t tmpfs -o size={size} tmpfs "{directory}" && echo ready && exec sleep 600'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    if holder.stdout.readline().strip() != "ready":
+        holder.kill()
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {holder.stderr.read().strip()}")
+    return holder
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
+                    reason="needs root, unshare and nsenter (util-linux) to mount a small tmpfs")  # fmt: skip
+def test_a_full_disk_is_reported_and_the_fetch_resumes_once_there_is_room(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    directory = tmp_path / "small-disk"
+    holder = _namespace_tmpfs(directory, "45m")  # room for the model (37.5 MB) and little else
+    inside = Path(f"/proc/{holder.pid}/root") / directory.relative_to("/")
+
+    def fetch_in_namespace(*extra):
+        command = ["nsenter", f"--target={holder.pid}", "--mount", "--", *models_cmd(*extra, "--json")]
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    try:
+        hub.pause_after(14 * MiB)  # the first 10 MiB of the largest shard are written, then the hub holds
+        proc = fetch_in_namespace("fetch", "--lock", str(lock_file), "--dir", str(directory), "--jobs", "1")
+        assert wait_paused_or_exit(hub, proc)
+        with open(inside / "filler", "wb", buffering=0) as filler:  # someone else fills the disk meanwhile
+            try:
+                while True:
+                    filler.write(b"\0" * MiB)
+            except OSError as err:
+                assert err.errno == 28  # ENOSPC
+        hub.release()
+        out, err = proc.communicate(timeout=120)
+        data = json.loads(out)
+        assert proc.returncode == 1 and data["error"]["kind"] == "disk_full", data
+        assert "free space" in data["error"]["message"] and "run the same command again" in data["error"]["message"]
+        assert all(locked_files_in(inside, lock).values())  # nothing partial under a locked name
+
+        (inside / "filler").unlink()
+        proc = fetch_in_namespace("fetch", "--lock", str(lock_file), "--dir", str(directory))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        proc = fetch_in_namespace("verify", "--lock", str(lock_file), "--dir", str(directory))
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and json.loads(out)["ok"]
+
+        # Not enough room from the start: refused before any byte is downloaded.
+        gets = len(hub.requests(method="GET"))
+        proc = fetch_in_namespace("fetch", "--lock", str(lock_file), "--dir", str(directory / "second"))
+        out, _ = proc.communicate(timeout=120)
+        data = json.loads(out)
+        assert proc.returncode == 1 and data["error"]["kind"] == "disk_full" and "free" in data["error"]["message"]
+        assert len(hub.requests(method="GET")) == gets
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- progress ----------------------------------------------------------------------------------------
+
+
+def test_progress_in_logs_shows_bytes_rate_and_time_left(hub, env, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    hub.pause_after(15 * MiB)
+    proc = subprocess.Popen(
+        models_cmd("fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m"), "--progress-interval", "0.2"),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert wait_paused_or_exit(hub, proc)
+    time.sleep(1)
+    hub.release()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("download: ")]
+    assert len(lines) >= 3, err
+    total = human_bytes(lock["total_size"])
+    line = re.compile(rf"download: [0-9.]+ k?M?B of {total} \(\d+%\), [0-9.]+ k?M?B/s(, about .+ left|, [0-9.]+ s)?")
+    assert all(line.fullmatch(x) for x in lines), lines
+    assert any(x.endswith("left") for x in lines[:-1])
+    assert lines[-1].startswith(f"download: {total} of {total} (100%)")
+
+
+def test_progress_on_a_terminal_is_a_bar(hub, env, tmp_path):
+    import pty
+
+    lock_file, lock = lock_model(env, tmp_path)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        models_cmd("fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m")),
+        env={**env, "COLUMNS": "120"}, stdout=subprocess.DEVNULL, stderr=follower,
+    )  # fmt: skip
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    text = output.decode(errors="replace")
+    total = human_bytes(lock["total_size"]).removesuffix(" MB")
+    assert "download" in text and f"{total}/{total} MB" in text and "MB/s" in text
+
+
+# -- settings and preflight ----------------------------------------------------------------------------
+
+
+def test_preflight_warns_about_hub_ids_without_a_pinned_commit(tmp_path):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    cases = {
+        (None, None): ("warn", "warn"),
+        ("main", "v1.0"): ("warn", "warn"),
+        (sha, sha): ("ok", "ok"),
+    }
+    for (revision, draft_revision), verdicts in cases.items():
+        s = settings.ServerSettings(revision=revision, speculative_draft_model_revision=draft_revision)
+        report = preflight.Preflight()
+        preflight.check_model_dir(report, "model", s.model_path, s.revision)
+        preflight.check_model_dir(
+            report, "draft model", s.speculative_draft_model_path, s.speculative_draft_model_revision,
+            "speculative_draft_model_revision",
+        )  # fmt: skip
+        assert tuple(c.status for c in report.checks) == verdicts
+    report = preflight.Preflight()
+    preflight.check_model_dir(report, "model", "nvidia/Kimi-K2.5-NVFP4", None)
+    assert (
+        "no pinned revision" in report.checks[0].message
+        and "models lock nvidia/Kimi-K2.5-NVFP4" in report.checks[0].message
+    )
+    report = preflight.Preflight()
+    preflight.check_model_dir(
+        report, "draft model", "AQ-MedAI/Kimi-K25-eagle3", "v1.0", "speculative_draft_model_revision"
+    )
+    assert "'v1.0' is a branch or tag" in report.checks[0].message
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    report = preflight.Preflight()
+    preflight.check_model_dir(report, "model", str(model), sha)
+    assert report.checks[0].status == "warn" and "ignored for a local directory" in report.checks[0].message

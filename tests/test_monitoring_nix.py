@@ -1,0 +1,71 @@
+"""services.sglang-eagle3.monitoring, evaluated with nixpkgs' lib (see tests/nix/module-harness.nix)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from conftest import REPO
+from test_monitoring_rules import render_thresholds
+from test_nix import evaluate_module, needs_lib
+
+HOST = REPO / "modules" / "examples" / "8-gpu-host.nix"
+
+
+def monitoring(extra: str = "", prometheus: bool = True, grafana: bool = True) -> dict:
+    config = (f"({{ lib, ... }}: {{ imports = [ {HOST} ]; services.prometheus.enable = {str(prometheus).lower()}; "
+              f"services.grafana.enable = {str(grafana).lower()}; {extra} }})")  # fmt: skip
+    return evaluate_module(config)["monitoring"]
+
+
+@needs_lib
+def test_prometheus_scrapes_the_server_and_its_health_and_loads_the_rules(tmp_path):
+    out = monitoring('services.sglang-eagle3.monitoring.baselineTargets = [ "gpu-b:30001" ];'
+                     "services.sglang-eagle3.monitoring.thresholds.draftAcceptLength = 3.0;")  # fmt: skip
+    jobs = {j["job_name"]: j for j in out["scrapeConfigs"]}
+    assert set(jobs) == {"sglang-eagle3", "sglang-eagle3-health", "sglang-baseline"}  # no router on this host
+    # settings.host is 0.0.0.0 on this host: scraped on loopback, at settings.port
+    assert jobs["sglang-eagle3"]["static_configs"] == [{"targets": ["127.0.0.1:30000"]}]
+    assert jobs["sglang-eagle3-health"]["metrics_path"] == "/health_generate"
+    assert jobs["sglang-eagle3-health"]["fallback_scrape_protocol"] == "PrometheusText0.0.4"
+    assert jobs["sglang-baseline"]["static_configs"] == [{"targets": ["gpu-b:30001"]}]
+    alerts, thresholds = out["ruleFiles"]
+    assert alerts == str(REPO / "modules" / "monitoring" / "sglang-eagle3-alerts.yml")
+    rendered = json.loads(thresholds["text"])
+    assert rendered == render_thresholds(draftAcceptLength=3.0)
+    assert rendered["groups"][0]["rules"][0] == {
+        "record": "sglang_eagle3:accept_length_min",
+        "expr": "vector(2.4000000000000004)",
+    }
+    if shutil.which("promtool"):  # what nixpkgs runs on rule files when it builds the configuration
+        path = tmp_path / "thresholds.yml"
+        path.write_text(thresholds["text"])
+        check = subprocess.run(["promtool", "check", "rules", alerts, str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+    assert out["grafana"] == {
+        "enable": True,
+        "providers": [{"name": "sglang-eagle3",
+                       "options": {"path": str(REPO / "modules" / "monitoring" / "sglang-eagle3-dashboard.json")}}],
+    }  # fmt: skip
+
+
+@needs_lib
+def test_nothing_is_added_without_prometheus_and_grafana_or_when_turned_off():
+    out = monitoring(prometheus=False, grafana=False)
+    assert out["scrapeConfigs"] == [] and out["ruleFiles"] == [] and out["grafana"]["providers"] == []
+    off = monitoring("services.sglang-eagle3.monitoring.enable = false;")
+    assert off["scrapeConfigs"] == [] and off["grafana"]["providers"] == []
+
+
+@needs_lib
+@pytest.mark.parametrize("router_on, expected", [(True, ["127.0.0.1:29100"]), (False, None)])
+def test_the_router_is_scraped_when_its_module_is_enabled(router_on, expected):
+    declare = ("options.services.sglang-router = { enable = lib.mkEnableOption \"router\"; "
+               "prometheusPort = lib.mkOption { type = lib.types.port; default = 29000; }; };")  # fmt: skip
+    config = (f"({{ lib, ... }}: {{ imports = [ {HOST} ]; {declare} config = {{ services.prometheus.enable = true; "
+              f"services.sglang-router.enable = {str(router_on).lower()}; "
+              "services.sglang-router.prometheusPort = 29100; }; })")  # fmt: skip
+    jobs = {j["job_name"]: j for j in evaluate_module(config)["monitoring"]["scrapeConfigs"]}
+    assert (jobs["sglang-router"]["static_configs"][0]["targets"] if "sglang-router" in jobs else None) == expected

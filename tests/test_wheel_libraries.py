@@ -1,0 +1,185 @@
+"""Every shared library every wheel of the server closure needs is accounted for, by data.
+
+nix/wheel-libraries.json records, for each wheel of the Nix server closure, the sonames
+its ELF files provide and need (nix/scripts/audit-wheel-libraries.py read them from the
+wheels; the three cu130 wheels through their closest PyPI build, named as a proxy).
+nix/wheel-closure.json says where each kind of library comes from. These tests prove:
+
+- the data describes the closure uv.lock pins (same packages, versions and wheels), and
+  the closure uv2nix actually builds (evaluated through the flake);
+- every needed soname is provided by the wheel itself, a cudaPackages_13_0 member, the
+  manylinux set, torch's libraries, a named nixpkgs package, or the host driver at run time,
+  or is ignored with a written reason, and every rule of the policy is used;
+- the Nix overlay does what the data says, for every wheel (buildInputs, autoPatchelf's
+  search path, ignored sonames, the driver's runpath).
+
+Refresh the data after changing uv.lock or the pins: python nix/scripts/audit-wheel-libraries.py
+(it downloads every wheel of the closure, about 3 GB, from PyPI).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import tomllib
+
+import pytest
+from conftest import REPO
+from flake_eval import Workspace, unavailable
+
+DATA = json.loads((REPO / "nix" / "wheel-libraries.json").read_text())
+POLICY = json.loads((REPO / "nix" / "wheel-closure.json").read_text())
+PINS = json.loads((REPO / "nix" / "pins.json").read_text())
+CUDA = {soname: member for member, sonames in DATA["cudaPackages_13_0"].items() for soname in sonames}
+RULES = {pattern: kind for pattern, kind in POLICY["providers"].items() if not pattern.startswith("_")}
+IGNORED = {name: sonames for name, sonames in POLICY["ignoreMissing"].items() if not name.startswith("_")}
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-wheel-libraries.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve(name: str, soname: str) -> tuple[str, str | None]:
+    """(kind, attribute) the way nix/python-overrides.nix resolves a soname."""
+    if soname in CUDA:
+        return "cuda", CUDA[soname]
+    for pattern, kind in RULES.items():
+        if re.fullmatch(pattern, soname):
+            return ("nixpkgs", kind.removeprefix("nixpkgs:")) if kind.startswith("nixpkgs:") else (kind, None)
+    if soname in IGNORED.get(name, {}):
+        return "ignore", None
+    return "unresolved", None
+
+
+def external_needs(record: dict) -> list[str]:
+    return sorted(set(record["needs"]) - set(record["provides"]))
+
+
+# -- the data matches the lock ---------------------------------------------------------------
+
+
+def test_data_covers_the_closure_uv_lock_pins():
+    audit = generator()
+    lock = tomllib.loads((REPO / "python" / "uv.lock").read_text())
+    environment = audit.marker_environment(POLICY["python"])
+    closure, _ = audit.resolve_closure(lock, POLICY["root"]["package"], POLICY["root"]["extras"], environment)
+    dropped = {name for name in closure if audit.dropped(name, POLICY)}
+    assert dropped == set(DATA["dropped"])
+    assert set(DATA["packages"]) <= set(closure) - dropped
+    for name, record in DATA["packages"].items():
+        package = closure[name]
+        if name in POLICY["cudaWheels"]:
+            pin = PINS[POLICY["cudaWheels"][name]["pin"]]
+            assert (record["version"], record["wheel"]) == (pin["version"], pin["wheel"]), name
+            assert record["proxy"].startswith(audit.best_wheel(package, "cp312")["url"].rsplit("/", 1)[1])
+        else:
+            assert record["version"] == package["version"], name
+            assert record["wheel"] == audit.best_wheel(package, "cp312")["url"].rsplit("/", 1)[1], name
+
+
+def test_cuda_redistributables_are_read_from_the_pinned_cuda_13_wheels():
+    members = {m for m in POLICY["cudaRedist"] if not m.startswith("_")}
+    assert set(DATA["cudaPackages_13_0"]) == members
+    assert all(re.fullmatch(r"(lib|nvshmem_)[\w.-]+\.so(\.[\d.]+)?", s) for s in CUDA), CUDA
+    assert CUDA["libcudart.so.13"] == "cuda_cudart" and CUDA["libnvshmem_host.so.3"] == "libnvshmem"
+    # A proxy's CUDA 12 sonames were translated: each CUDA library it needs is CUDA 13's soname.
+    stems = {c.split(".so")[0] for c in CUDA}
+    for name in POLICY["cudaWheels"]:
+        record = DATA["packages"][name]
+        cuda_needs = [s for s in record["needs"] if s.split(".so")[0] in stems]
+        assert cuda_needs and all(s in CUDA for s in cuda_needs), (name, cuda_needs)
+
+
+# -- every soname is accounted for ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(DATA["packages"]))
+def test_every_needed_soname_is_provided_or_ignored_with_a_reason(name):
+    record = DATA["packages"][name]
+    unresolved = [s for s in external_needs(record) if resolve(name, s)[0] == "unresolved"]
+    assert unresolved == [], f"{name} needs {unresolved}: add providers to nix/wheel-closure.json"
+    if any(resolve(name, s)[0] == "manylinux" for s in external_needs(record)):
+        # uv2nix adds pythonManylinuxPackages (glibc, the C++ runtime) to manylinux wheels only.
+        assert "manylinux" in record["wheel"] or "manylinux" in record.get("proxy", ""), record["wheel"]
+
+
+def test_every_rule_of_the_policy_is_used():
+    used = {
+        (kind, attr) if kind != "ignore" else (name, soname)
+        for name, record in DATA["packages"].items()
+        for soname in external_needs(record)
+        for kind, attr in [resolve(name, soname)]
+    }
+    for pattern, kind in RULES.items():
+        key = ("nixpkgs", kind.removeprefix("nixpkgs:")) if kind.startswith("nixpkgs:") else (kind, None)
+        assert key in used or any(
+            re.fullmatch(pattern, s) for r in DATA["packages"].values() for s in external_needs(r)
+        ), f"provider rule {pattern} matches nothing"
+    for name, sonames in IGNORED.items():
+        for soname in sonames:
+            assert soname != "_comment" and (name, soname) in used, f"ignoreMissing {name}/{soname} is not needed"
+            assert len(sonames[soname]) > 40, f"ignoreMissing {name}/{soname} needs a reason"
+
+
+# -- the Nix overlay carries the data out -----------------------------------------------------------
+
+reason = unavailable()
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory) -> dict:
+    """For each audited package: what the evaluated uv2nix package set gives autoPatchelf."""
+    if reason:
+        pytest.skip(reason)
+    ws = Workspace(tmp_path_factory.mktemp("flake"))
+    names = " ".join(f'"{n}"' for n in DATA["packages"])
+    expr = f"""
+      let set = flake.packages.x86_64-linux.default.passthru.pythonSet;
+          deps = builtins.split ":" flake.packages.x86_64-linux.default.passthru.serverEnv.NIX_PYPROJECT_DEPS;
+      in {{
+        closure = builtins.filter builtins.isString deps;
+        packages = builtins.listToAttrs (map (n: {{ name = n; value = let p = set.${{n}}; in {{
+          out = p.outPath;
+          buildInputs = map (d: d.name) p.buildInputs;
+          nativeBuildInputs = map (d: d.name or "") p.nativeBuildInputs;
+          ignore = p.autoPatchelfIgnoreMissingDeps or [ ];
+          preFixup = p.preFixup or "";
+          src = p.src.name or "";
+        }}; }}) [ {names} ]);
+        torchLib = "${{set.torch}}/${{set.python.sitePackages}}/torch/lib";
+      }}
+    """
+    return ws.eval_expr(expr)
+
+
+def test_uv2nix_builds_the_closure_the_data_describes(overlay):
+    built = {re.sub(r"^/nix/store/[a-z0-9]{32}-", "", p) for p in overlay["closure"]}
+    for name, record in DATA["packages"].items():
+        assert f"{name}-{record['version']}" in built, f"{name} {record['version']} is not in the Nix server closure"
+    for name in DATA["dropped"]:
+        assert not [b for b in built if b.startswith(f"{name}-") and re.match(rf"{re.escape(name)}-\d", b)], name
+
+
+@pytest.mark.parametrize("name", sorted(DATA["packages"]))
+def test_the_overlay_gives_autopatchelf_what_the_data_says(overlay, name):
+    record, nix = DATA["packages"][name], overlay["packages"][name]
+    needs = {s: resolve(name, s) for s in external_needs(record)}
+    for soname, (kind, attr) in needs.items():
+        if kind == "cuda":
+            # buildInputs hold the lib-carrying output nixpkgs' getDev picks: cuda13.0-<member>-<version>[-dev]
+            assert any(re.fullmatch(rf"cuda13\.0-{attr}-[\w.-]+", b) for b in nix["buildInputs"]), (soname, nix)
+        elif kind == "nixpkgs":
+            assert any(b.startswith(f"{attr}-") for b in nix["buildInputs"]), (soname, nix["buildInputs"])
+        elif kind in ("driver", "ignore"):
+            assert soname in nix["ignore"], (soname, nix["ignore"])
+        elif kind == "torch" and name != "torch":
+            assert f"addAutoPatchelfSearchPath {overlay['torchLib']}" in nix["preFixup"], nix["preFixup"]
+    driver = any(kind == "driver" for kind, _ in needs.values())
+    assert ("auto-add-driver-runpath-hook" in nix["nativeBuildInputs"]) == driver
+    assert "auto-patchelf-hook" in nix["nativeBuildInputs"], "uv2nix patches every wheel"
+    if name in POLICY["cudaWheels"]:
+        assert nix["src"] == PINS[POLICY["cudaWheels"][name]["pin"]]["wheel"]
