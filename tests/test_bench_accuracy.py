@@ -45,10 +45,10 @@ def ahead_of_busy_neighbours():
 
 
 def tokens_for(rate: float) -> int:
-    # 1.5 s of decoding per request (at least 32 tokens), so that 1% is not a single
-    # scheduler hiccup; at most 1,200 tokens, as SGLang's native stream resends the whole
-    # text in every chunk and longer streams would load the 2 cores with copying.
-    return int(min(1200, max(32, rate * 1.5)))
+    # 1.5 s of decoding per request (at least 32 tokens) at every rate, so that 1% is 15 ms,
+    # more than a late wake-up of the client costs. (SGLang's native stream resends the whole
+    # text in every chunk; at 2,000 tok/s that is 3,000 tokens, one stream only.)
+    return int(max(32, rate * 1.5))
 
 
 # Rates well inside what the client handles on this machine (8 x 2,000 tok/s is its limit

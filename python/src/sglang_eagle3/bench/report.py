@@ -69,7 +69,14 @@ class ServerInfoRecord(_Record):
     avg_spec_accept_length: Number = None
 
 
-RECORD = TypeAdapter(Annotated[RunRecord | RequestRecord | ServerInfoRecord, Field(discriminator="type")])
+class ServerMetricsRecord(_Record):
+    type: Literal["server_metrics"]
+    label: str
+
+
+RECORD = TypeAdapter(
+    Annotated[RunRecord | RequestRecord | ServerInfoRecord | ServerMetricsRecord, Field(discriminator="type")]
+)
 
 
 def load(path: Path) -> list[dict]:
