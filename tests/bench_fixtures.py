@@ -37,10 +37,24 @@ class FakeServer(NamedTuple):
         the server shifts the truth; measuring against what was sent keeps the test about
         the client's accuracy.
         """
+        stream = self._stream(prompt_id)
+        return (stream["tokens"] - 1) / (stream["sent"][-1] - stream["sent"][0])
+
+    def delivered_rate_bounds(self, prompt_id: str) -> tuple[float, float]:
+        """The slowest and fastest rate consistent with when the first and last chunk left.
+
+        Each chunk reached the socket between the server's time before and after handing it
+        over; if the server was preempted in between, the truth lies anywhere in that window.
+        """
+        stream = self._stream(prompt_id)
+        before, after, decoded = stream["sent"], stream["handed"], stream["tokens"] - 1
+        return decoded / (after[-1] - before[0]), decoded / (before[-1] - after[0])
+
+    def _stream(self, prompt_id: str) -> dict:
         text = next(p["prompt"] for p in load_prompts() if p["id"] == prompt_id)
         streams = [json.loads(line) for line in self.send_log.read_text().splitlines()]
         (stream,) = [s for s in streams if s["prompt"] == text]
-        return (stream["tokens"] - 1) / (stream["sent"][-1] - stream["sent"][0])
+        return stream
 
 
 @contextlib.contextmanager

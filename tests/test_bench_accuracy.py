@@ -51,6 +51,11 @@ def tokens_for(rate: float) -> int:
     return int(max(32, rate * 1.5))
 
 
+def outside(measured: float, slowest: float, fastest: float) -> float:
+    """How far (relative) a measured rate lies outside what the server may have delivered; 0 inside."""
+    return max(0.0, slowest / measured - 1, measured / fastest - 1)
+
+
 # Rates well inside what the client handles on this machine (8 x 2,000 tok/s is its limit
 # here, measured by benchmarks/bench_accuracy.py): these tests check the measurement, not
 # the machine's capacity, and must hold while neighbours compete for the two cores.
@@ -65,14 +70,14 @@ def test_decode_rate_within_one_percent_of_what_was_sent(tmp_path, rate, burst, 
         outcome = run(RunConfig(url=server.url, output=output, concurrencies=[concurrency], requests=concurrency,
                                 warmup=1, max_tokens=tokens_for(rate)))  # fmt: skip
         requests = [r for r in report.load(output) if r["type"] == "request"]
-        sent = {r["prompt_id"]: server.delivered_rate(r["prompt_id"]) for r in requests}
+        sent = {r["prompt_id"]: server.delivered_rate_bounds(r["prompt_id"]) for r in requests}
     assert outcome.finished == concurrency and outcome.failed == 0
-    errors = [abs(r["decode_tok_s"] / sent[r["prompt_id"]] - 1) for r in requests]
+    errors = [outside(r["decode_tok_s"], *sent[r["prompt_id"]]) for r in requests]
     print(f"ACCURACY rate={rate} burst={burst} concurrency={concurrency} worst_error={max(errors):.5f}")
     for r in requests:
-        truth = sent[r["prompt_id"]]
-        assert math.isfinite(truth) and truth > 0
-        assert abs(r["decode_tok_s"] / truth - 1) < 0.01, (r["decode_tok_s"], truth)
+        slowest, fastest = sent[r["prompt_id"]]
+        assert math.isfinite(slowest) and 0 < slowest <= fastest
+        assert outside(r["decode_tok_s"], slowest, fastest) < 0.01, (r["decode_tok_s"], slowest, fastest)
         assert r["ttft_s"] >= 0.2  # the server waits 0.2 s before the first token: never less
         assert r["output_tokens"] == tokens_for(rate)
         if burst > 1:

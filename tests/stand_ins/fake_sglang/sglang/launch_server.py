@@ -156,6 +156,7 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
     start = loop.time()
     done = 0
     sent: list[float] = []
+    handed: list[float] = []
     prompt_tokens = len(prompt.split())
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
@@ -165,8 +166,12 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
         if FAIL_AFTER is not None and done > FAIL_AFTER:
             writer.write(b'data: {"error": {"message": "fake failure mid-stream"}}\n\n')
             return
-        sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
-        writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
+        data = f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode()
+        # The chunk reaches the socket between these two times: a late wake-up of this process
+        # on a busy machine shows here, not as the client's error.
+        sent.append(time.monotonic())
+        writer.write(data)  # asyncio sends at once when nothing is queued
+        handed.append(time.monotonic())
         await writer.drain()
         metrics.running[id(writer)] = prompt_tokens + done
         if len(sent) == 1:
@@ -176,7 +181,7 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
     metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
-            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
+            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent, "handed": handed}) + "\n")
     writer.write(b"data: [DONE]\n\n")
     await writer.drain()
     finished["count"] += 1
