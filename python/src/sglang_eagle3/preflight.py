@@ -150,6 +150,9 @@ def check_model_dir(
         if revision is not None:
             result.add(what, CheckStatus.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
                        "directory; check its content with `sglang-eagle3 models verify`")  # fmt: skip
+        if what != "model":  # a draft's config.json is the draft checks' business (check_draft)
+            result.add(what, CheckStatus.OK, f"{directory}")
+            return None
         config, problem = read_model_config(directory)
         if problem:
             result.add(what, CheckStatus.FAIL, problem)
