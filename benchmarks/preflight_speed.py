@@ -22,7 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_eagle3 import patchset, pins, sglang_source
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from pinned_wheels import fetch_wheel, unpack  # noqa: E402
+from sglang_eagle3 import patchset, sglang_source  # noqa: E402
 
 BAR_SECONDS = 3.0
 
@@ -54,8 +57,8 @@ def main() -> int:
             targets = {"given": args.target}
         else:
             cache = Path.home() / ".cache" / "sglang-eagle3-tests"
-            pristine = pins.unpack(pins.fetch_wheel("sglang", cache), Path(tmp) / "pristine")
-            patched = pins.unpack(pins.fetch_wheel("sglang", cache), Path(tmp) / "patched")
+            pristine = unpack(fetch_wheel("sglang", cache), Path(tmp) / "pristine")
+            patched = unpack(fetch_wheel("sglang", cache), Path(tmp) / "patched")
             patchset.apply(patchset.PatchSeries.load(), sglang_source.locate(patched))
             targets = {"pristine 0.5.9": pristine, "patched 0.5.9": patched}
         worst = 0.0

@@ -18,6 +18,7 @@ let
   # Fields that have their own options below (secrets, environment, multi-host, timeout).
   ownedFields = [
     "api_key_file"
+    "admin_api_key_file"
     "environment"
     "extra_args"
     "nnodes"
@@ -199,6 +200,17 @@ in
         File holding the API key, as an absolute path string (so it is never copied into
         the world-readable store). Delivered with systemd's LoadCredential; the launcher
         hands it to SGLang without putting it in argv, the environment or logs.
+      '';
+    };
+
+    adminApiKeyFile = mkOption {
+      type = types.nullOr (types.strMatching "/.+");
+      default = null;
+      example = "/run/secrets/sglang-admin-api-key";
+      description = ''
+        File holding SGLang's admin API key (`--admin-api-key`, for its management
+        endpoints), handled like `apiKeyFile`: an absolute path string, delivered with
+        LoadCredential, never in argv, the environment or logs.
       '';
     };
 
@@ -389,11 +401,14 @@ in
               StateDirectory = "sglang-eagle3";
               CacheDirectory = "sglang-eagle3";
               WorkingDirectory = stateDir;
-              LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
+              LoadCredential =
+                lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}"
+                ++ lib.optional (cfg.adminApiKeyFile != null) "admin-api-key:${cfg.adminApiKeyFile}";
               TimeoutStartSec = cfg.startTimeoutSec + 120;
-              # SIGTERM to the launcher, which forwards it and gives SGLang 60 s to drain.
+              # SIGTERM to the launcher, which forwards it, gives SGLang settings.stop_timeout
+              # seconds, then SIGKILLs its process group; systemd waits that long and 30 s more.
               KillMode = "mixed";
-              TimeoutStopSec = 90;
+              TimeoutStopSec = builtins.ceil cfg.settings.stop_timeout + 30;
               Restart = "on-failure";
               RestartSec = "30s";
               RestartSteps = 5;
@@ -452,6 +467,8 @@ in
             DynamicUser = true;
             StateDirectory = "sglang-eagle3-bench";
             PrivateDevices = true;
+            # The server's key, for `bench` ($CREDENTIALS_DIRECTORY/api-key, sent as a Bearer token).
+            LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
           };
         };
       })

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from sglang_eagle3 import launcher
 from sglang_eagle3.bench.runner import load_prompts
-from sglang_eagle3.render import LaunchPlan
+from sglang_eagle3.launch_plan import LaunchPlan
 
 FAKE_SGLANG = Path(__file__).parent / "stand_ins" / "fake_sglang"
 
@@ -37,10 +37,24 @@ class FakeServer(NamedTuple):
         the server shifts the truth; measuring against what was sent keeps the test about
         the client's accuracy.
         """
+        stream = self._stream(prompt_id)
+        return (stream["tokens"] - 1) / (stream["sent"][-1] - stream["sent"][0])
+
+    def delivered_rate_bounds(self, prompt_id: str) -> tuple[float, float]:
+        """The slowest and fastest rate consistent with when the first and last chunk left.
+
+        Each chunk reached the socket between the server's time before and after handing it
+        over; if the server was preempted in between, the truth lies anywhere in that window.
+        """
+        stream = self._stream(prompt_id)
+        before, after, decoded = stream["sent"], stream["handed"], stream["tokens"] - 1
+        return decoded / (after[-1] - before[0]), decoded / (before[-1] - after[0])
+
+    def _stream(self, prompt_id: str) -> dict:
         text = next(p["prompt"] for p in load_prompts() if p["id"] == prompt_id)
         streams = [json.loads(line) for line in self.send_log.read_text().splitlines()]
         (stream,) = [s for s in streams if s["prompt"] == text]
-        return (stream["tokens"] - 1) / (stream["sent"][-1] - stream["sent"][0])
+        return stream
 
 
 @contextlib.contextmanager
@@ -58,6 +72,9 @@ def fake_server(*args: str, **env: str):
              **{f"FAKE_SGLANG_{k}": str(v) for k, v in env.items()}},
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, interval=0.05):
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
+        with launcher.running(plan, f"{url}/health_generate", ready_timeout=20, stop_timeout=10, interval=0.05):
+            key_file = env.get("API_KEY_FILE")
+            headers = {"Authorization": f"Bearer {Path(key_file).read_text().strip()}"} if key_file else {}
+            request = urllib.request.Request(f"{url}/server_info", headers=headers)
+            with urllib.request.urlopen(request, timeout=5) as response:
                 yield FakeServer(url, json.load(response)["fake_true_rate"], send_log)

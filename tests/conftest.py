@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pinned_wheels import fetch_wheel, sha256_of, unpack
 from sglang_eagle3 import patchset, pins
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,17 +28,17 @@ def pristine_wheel() -> Path:
     # In the Nix sandbox (no network) the wheel comes from the same pin, via fetchurl.
     given = os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL")
     if given:
-        actual = pins.sha256_of(Path(given))
+        actual = sha256_of(Path(given))
         assert actual == pins.pins()["sglang"]["sha256"], f"{given} has sha256 {actual}, not the pinned one"
         return Path(given)
-    return pins.fetch_wheel("sglang", CACHE)
+    return fetch_wheel("sglang", CACHE)
 
 
 @pytest.fixture(scope="session")
 def pristine_tree(pristine_wheel, tmp_path_factory) -> Path:
     """The wheel unpacked: a directory holding sglang/ and its dist-info. Do not modify."""
     root = tmp_path_factory.mktemp("pristine")
-    return pins.unpack(pristine_wheel, root)
+    return unpack(pristine_wheel, root)
 
 
 def series_names() -> list[str]:
@@ -80,7 +81,7 @@ def tree_copy(tmp_path):
 def snapshot(tree: Path) -> dict[str, str]:
     """Content hash of every file under tree, to prove a tree was not changed."""
     return {
-        str(p.relative_to(tree)): pins.sha256_of(p)
+        str(p.relative_to(tree)): sha256_of(p)
         for p in sorted(tree.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts  # byte code written by imports is not content
     }
@@ -97,3 +98,23 @@ def run_cli():
         )
 
     return run
+
+
+# -- timing tests: apart from the functional suite ----------------------------------------------
+# Tests marked `timing` compare measured rates with what the stand-in server sent, within 1%.
+# They hold on a loaded machine but are wall-clock measurements, so they run only when asked
+# for: `tests/run -m timing` (or any -m expression naming them).
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.option.markexpr:
+        return  # the caller chose with -m
+    kept = [item for item in items if "timing" not in item.keywords]
+    deselected = [item for item in items if "timing" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept

@@ -295,26 +295,26 @@ def test_preflight_runs_the_draft_checks(tmp_path, target, patched_tree):
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path=str(draft))  # fmt: skip
     assert report.ok, report.checks
-    assert checks["draft captured layers"].verdict == "ok" and "[2, 30, 58]" in checks["draft captured layers"].message
-    assert checks["draft token mapping"].verdict == "ok"
+    assert checks["draft captured layers"].status == "ok" and "[2, 30, 58]" in checks["draft captured layers"].message
+    assert checks["draft token mapping"].status == "ok"
 
     shutil.rmtree(draft)
     write_draft(draft, eagle3_draft_config((2, 30, 58), hidden=4096), d2t_rows=32000)
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path=str(draft))  # fmt: skip
-    assert not report.ok and checks["draft hidden size"].verdict == "fail"
+    assert not report.ok and checks["draft hidden size"].status == "fail"
 
 
 def test_preflight_reports_bad_draft_config_and_uncached_hub_ids(tmp_path, target, patched_tree, monkeypatch):
     draft = write_config(tmp_path / "draft", {"architectures": "LlamaForCausalLMEagle3"})
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path=str(draft))  # fmt: skip
-    assert checks["draft"].verdict == "fail" and "architectures must be" in checks["draft"].message
+    assert checks["draft"].status == "fail" and "architectures must be" in checks["draft"].message
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path="someone/kimi-eagle3")  # fmt: skip
-    assert report.ok and checks["draft files"].verdict == "warn"
+    assert report.ok and checks["draft files"].status == "warn"
 
     report, checks = preflight_checks(tmp_path, patched_tree, speculative_algorithm=None)
     assert not any(name.startswith("draft") for name in checks)

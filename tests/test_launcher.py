@@ -18,7 +18,8 @@ import time
 import pytest
 from bench_fixtures import FAKE_SGLANG, free_port
 from sglang_eagle3 import launcher
-from sglang_eagle3.render import LaunchPlan
+from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.launch_plan import LaunchPlan
 
 
 def fake_plan(port: int, **behaviour) -> LaunchPlan:
@@ -55,10 +56,10 @@ def test_waits_for_health_then_notifies_ready(notify_socket, tmp_path):
     process_plan = fake_plan(port, READY_AFTER=1.0, EXIT_AFTER=3.0, SIGNAL_LOG=log)
     start = time.monotonic()
     outcome = launcher.serve(
-        process_plan, f"http://127.0.0.1:{port}/health_generate", 30, log=lambda m: None, interval=0.1
+        process_plan, f"http://127.0.0.1:{port}/health_generate", 30, 10, log=lambda m: None, interval=0.1
     )
     # The fake server becomes healthy after 1 s and then crashes with code 7 at 3 s.
-    assert outcome.code == 7 and "exited with 7" in outcome.message
+    assert outcome.status is ExitStatus.SERVER_EXITED and "server exited with 7" in outcome.message
     assert time.monotonic() - start >= 1.0
     messages = received(notify_socket)
     ready = [m for m in messages if m.startswith("READY=1")]
@@ -73,10 +74,11 @@ def test_never_ready_times_out_stops_the_child_and_exits_cleanly(notify_socket, 
         fake_plan(port, NEVER_READY=1, SIGNAL_LOG=log),
         f"http://127.0.0.1:{port}/health_generate",
         1.5,
+        10,
         log=lambda m: None,
         interval=0.1,
     )
-    assert outcome.code == 3 and "not ready after 2s" in outcome.message
+    assert outcome.status is ExitStatus.NOT_READY and "not ready after 2s" in outcome.message
     assert log.read_text().split() == ["SIGTERM"]  # the child was asked to stop, gracefully
     messages = received(notify_socket)
     assert "STOPPING=1" in messages and not any(m.startswith("READY=1") for m in messages)
@@ -91,10 +93,11 @@ def test_child_that_dies_during_load_is_reported(tmp_path):
         fake_plan(port, NEVER_READY=1, EXIT_AFTER=0.5),
         f"http://127.0.0.1:{port}/health_generate",
         30,
+        10,
         log=lambda m: None,
         interval=0.1,
     )
-    assert outcome.code == 7 and "exited 7 before it was ready" in outcome.message
+    assert outcome.status is ExitStatus.SERVER_EXITED and "exited with 7 before it was ready" in outcome.message
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -106,12 +109,12 @@ def test_signals_are_forwarded_to_the_server(tmp_path, sig):
         f"""
         import sys
         from sglang_eagle3 import launcher
-        from sglang_eagle3.render import LaunchPlan
+        from sglang_eagle3.launch_plan import LaunchPlan
         plan = LaunchPlan([sys.executable, "-m", "sglang.launch_server", "--port", "{port}"],
                           {{"PYTHONPATH": {str(FAKE_SGLANG)!r}, "FAKE_SGLANG_SIGNAL_LOG": {str(log)!r}}})
-        outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, interval=0.1)
-        print("OUTCOME", outcome.code, outcome.message, flush=True)
-        sys.exit(outcome.code)
+        outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, 10, interval=0.1)
+        print("OUTCOME", int(outcome.status), outcome.message, flush=True)
+        sys.exit(outcome.status)
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -126,8 +129,10 @@ def test_signals_are_forwarded_to_the_server(tmp_path, sig):
     time.sleep(0.5)
     os.kill(proc.pid, sig)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
-    assert "OUTCOME 0 stopped" in out
+    # systemd stops services with SIGTERM: a clean stop. Ctrl-C is an interruption.
+    expected = ExitStatus.OK if sig == signal.SIGTERM else ExitStatus.INTERRUPTED
+    assert proc.returncode == expected, out
+    assert f"OUTCOME {int(expected)} stopped by {signal.Signals(sig).name}" in out
     assert log.read_text().split() == [signal.Signals(sig).name]
 
 

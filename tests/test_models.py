@@ -676,7 +676,7 @@ def test_preflight_warns_about_hub_ids_without_a_pinned_commit(tmp_path):
             report, "draft model", s.speculative_draft_model_path, s.speculative_draft_model_revision,
             "speculative_draft_model_revision",
         )  # fmt: skip
-        assert tuple(c.verdict for c in report.checks) == verdicts
+        assert tuple(c.status for c in report.checks) == verdicts
     report = preflight.Preflight()
     preflight.check_model_dir(report, "model", "nvidia/Kimi-K2.5-NVFP4", None)
     assert (
@@ -693,4 +693,4 @@ def test_preflight_warns_about_hub_ids_without_a_pinned_commit(tmp_path):
     (model / "config.json").write_text("{}")
     report = preflight.Preflight()
     preflight.check_model_dir(report, "model", str(model), sha)
-    assert report.checks[0].verdict == "warn" and "ignored for a local directory" in report.checks[0].message
+    assert report.checks[0].status == "warn" and "ignored for a local directory" in report.checks[0].message

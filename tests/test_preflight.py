@@ -50,7 +50,7 @@ def test_rtx_pro_6000_host_with_patched_sglang_passes_with_sm120_warnings(tmp_pa
     assert report.ok, report.checks
     c = checks(report)
     assert "8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (compute capability 12.0)" in c["gpus"].message
-    warnings = [x.message for x in report.checks if x.verdict == "warn"]
+    warnings = [x.message for x in report.checks if x.status is preflight.CheckStatus.WARN]
     assert any("multicast" in w for w in warnings) and any("allreduce-fusion" in w for w in warnings)
 
 
@@ -71,14 +71,14 @@ def test_h200_host(tmp_path, pristine_tree):
 
 def test_too_few_gpus(tmp_path, patched_tree):
     report = run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv")
-    assert checks(report)["gpus"].verdict == "fail"
+    assert checks(report)["gpus"].status == "fail"
     assert "4 GPU(s) visible, tp_size 8 over 1 node(s) needs 8 here" in checks(report)["gpus"].message
     assert run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv", tp_size=4).ok
 
 
 def test_no_gpus(tmp_path, patched_tree):
     report = run(tmp_path, patched_tree, "absent")
-    assert checks(report)["gpus"].verdict == "fail" and "nvidia-smi not found" in checks(report)["gpus"].message
+    assert checks(report)["gpus"].status == "fail" and "nvidia-smi not found" in checks(report)["gpus"].message
     broken = run(tmp_path, patched_tree, None)
     assert "could not communicate with the NVIDIA driver" in checks(broken)["gpus"].message
 
@@ -94,11 +94,11 @@ def test_local_model_directories(tmp_path, patched_tree):
         speculative_draft_model_path=str(tmp_path / "nope"),
     )
     c = checks(report)
-    assert c["model"].verdict == "fail" and "has no config.json" in c["model"].message
-    assert c["draft model"].verdict == "fail" and "does not exist" in c["draft model"].message
+    assert c["model"].status == "fail" and "has no config.json" in c["model"].message
+    assert c["draft model"].status == "fail" and "does not exist" in c["draft model"].message
     (model / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]}))
     report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv", model_path=str(model))
-    assert checks(report)["model"].verdict == "ok"
+    assert checks(report)["model"].status == "ok"
 
 
 def test_port_in_use(tmp_path, patched_tree):
@@ -107,11 +107,11 @@ def test_port_in_use(tmp_path, patched_tree):
         busy.listen()
         s = settings.ServerSettings(port=busy.getsockname()[1])
         report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
-    assert checks(report)["port"].verdict == "fail" and "is in use" in checks(report)["port"].message
+    assert checks(report)["port"].status == "fail" and "is in use" in checks(report)["port"].message
 
 
 @pytest.mark.parametrize(
-    "extra, verdict, message",
+    "extra, status, message",
     [
         (["--log-level", "debug", "--disable-radix-cache"], "ok", "--log-level debug"),
         (["--log-levl", "debug"], "fail", "has no flag --log-levl; did you mean --log-level?"),
@@ -120,13 +120,13 @@ def test_port_in_use(tmp_path, patched_tree):
         (["debug"], "fail", "is not a flag"),
     ],
 )
-def test_extra_args_are_checked_against_sglangs_flags(tmp_path, patched_tree, extra, verdict, message):
+def test_extra_args_are_checked_against_sglangs_flags(tmp_path, patched_tree, extra, status, message):
     report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv", extra_args=extra)
-    assert checks(report)["extra_args"].verdict == verdict and message in checks(report)["extra_args"].message
+    assert checks(report)["extra_args"].status == status and message in checks(report)["extra_args"].message
 
 
 def test_sglang_flags_are_read_from_its_source(patched_tree):
-    flags = preflight.sglang_flags(sglang_source.locate(patched_tree))
+    flags = sglang_source.server_flags(sglang_source.locate(patched_tree))
     assert flags["--tp-size"][0] == {"--tp-size", "--tensor-parallel-size"} and flags["--tp-size"][1]
     assert flags["--enable-torch-symm-mem"][1] is False
 
@@ -155,12 +155,12 @@ def test_dry_run_json_masks_secrets_and_keeps_the_key_out_of_argv(run_cli, patch
 
 
 def test_credentials_directory_is_used_under_systemd(tmp_path):
-    from sglang_eagle3 import render
+    from sglang_eagle3 import credentials, launch_plan
 
     (tmp_path / "api-key").write_text("k")
-    plan = render.plan(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
-    assert plan.env[render.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
-    assert render.plan(settings.ServerSettings(), environ={}).api_key_file is None
+    plan = launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    assert plan.env[credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
+    assert launch_plan.build(settings.ServerSettings(), environ={}).key_files == {}
 
 
 def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, monkeypatch):
@@ -172,4 +172,4 @@ def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, m
     found = preflight.device_nodes(dev)
     monkeypatch.setattr(preflight, "device_nodes", lambda: found)
     report = run(tmp_path, patched_tree, "absent")
-    assert checks(report)["gpus"].verdict == "warn" and "8 GPU device nodes" in checks(report)["gpus"].message
+    assert checks(report)["gpus"].status == "warn" and "8 GPU device nodes" in checks(report)["gpus"].message

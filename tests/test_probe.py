@@ -11,7 +11,7 @@ from sglang_eagle3 import probe, sglang_source
 KIMI = "KimiK25ForConditionalGeneration"
 
 
-def run_probe(tree, **kwargs) -> probe.ProbeReport:
+def run_probe(tree, **kwargs) -> probe.ProbeResult:
     return probe.probe(sglang_source.locate(tree), **kwargs)
 
 
@@ -95,20 +95,20 @@ def test_requirements_are_derived_from_the_source_not_hard_coded(pristine_tree, 
 
 def test_capability_report_unpatched_sm120(pristine_tree):
     report = run_probe(pristine_tree, compute_capability="12.0").allreduce
-    assert report.torch_symm_mem.outcome == "crash"
+    assert report.torch_symm_mem.effect == "crash"
     assert re.search(
         r"KeyError: 12 at srt/distributed/device_communicators/torch_symm_mem.py:\d+", report.torch_symm_mem.detail
     )
-    assert report.allreduce_fusion.outcome == "ignored"
+    assert report.allreduce_fusion.effect == "ignored"
     assert any("ignored on SM12x" in w for w in report.warnings)
 
 
 def test_capability_report_patched_sm120(patched_tree):
     report = run_probe(patched_tree, compute_capability="12.0").allreduce
-    assert report.torch_symm_mem.outcome == "loads"
+    assert report.torch_symm_mem.effect == "loads"
     assert "two-shot" in report.torch_symm_mem.detail and "128 MiB" in report.torch_symm_mem.detail
     assert "multicast" in report.torch_symm_mem.warning  # may still disable itself on PCIe
-    assert report.allreduce_fusion.outcome == "active"
+    assert report.allreduce_fusion.effect == "active"
     assert "requested explicitly" in report.allreduce_fusion.detail
     assert report.allreduce_fusion.warning  # opt-in, may fail on FlashInfer 0.6.3
     assert not report.problems
@@ -116,15 +116,15 @@ def test_capability_report_patched_sm120(patched_tree):
 
 def test_capability_report_hopper(pristine_tree):
     report = run_probe(pristine_tree, compute_capability="9.0", tp_size=8).allreduce
-    assert report.torch_symm_mem.outcome == "loads" and "multimem" in report.torch_symm_mem.detail
-    assert report.allreduce_fusion.outcome == "auto"
-    assert run_probe(pristine_tree, compute_capability="9.0", tp_size=3).allreduce.torch_symm_mem.outcome == "disabled"
+    assert report.torch_symm_mem.effect == "loads" and "multimem" in report.torch_symm_mem.detail
+    assert report.allreduce_fusion.effect == "auto"
+    assert run_probe(pristine_tree, compute_capability="9.0", tp_size=3).allreduce.torch_symm_mem.effect == "disabled"
 
 
 def test_not_requested_optimisations_are_not_problems(pristine_tree):
     report = run_probe(pristine_tree, arch="DeepseekV3ForCausalLM", torch_symm_mem=False, allreduce_fusion=False)
     assert report.ready
-    assert report.allreduce.torch_symm_mem.outcome == "not requested"
+    assert report.allreduce.torch_symm_mem.effect == "not requested"
 
 
 def test_json_output(pristine_tree, run_cli):
@@ -133,15 +133,15 @@ def test_json_output(pristine_tree, run_cli):
     data = json.loads(result.stdout)
     assert data["ready"] is False
     assert sorted(data["missing"]) == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
-    assert data["allreduce"]["torch_symm_mem"]["outcome"] == "crash"
+    assert data["allreduce"]["torch_symm_mem"]["effect"] == "crash"
 
 
 def test_bad_inputs_get_clear_messages(pristine_tree, tmp_path, run_cli):
     result = run_cli("probe", "--target", str(tmp_path))
     assert result.returncode == 2 and "does not contain an SGLang source tree" in result.stderr
     result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", "sm120")
-    assert result.returncode == 2 and "not of the form 12.0" in result.stderr
+    assert result.returncode == 2 and "is not of the form 12.0" in result.stderr
     result = run_cli("probe", "--target", str(pristine_tree), "--arch", "KimiK25ForConditionalGen")
-    assert result.returncode == 1 and "no class KimiK25ForConditionalGen" in result.stdout
-    assert "did you mean KimiK25ForConditionalGeneration" in result.stdout
+    assert result.returncode == 2 and "no class KimiK25ForConditionalGen" in result.stderr
+    assert "did you mean KimiK25ForConditionalGeneration" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr

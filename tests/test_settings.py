@@ -7,7 +7,7 @@ import re
 
 import pytest
 from conftest import REPO
-from sglang_eagle3 import settings
+from sglang_eagle3 import settings, sglang_source
 
 
 def test_defaults_are_the_tuned_configuration():
@@ -55,7 +55,7 @@ def test_json_file(tmp_path):
         (["node_rank=1"], "node_rank: 1 must be below nnodes (1)"),
         (["mem_fraction_static=1.5"], "mem_fraction_static: Input should be less than 1"),
         (['extra_args=["--api-key", "s3cret"]'], "do not pass --api-key"),
-        (["tp_size"], "expected field=value"),
+        (["tp_size"], "--set expects field=value"),
     ],
 )
 def test_bad_values_name_the_field(assignments, message):
@@ -99,3 +99,16 @@ def test_readme_reference_is_generated_from_the_definition():
     assert match.group(1).strip() == settings.reference_markdown().strip(), (
         "README settings reference is stale: regenerate with `sglang-eagle3 settings reference`"
     )
+
+
+def test_sglang_flags_are_the_field_names_and_sglang_knows_them(pristine_tree):
+    """A setting's flag is derived from its name; every such flag exists in SGLang 0.5.9's own parser."""
+    known = sglang_source.server_flags(sglang_source.locate(pristine_tree))
+    launcher_only = {n for n in settings.ServerSettings.model_fields if settings.field_flag(n) is None}
+    assert launcher_only == {
+        "api_key_file", "admin_api_key_file", "extra_args", "environment", "ready_timeout", "stop_timeout"
+    }  # fmt: skip
+    for name in set(settings.ServerSettings.model_fields) - launcher_only:
+        flag = settings.field_flag(name)
+        assert flag == "--" + name.replace("_", "-") and flag in known, name
+    assert not {"--" + n.replace("_", "-") for n in launcher_only} & set(known)  # none shadows a real flag

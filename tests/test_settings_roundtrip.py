@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import STAND_INS
-from sglang_eagle3 import render, settings
+from sglang_eagle3 import launch_plan, settings
 
 DRIVER = Path(__file__).with_name("sglang_parser_driver.py")
 
@@ -52,7 +52,7 @@ def all_settings() -> dict[str, settings.ServerSettings]:
 
 @pytest.fixture(scope="module")
 def parsed(pristine_tree):
-    cases = {name: render.sglang_args(s) for name, s in all_settings().items()}
+    cases = {name: launch_plan.sglang_args(s) for name, s in all_settings().items()}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pristine_tree), str(STAND_INS)])}
     result = subprocess.run(
         [sys.executable, str(DRIVER)], input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=600

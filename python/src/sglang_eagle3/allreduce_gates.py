@@ -16,30 +16,43 @@ answers:
 from __future__ import annotations
 
 import ast
+import enum
 import re
 from dataclasses import dataclass, field
 
-from .source_index import SourceIndex
+from .source_index import SourceIndex, SourceLayoutError, expect
 
 SYMM_MEM_FLAG = "--enable-torch-symm-mem"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
 
 
+class Effect(enum.StrEnum):
+    """What SGLang will do with a flag on this GPU generation."""
+
+    NOT_REQUESTED = "not requested"
+    CRASH = "crash"  # the server dies at start-up
+    DISABLED = "disabled"  # accepted, then turned off by SGLang itself
+    LOADS = "loads"  # starts; may still disable itself at run time (see the warning)
+    ACTIVE = "active"  # in effect because it was asked for
+    AUTO = "auto"  # SGLang turns it on by itself here
+    IGNORED = "ignored"  # accepted and silently without effect
+
+
 @dataclass
-class Verdict:
+class FlagEffect:
     flag: str
     requested: bool
-    outcome: str  # crash | disabled | loads | active | auto | ignored | not requested
+    effect: Effect
     detail: str
     warning: str | None = None  # something the user should know even though it starts
 
 
 @dataclass
-class AllReduceReport:
+class AllReduceEffects:
     compute_capability: str
     tp_size: int
-    torch_symm_mem: Verdict
-    allreduce_fusion: Verdict
+    torch_symm_mem: FlagEffect
+    allreduce_fusion: FlagEffect
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -89,12 +102,20 @@ def _sm_majors(index: SourceIndex, function_name: str) -> list[int]:
     return []
 
 
-def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> Verdict:
+def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
     comm_dir = index.tree.srt / "distributed" / "device_communicators"
     utils_path, comm_path = comm_dir / "all_reduce_utils.py", comm_dir / "torch_symm_mem.py"
-    sizes = _constants(index.module(utils_path).body)["TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"]
-    cls = index.find_class_in(comm_path, "TorchSymmMemCommunicator")
-    multimem = _constants(cls.body)["_WORLD_SIZES_MULTIMEM"]
+    sizes = expect(
+        _constants(index.module(utils_path).body).get("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"),
+        f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES in {index.rel(utils_path)}",
+    )
+    cls = expect(
+        index.find_class_in(comm_path, "TorchSymmMemCommunicator"),
+        f"TorchSymmMemCommunicator in {index.rel(comm_path)}",
+    )
+    multimem = expect(
+        _constants(cls.body).get("_WORLD_SIZES_MULTIMEM"), "TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM"
+    )
     minimum = next(
         (
             n.comparators[0].value
@@ -109,42 +130,43 @@ def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, request
 
     def line(table: str) -> str:
         lineno = next(
-            n.lineno for n in ast.walk(cls) if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table)
+            (n.lineno for n in ast.walk(cls) if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table)),
+            cls.lineno,
         )
         return f"{index.rel(comm_path)}:{lineno}"
 
     flag = SYMM_MEM_FLAG
     if not requested:
-        return Verdict(flag, False, "not requested", "")
+        return FlagEffect(flag, False, Effect.NOT_REQUESTED, "")
     if major < minimum:
-        return Verdict(
-            flag, True, "disabled", f"capability major {major} < {minimum}: the communicator disables itself"
+        return FlagEffect(
+            flag, True, Effect.DISABLED, f"capability major {major} < {minimum}: the communicator disables itself"
         )
     if major not in sizes:
-        return Verdict(
+        return FlagEffect(
             flag,
             True,
-            "crash",
+            Effect.CRASH,
             f"KeyError: {major} at {line('TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES')}: "
             f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has keys {sorted(sizes)} only",
         )
     if tp_size not in sizes[major]:
-        return Verdict(
-            flag, True, "disabled", f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
+        return FlagEffect(
+            flag, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
         )
     if major not in multimem:
-        return Verdict(
+        return FlagEffect(
             flag,
             True,
-            "crash",
+            Effect.CRASH,
             f"KeyError: {major} at {line('_WORLD_SIZES_MULTIMEM')} on the first all-reduce: "
             f"_WORLD_SIZES_MULTIMEM has keys {sorted(multimem)} only",
         )
     kernel = "multimem" if tp_size in multimem[major] else "two-shot"
-    return Verdict(
+    return FlagEffect(
         flag,
         True,
-        "loads",
+        Effect.LOADS,
         f"loads, {kernel} kernel, buffer {sizes[major][tp_size] // (1 << 20)} MiB",
         warning=(
             f"{flag}: the communicator disables itself at start-up when the GPUs offer no "
@@ -157,9 +179,11 @@ def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, request
 def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | None]:
     """Majors FlashInfer's TRT-LLM comm module is compiled for, if FlashInfer sits beside SGLang."""
     comm = index.tree.root / "flashinfer" / "jit" / "comm.py"
-    if not comm.is_file():
+    try:
+        module = index.module(comm)
+    except SourceLayoutError:  # no FlashInfer beside SGLang, or not one this tool can read
         return None, None
-    for node in ast.walk(ast.parse(comm.read_text())):
+    for node in ast.walk(module):
         if isinstance(node, ast.FunctionDef) and node.name == "gen_trtllm_comm_module":
             for kw in (k for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords):
                 if kw.arg == "supported_major_versions":
@@ -167,21 +191,28 @@ def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | 
     return None, None
 
 
-def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> Verdict:
+def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
-    gate = next(
-        n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
+    gate = expect(
+        next(
+            (
+                n
+                for n in module.body
+                if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
+            ),
+            None,
+        ),
+        f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}",
     )
     module_assigns = _assignments(module.body)
     gate_majors: set[int] = set()
     for name in {
         n.id for n in ast.walk(gate) if isinstance(n, ast.Name) and re.fullmatch(r"_is_sm\d+_supported", n.id)
     }:
+        assignment = expect(module_assigns.get(name), f"{name} = ... in {index.rel(comm_path)}")
         calls = [
-            c.func.id
-            for c in ast.walk(module_assigns[name].value)
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            c.func.id for c in ast.walk(assignment.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
         ]
         for call in calls:
             gate_majors.update(_sm_majors(index, call))
@@ -202,14 +233,14 @@ def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) ->
     gate_loc = f"{index.rel(comm_path)}:{gate.lineno}"
     allowed = ", ".join(f"SM{m}x" for m in sorted(gate_majors))
     if major in auto_majors:
-        return Verdict(FUSION_FLAG, requested, "auto", f"auto-enabled on SM{major}x for the supported models")
+        return FlagEffect(FUSION_FLAG, requested, Effect.AUTO, f"auto-enabled on SM{major}x for the supported models")
     if not requested:
-        return Verdict(FUSION_FLAG, False, "not requested", "")
+        return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
     if major not in gate_majors:
-        return Verdict(
+        return FlagEffect(
             FUSION_FLAG,
             True,
-            "ignored",
+            Effect.IGNORED,
             f"accepted but silently ignored: the runtime gate ({gate_loc}) allows {allowed} only",
             warning=f"{FUSION_FLAG} is ignored on SM{major}x by this SGLang ({gate_loc} allows {allowed})",
         )
@@ -225,36 +256,50 @@ def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) ->
             f"{FUSION_FLAG} on SM{major}x is opt-in and unproven: FlashInfer 0.6.3 compiles its comm module "
             "for SM9x/SM10x only and the fused kernels need peer-to-peer access; check the server log"
         )
-    return Verdict(
+    return FlagEffect(
         FUSION_FLAG,
         True,
-        "active",
+        Effect.ACTIVE,
         f"active because it was requested explicitly ({gate_loc} allows {allowed})",
         warning,
     )
 
 
-def report(
-    index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
-) -> AllReduceReport:
-    match = re.fullmatch(r"(\d+)(?:\.(\d+))?", compute_capability.strip())
+# NVIDIA GPU generations: Maxwell (5.x) to Blackwell (10.x, 12.x).
+KNOWN_MAJORS = range(5, 13)
+
+
+def capability_major(compute_capability: str) -> int:
+    """12 for "12.0"; ValueError for anything that is not an NVIDIA compute capability."""
+    match = re.fullmatch(r"(\d{1,2})\.(\d)", compute_capability.strip())
     if not match:
-        raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0")
+        raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0 (major.minor)")
     major = int(match.group(1))
+    if major not in KNOWN_MAJORS:
+        raise ValueError(
+            f"compute capability {compute_capability!r} is no NVIDIA GPU's ({KNOWN_MAJORS[0]}.0 to "
+            f"{KNOWN_MAJORS[-1]}.x; RTX PRO 6000 Blackwell is 12.0, H100/H200 9.0)"
+        )
+    return major
+
+
+def effects(
+    index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
+) -> AllReduceEffects:
+    major = capability_major(compute_capability)
     symm = torch_symm_mem_verdict(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_verdict(index, major, allreduce_fusion)
-    result = AllReduceReport(compute_capability, tp_size, symm, fusion)
-    for verdict in (symm, fusion):
-        if verdict.outcome == "crash":
-            result.problems.append(f"{verdict.flag} would crash the server: {verdict.detail}")
-        if verdict.warning:
-            result.warnings.append(verdict.warning)
+    result = AllReduceEffects(compute_capability, tp_size, symm, fusion)
+    for flag in (symm, fusion):
+        if flag.effect is Effect.CRASH:
+            result.problems.append(f"{flag.flag} would crash the server: {flag.detail}")
+        if flag.warning:
+            result.warnings.append(flag.warning)
     return result
 
 
-def render_text(report: AllReduceReport) -> str:
-    lines = [f"All-reduce optimisations on compute capability {report.compute_capability}, tp {report.tp_size}:"]
-    for verdict in (report.torch_symm_mem, report.allreduce_fusion):
-        state = verdict.outcome.upper()
-        lines.append(f"  {verdict.flag}: {state}" + (f" - {verdict.detail}" if verdict.detail else ""))
+def render_text(effects: AllReduceEffects) -> str:
+    lines = [f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}:"]
+    for flag in (effects.torch_symm_mem, effects.allreduce_fusion):
+        lines.append(f"  {flag.flag}: {flag.effect.upper()}" + (f" - {flag.detail}" if flag.detail else ""))
     return "\n".join(lines)

@@ -1,8 +1,4 @@
-"""The ``sglang-eagle3`` command.
-
-Exit codes: 0 success or ready; 1 a check failed (not ready, patch conflict, not all
-patches applied); 2 bad input (no SGLang there, wrong version, bad option value).
-"""
+"""The ``sglang-eagle3`` command. Its exit statuses are listed in exit_status.py (and in --help)."""
 
 from __future__ import annotations
 
@@ -12,10 +8,24 @@ from pathlib import Path
 
 import click
 
-from . import __version__, draft_inputs, launcher, patchset, preflight, probe, render, settings, sglang_source
+from . import (
+    SGLANG_VERSION,
+    __version__,
+    credentials,
+    draft_inputs,
+    launch_plan,
+    launcher,
+    patchset,
+    preflight,
+    probe,
+    settings,
+    sglang_source,
+)
 from .bench.cli import bench_group
-from .cli_common import BadInput, load_settings, print_checks, settings_options
+from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
+from .exit_status import ExitStatus, help_text
 from .models.cli import models_group
+from .source_index import SourceLayoutError
 
 
 def _tree(target: str | None) -> sglang_source.SGLangTree:
@@ -25,6 +35,13 @@ def _tree(target: str | None) -> sglang_source.SGLangTree:
         raise BadInput(str(err)) from None
 
 
+def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
+    return (
+        f"SGLang {tree.version or '(unknown version)'} at {tree.root} does not have the source layout of "
+        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}"
+    )
+
+
 def _series() -> patchset.PatchSeries:
     try:
         return patchset.PatchSeries.load()
@@ -32,7 +49,11 @@ def _series() -> patchset.PatchSeries:
         raise BadInput(str(err)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=TopLevelGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="\b\nExit status:\n" + help_text(),
+)
 @click.version_option(__version__, prog_name="sglang-eagle3")
 def main() -> None:
     """Serve Kimi-K2.5 with EAGLE-3 on SGLang 0.5.9: patch set, probe, launcher, benchmark."""
@@ -73,10 +94,13 @@ def patch_apply(target: str | None) -> None:
     series, tree = _series(), _tree(target)
     try:
         result = patchset.apply(series, tree)
+    except patchset.ApplyInterrupted as err:
+        click.echo(f"sglang-eagle3 patch apply: {err}", err=True)
+        sys.exit(ExitStatus.INTERRUPTED)
     except patchset.PatchError as err:
-        if tree.version != series.sglang_version:
+        if tree.version != series.sglang_version or isinstance(err, patchset.TreeNotWritable):
             raise BadInput(str(err)) from None
-        raise click.ClickException(str(err)) from None
+        raise CheckFailed(str(err)) from None
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -117,7 +141,7 @@ def patch_verify(target: str | None, as_json: bool) -> None:
     if any(s.state is not patchset.PatchState.APPLIED for s in statuses):
         if not as_json:
             click.echo("Not all patches are applied: run `sglang-eagle3 patch apply`.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
 
 
 # -- probe ------------------------------------------------------------------------------
@@ -165,7 +189,7 @@ def probe_command(
                 arch = draft_inputs.Fields(
                     draft_inputs.read_config(given.directory, "target model"), model
                 ).architecture()
-        report = probe.probe(
+        result = probe.probe(
             tree,
             arch=arch,
             algorithm=algorithm,
@@ -176,22 +200,17 @@ def probe_command(
             draft=draft,
             model=model if draft else None,
         )
+    except SourceLayoutError as err:
+        raise BadInput(layout_message(tree, err)) from None
     except (ValueError, draft_inputs.DraftInputError) as err:
         raise BadInput(str(err)) from None
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else probe.render_text(report))
-    sys.exit(0 if report.ready else 1)
+    if result.class_location is None:  # a typo or another model: bad input, not a missing patch
+        raise BadInput(result.problems[0] + "; --arch is the class name in the model's config.json 'architectures'")
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else probe.render_text(result))
+    sys.exit(ExitStatus.OK if result.ready else ExitStatus.CHECK_FAILED)
 
 
 # -- settings and serve -------------------------------------------------------------------
-
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
-def masked(env: dict[str, str]) -> dict[str, str]:
-    """Environment for display: values of secret-looking variables replaced."""
-    return {
-        k: "***" if any(w in k.upper() for w in SECRET_WORDS) and not k.endswith("_FILE") else v for k, v in env.items()
-    }
 
 
 @main.group("settings")
@@ -202,8 +221,10 @@ def settings_group() -> None:
 @settings_group.command("show")
 @settings_options
 def settings_show(config, assignments, profile) -> None:
-    """The effective settings as JSON (after file, environment, --set and profile)."""
-    click.echo(load_settings(config, assignments, profile).model_dump_json(indent=2))
+    """The effective settings as JSON (after file, environment, --set and profile); secrets masked."""
+    shown = load_settings(config, assignments, profile).model_dump(mode="json")
+    shown["environment"] = credentials.masked_env(shown["environment"])
+    click.echo(json.dumps(shown, indent=2))
 
 
 @settings_group.command("schema")
@@ -221,11 +242,19 @@ def settings_reference(write: Path | None) -> None:
         click.echo(table)
         return
     start, end = "<!-- settings-reference:start -->", "<!-- settings-reference:end -->"
-    text = write.read_text()
+    if not write.is_file():  # a FIFO or device would block or never end
+        raise BadInput(f"{write} is not a regular file")
+    try:
+        text = write.read_text()
+    except UnicodeDecodeError:
+        raise BadInput(f"{write} is not UTF-8 text") from None
     if start not in text or end not in text:
         raise BadInput(f"{write} has no {start} ... {end} block to update")
     before, rest = text.split(start, 1)
-    write.write_text(f"{before}{start}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    try:
+        write.write_text(f"{before}{start}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    except OSError as err:
+        raise BadInput(f"cannot write {write}: {err.strerror}") from None
     click.echo(f"updated the settings reference in {write}")
 
 
@@ -241,31 +270,32 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
     model directories, the port. Any failure stops here, before the model load.
     """
     s = load_settings(config, assignments, profile)
-    plan = render.plan(s)
-    report = preflight.run(s, sglang_target)
+    plan = launch_plan.build(s)
+    checks = preflight.run(s, sglang_target)
     if dry_run or as_json:
         if as_json:
             click.echo(json.dumps({
-                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv, "env": masked(plan.env),
-                "health_url": render.health_url(s), "ok": report.ok,
-                "preflight": [vars(c) for c in report.checks],
+                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
+                "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s), "ok": checks.ok,
+                "preflight": [vars(c) for c in checks.checks],
             }, indent=2))  # fmt: skip
         else:
             click.echo(f"profile: {profile}")
             click.echo(f"command: {plan.shell()}")
-            for key, value in masked(plan.env).items():
+            for key, value in credentials.masked_env(plan.env).items():
                 click.echo(f"env:     {key}={value}")
-            print_checks(report)
-        sys.exit(0 if report.ok else 1)
-    print_checks(report)
-    if not report.ok:
+            click.echo(checks.render_text())
+        sys.exit(ExitStatus.OK if checks.ok else ExitStatus.CHECK_FAILED)
+    click.echo(checks.render_text())
+    if not checks.ok:
         click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     click.echo(f"starting: {plan.shell()}")
-    outcome = launcher.serve(plan, render.health_url(s), s.ready_timeout, log=lambda m: click.echo(m, err=True))
-    if outcome.code:
-        click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
-    sys.exit(outcome.code)
+    outcome = launcher.serve(
+        plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
+    )
+    click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
+    sys.exit(outcome.status)
 
 
 if __name__ == "__main__":

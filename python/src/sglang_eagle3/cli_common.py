@@ -2,17 +2,96 @@
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 import click
 
-from . import preflight, settings
+from . import settings
+from .exit_status import ExitStatus
 
 
 class BadInput(click.ClickException):
     """Wrong input: the message says what is wrong and how to fix it."""
 
-    exit_code = 2
+    exit_code = ExitStatus.BAD_INPUT
+
+
+class CheckFailed(click.ClickException):
+    """A check failed (e.g. a patch conflicts); the message says which and why."""
+
+    exit_code = ExitStatus.CHECK_FAILED
+
+
+TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
+
+
+class TopLevelGroup(click.Group):
+    """The `sglang-eagle3` group: whatever a command did not foresee ends in a message, not a traceback.
+
+    Commands handle the failures they know (BadInput, CheckFailed). This is the net below
+    them, as httpie has one: a file that cannot be read or written is bad input, Ctrl-C is
+    an interruption, anything else is reported in one line. SGLANG_EAGLE3_TRACEBACK=1
+    shows the traceback instead, for bug reports.
+    """
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(ExitStatus.INTERRUPTED)
+        except Exception as err:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            if isinstance(err, (OSError, UnicodeError)):
+                raise BadInput(_describe_os_error(err)) from None
+            click.echo(f"Error: unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)", err=True)
+            ctx.exit(ExitStatus.CHECK_FAILED)
+
+
+def _describe_os_error(err: OSError | UnicodeError) -> str:
+    if isinstance(err, UnicodeError):
+        return f"a file is not UTF-8 text ({err}); give a text file"
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or err}; check the path and its permissions"
+
+
+class FiniteFloat(click.ParamType):
+    """A finite number above ``minimum`` (click's FloatRange lets nan and inf through)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float, inclusive: bool):
+        self.minimum, self.inclusive = minimum, inclusive
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if number < self.minimum or (number == self.minimum and not self.inclusive):
+            bound = ">=" if self.inclusive else ">"
+            self.fail(f"{value!r} must be {bound} {self.minimum:g}", param, ctx)
+        return number
+
+
+def writable_file(path: Path) -> Path:
+    """``path`` if a results file can be written there (its directory is created); else BadInput."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInput(f"cannot create the directory {path.parent} for {path}: {err.strerror}") from None
+    if path.is_dir():
+        raise BadInput(f"{path} is a directory; give a file name for the results")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise BadInput(f"cannot write {path}: permission denied; choose another --output")
+    return path
 
 
 def settings_options(func):
@@ -36,8 +115,3 @@ def load_settings(config, assignments, profile) -> settings.ServerSettings:
         return settings.load(config, list(assignments), profile=profile)
     except settings.SettingsError as err:
         raise BadInput(str(err)) from None
-
-
-def print_checks(report: preflight.Preflight) -> None:
-    for check in report.checks:
-        click.echo(f"[{check.verdict.upper():>4}] {check.name}: {check.message}")

@@ -1,14 +1,19 @@
-"""Start SGLang, wait until it is ready, tell systemd, stop it gracefully.
+"""Start SGLang, wait until it is ready, tell systemd, stop it within the grace period.
 
-The launcher stays SGLang's parent: it forwards SIGINT/SIGTERM to the server's process
-group, polls /health_generate (which answers 200 only once a token can be generated),
-and, when systemd started it with NOTIFY_SOCKET (Type=notify), sends READY=1 once the
-server is healthy and STOPPING=1 on shutdown.
+The launcher stays SGLang's parent: it starts the server in its own process group,
+polls /health_generate (which answers 200 only once a token can be generated) and,
+when systemd started it with NOTIFY_SOCKET (Type=notify), sends READY=1 once the server
+is healthy and STOPPING=1 on shutdown.
+
+Stopping: SIGTERM or SIGINT, while the model loads or after, is forwarded to the server's
+process group at once; the server gets `stop_timeout` seconds (a setting) to exit, then
+what is left of the group is killed (SIGKILL). A second signal kills at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import socket
@@ -19,9 +24,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .render import LaunchPlan
-
-STOP_GRACE_SECONDS = 60  # SGLang drains and frees GPU memory; then SIGKILL
+from .exit_status import ExitStatus
+from .launch_plan import LaunchPlan
 
 
 def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
@@ -38,9 +42,17 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
 
 
 @dataclass
-class Outcome:
-    code: int
+class ServeOutcome:
+    status: ExitStatus
     message: str
+
+
+class Readiness(enum.Enum):
+    """How waiting for /health_generate ended."""
+
+    READY = "ready"
+    EXITED = "exited"  # the server process ended first
+    TIMED_OUT = "timed out"
 
 
 def wait_ready(
@@ -50,45 +62,54 @@ def wait_ready(
     interval: float = 2.0,
     progress=None,
     headers: dict | None = None,
-) -> str | None:
-    """Poll url until 200. Returns None when ready, else why not ('timeout' or 'exited N')."""
+) -> Readiness:
+    """Poll url until it answers 200, the process ends, or the timeout passes."""
     start = time.monotonic()
     request = urllib.request.Request(url, headers=headers or {})
     while True:
-        code = process.poll()
-        if code is not None:
-            return f"exited {code}"
+        if process.poll() is not None:
+            return Readiness.EXITED
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 if response.status == 200:
-                    return None
+                    return Readiness.READY
         except (urllib.error.URLError, OSError):
             pass  # not listening yet (connection refused), or 503 while loading
         elapsed = time.monotonic() - start
         if progress is not None:
             progress(elapsed)
         if elapsed >= timeout:
-            return "timeout"
+            return Readiness.TIMED_OUT
         time.sleep(min(interval, max(0.0, timeout - elapsed)))
 
 
-def exit_code(returncode: int) -> int:
-    """A child's return code as a shell would report it (killed by signal N -> 128 + N)."""
-    return 128 - returncode if returncode < 0 else returncode
+def describe_exit(returncode: int) -> str:
+    """A child's return code in words: 'exited with 7', 'was killed by SIGKILL'."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
 
 
-def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = STOP_GRACE_SECONDS) -> int:
-    """Signal the server's process group, wait, then kill what is left."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def signal_group(process: subprocess.Popen, sig: int) -> None:
+    """Send sig to the server's process group (SGLang's scheduler and detokenizer are in it)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def stop(process: subprocess.Popen, grace: float, sig: int | None = signal.SIGTERM) -> int:
+    """Signal the server's group (sig None: it was signalled already), wait `grace` s, then SIGKILL the rest."""
+    if process.poll() is None and sig is not None:
+        signal_group(process, sig)
+    try:
+        process.wait(max(0.0, grace))
+    except subprocess.TimeoutExpired:
+        signal_group(process, signal.SIGKILL)
+        process.wait()
+    # The leader is gone; children that outlived it (or ignored the signal) go with it.
+    signal_group(process, signal.SIGKILL)
     return process.returncode
 
 
@@ -102,32 +123,75 @@ class NotReady(Exception):
 
 
 @contextlib.contextmanager
-def running(plan: LaunchPlan, health_url: str, ready_timeout: float, interval: float = 2.0, progress=None):
+def running(
+    plan: LaunchPlan, health_url: str, ready_timeout: float, stop_timeout: float, interval: float = 2.0, progress=None
+):
     """The server, started and healthy, for the duration of the block; stopped afterwards."""
     process = start(plan)
     try:
-        why = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
-        if why is not None:
-            raise NotReady(f"server {why} before /health_generate answered (after at most {ready_timeout:.0f}s)")
+        readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+        if readiness is Readiness.EXITED:
+            raise NotReady(f"server {describe_exit(process.returncode)} before /health_generate answered")
+        if readiness is Readiness.TIMED_OUT:
+            raise NotReady(f"server not ready after {ready_timeout:.0f}s")
         yield process
     finally:
-        stop(process)
+        stop(process, stop_timeout)
 
 
-def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, interval: float = 2.0) -> Outcome:
+def stopped(signum: int, when: str = "") -> ServeOutcome:
+    """SIGTERM is how systemd stops a service: success. Ctrl-C (SIGINT) is an interruption."""
+    status = ExitStatus.INTERRUPTED if signum == signal.SIGINT else ExitStatus.OK
+    return ServeOutcome(status, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))
+
+
+class _StopRequested(Exception):
+    """Raised by the signal handler to leave a blocking wait (like KeyboardInterrupt)."""
+
+
+class _StopOnSignal:
+    """SIGTERM/SIGINT handler for `serve`: forward to the server's group, remember when, leave the wait."""
+
+    def __init__(self, process: subprocess.Popen, stop_timeout: float, log):
+        self.process, self.stop_timeout, self.log = process, stop_timeout, log
+        self.signum: int | None = None
+        self.at = 0.0
+        self.interruptible = False  # True only inside the waits below
+
+    def __call__(self, signum, _frame):
+        if self.signum is not None:  # a second signal: no more waiting
+            signal_group(self.process, signal.SIGKILL)
+        else:
+            self.signum, self.at = signum, time.monotonic()
+            signal_group(self.process, signum)
+            sd_notify("STOPPING=1")
+            self.log(f"{signal.Signals(signum).name}: stopping the server (killed after {self.stop_timeout:g}s)")
+        if self.interruptible:
+            self.interruptible = False
+            raise _StopRequested
+
+    @contextlib.contextmanager
+    def wait(self):
+        """A blocking wait that a stop request ends at once."""
+        self.interruptible = True
+        try:
+            if self.signum is not None:  # arrived just before
+                raise _StopRequested
+            yield
+        finally:
+            self.interruptible = False
+
+    def remaining(self) -> float:
+        return self.stop_timeout - (time.monotonic() - self.at)
+
+
+def serve(
+    plan: LaunchPlan, health_url: str, ready_timeout: float, stop_timeout: float, log=print, interval: float = 2.0
+) -> ServeOutcome:
     """Run the server in the foreground until it exits or we are told to stop."""
     process = start(plan)
-    stopping = {"signal": None}
-
-    def forward(signum, _frame):
-        stopping["signal"] = signum
-        sd_notify("STOPPING=1")
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    on_signal = _StopOnSignal(process, stop_timeout, log)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         last_note = [0.0]
 
@@ -137,25 +201,37 @@ def serve(plan: LaunchPlan, health_url: str, ready_timeout: float, log=print, in
                 log(f"waiting for {health_url}: {elapsed:.0f}s of {ready_timeout:.0f}s")
                 sd_notify(f"STATUS=loading, {elapsed:.0f}s")
 
-        why = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
-        if stopping["signal"] is not None:
-            stop(process)
-            return Outcome(0, "stopped before the server was ready")
-        if why == "timeout":
+        readiness = None
+        try:
+            with on_signal.wait():
+                readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
+            if readiness is Readiness.READY:
+                sd_notify("READY=1\nSTATUS=serving")
+                log(f"ready: {health_url}")
+                with on_signal.wait():
+                    code = process.wait()
+                return ServeOutcome(ExitStatus.SERVER_EXITED, f"server {describe_exit(code)}; see its log above")
+        except _StopRequested:
+            pass
+        if on_signal.signum is not None:
+            stop(process, on_signal.remaining(), sig=None)  # the handler signalled the group already
+            outcome = stopped(on_signal.signum, "" if readiness is Readiness.READY else "before the server was ready")
+            if process.returncode == -signal.SIGKILL:
+                outcome.message += f"; it did not exit within {stop_timeout:g}s and was killed"
+            return outcome
+        if readiness is Readiness.TIMED_OUT:
             sd_notify("STOPPING=1")
-            stop(process)
-            return Outcome(3, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)")
-        if why is not None:
-            return Outcome(process.returncode or 1, f"server {why} before it was ready; see its log above")
-        sd_notify("READY=1\nSTATUS=serving")
-        log(f"ready: {health_url}")
-        code = process.wait()
-        if stopping["signal"] is not None:
-            return Outcome(0, "stopped")
-        return Outcome(exit_code(code), f"server exited with {code}")
+            stop(process, stop_timeout)
+            return ServeOutcome(
+                ExitStatus.NOT_READY, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)"
+            )
+        return ServeOutcome(
+            ExitStatus.SERVER_EXITED,
+            f"server {describe_exit(process.returncode)} before it was ready; see its log above",
+        )
     finally:
         if process.poll() is None:
-            stop(process)
+            stop(process, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)
         sys.stdout.flush()

@@ -6,10 +6,12 @@ patchPhase uses, so a tree patched here is byte-identical to the Nix build.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +26,18 @@ class PatchError(Exception):
     """The patch set cannot be applied or checked; the message says why and what to do."""
 
 
+class TreeNotWritable(PatchError):
+    """The SGLang tree cannot be written by this user; nothing was changed."""
+
+
+class ApplyInterrupted(PatchError):
+    """SIGINT/SIGTERM arrived while applying; the tree was left as it was."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}; the tree was left unchanged")
+        self.signum = signum
+
+
 @dataclass(frozen=True)
 class Patch:
     name: str
@@ -31,7 +45,7 @@ class Patch:
 
     @property
     def text(self) -> str:
-        return self.path.read_text()
+        return self.path.read_text(errors="replace")
 
     @property
     def summary(self) -> str:
@@ -61,7 +75,10 @@ class PatchSeries:
         series_file = directory / "series"
         if not series_file.is_file():
             raise PatchError(f"no series file in {directory}")
-        names = read_series(series_file)
+        try:
+            names = read_series(series_file)
+        except (OSError, UnicodeDecodeError) as err:
+            raise PatchError(f"cannot read {series_file}: {err}") from None
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise PatchError(f"{series_file} lists patches that do not exist: {', '.join(missing)}")
@@ -181,25 +198,82 @@ def apply(series: PatchSeries, tree: SGLangTree) -> ApplyResult:
         return ApplyResult([], already)
 
     touched = sorted({f for p in pending for f in p.files})
-    # Stage inside the tree's root so the final os.replace never crosses filesystems.
-    staging = Path(tempfile.mkdtemp(prefix=".sglang-eagle3-staging-", dir=tree.root))
-    try:
-        for rel in touched:
-            source = tree.root / rel
-            if source.exists():
-                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, staging / rel)
-        for patch in pending:
-            result = _run_patch(patch, staging)
-            if result.returncode != 0:
-                raise PatchError(
-                    f"not applying anything, the tree was left unchanged: {patch.name} "
-                    f"failed after the patches before it:\n{(result.stdout + result.stderr).strip()}"
-                )
-        for rel in touched:
-            target = tree.root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / rel, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    check_writable(tree, touched)
+    remove_stale_staging(tree)
+    with _signals_deferred() as received:
+        # Stage inside the tree's root so the final os.replace never crosses filesystems.
+        # The name carries our pid, so a later run can tell a killed run's leftovers.
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=tree.root))
+        try:
+            for rel in touched:
+                source = tree.root / rel
+                if source.exists():
+                    (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, staging / rel)
+            for patch in pending:
+                result = _run_patch(patch, staging)
+                if received:
+                    raise ApplyInterrupted(received[0])
+                if result.returncode != 0:
+                    raise PatchError(
+                        f"not applying anything, the tree was left unchanged: {patch.name} "
+                        f"failed after the patches before it:\n{(result.stdout + result.stderr).strip()}"
+                    )
+            if received:
+                raise ApplyInterrupted(received[0])
+            # From here on a signal waits until every file is in place: all or nothing.
+            for rel in touched:
+                target = tree.root / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / rel, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return ApplyResult(pending, already)
+
+
+STAGING_PREFIX = ".sglang-eagle3-staging-"
+
+
+def check_writable(tree: SGLangTree, touched: list[str]) -> None:
+    """Every directory apply writes to (the root for staging, each patched file's) must be writable."""
+    for directory in sorted({tree.root, *((tree.root / rel).parent for rel in touched)}):
+        existing = next(d for d in (directory, *directory.parents) if d.exists())
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise TreeNotWritable(
+                f"cannot write to {existing} (user {os.getuid()}); nothing was changed. Run as the owner "
+                f"of that SGLang install (e.g. with sudo), or patch a writable copy with --target"
+            )
+
+
+def remove_stale_staging(tree: SGLangTree) -> None:
+    """Staging directories of runs that were killed (their pid is gone) are removed."""
+    for leftover in tree.root.glob(f"{STAGING_PREFIX}*"):
+        pid = leftover.name.removeprefix(STAGING_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or not _pid_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != 0
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT/SIGTERM are noted, not acted on, inside the block: the caller checks and cleans up."""
+    received: list[int] = []
+    try:
+        previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum))
+                    for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    except ValueError:  # not the main thread: signals stay as they are
+        previous = {}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -17,6 +17,7 @@ source:
 from __future__ import annotations
 
 import ast
+import enum
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ TARGET_RECEIVER_SUFFIX = "target_worker.model_runner.model"
 RUNNER_RECEIVERS = {"self.model", "self.model_runner.model"}
 
 
+class RunsWhen(enum.StrEnum):
+    ALWAYS = "always"
+    DEPENDS = "depends"  # on settings only known at start-up (e.g. the draft's config)
+
+
 @dataclass
 class CallSite:
     method: str
@@ -42,7 +48,7 @@ class CallSite:
     condition: str  # the guards, "always" if none
     worker: str | None = None  # worker class whose module this is, if chosen by create_worker
     worker_chosen_if: str | None = None  # create_worker's condition for that worker
-    when: str = "always"  # "always", or "depends" on settings only known at start-up
+    when: RunsWhen = RunsWhen.ALWAYS
 
 
 @dataclass
@@ -54,14 +60,14 @@ class MethodCheck:
 
 
 @dataclass
-class ProbeReport:
+class ProbeResult:
     sglang_root: str
     sglang_version: str | None
     arch: str
     algorithm: str
     class_location: str | None
     methods: list[MethodCheck]
-    allreduce: allreduce_gates.AllReduceReport
+    allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
     draft: Any = None  # draft_check.DraftReport when a draft model was given
 
@@ -171,7 +177,7 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
                             condition=algebra.describe([conds], algorithm),
                             worker=worker[0] if worker else None,
                             worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
-                            when="always" if value is True else "depends",
+                            when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
                         )
                     )
     return sites
@@ -264,7 +270,7 @@ def probe(
     allreduce_fusion: bool = True,
     draft: str | None = None,
     model: str | None = None,
-) -> ProbeReport:
+) -> ProbeResult:
     """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
 
     Raises ValueError on a bad algorithm or capability, draft_inputs.DraftInputError on bad model input.
@@ -288,7 +294,7 @@ def probe(
             provided, how = lookup(index, *found, method)
         methods.append(MethodCheck(method, provided, how, method_sites))
 
-    report = allreduce_gates.report(
+    allreduce = allreduce_gates.effects(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion
     )
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
@@ -297,45 +303,45 @@ def probe(
         from . import draft_check  # imports this module's helpers
 
         draft_report = draft_check.check(tree, draft, model, algorithm=canonical, target_arch=arch)
-    return ProbeReport(
+    return ProbeResult(
         sglang_root=str(tree.root),
         sglang_version=tree.version,
         arch=arch,
         algorithm=algorithm_label,
         class_location=f"{index.rel(found[0])}:{found[1].lineno}" if found else None,
         methods=methods,
-        allreduce=report,
+        allreduce=allreduce,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
         draft=draft_report,
     )
 
 
-def render_text(report: ProbeReport) -> str:
+def render_text(result: ProbeResult) -> str:
     lines = [
-        f"SGLang {report.sglang_version or '(unknown version)'} at {report.sglang_root}",
-        f"Target {report.arch} ({report.class_location or 'NOT FOUND'}), speculative algorithm {report.algorithm}",
+        f"SGLang {result.sglang_version or '(unknown version)'} at {result.sglang_root}",
+        f"Target {result.arch} ({result.class_location or 'NOT FOUND'}), speculative algorithm {result.algorithm}",
         "",
         "Methods the speculative path calls on the target model:",
     ]
-    if not report.methods:
+    if not result.methods:
         lines.append("  (none)")
-    for m in report.methods:
+    for m in result.methods:
         lines.append(f"  [{'ok' if m.provided else 'MISSING'}] {m.method}: {m.how}")
         for s in m.call_sites:
             guard = f"if {s.condition}" if s.condition != "always" else "always"
             lines.append(f"      {s.location} in {s.function}: {guard}")
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
-    lines += ["", allreduce_gates.render_text(report.allreduce), ""]
-    if report.draft is not None:
-        lines += [*report.draft.render_lines(), ""]
-    if report.ready:
+    lines += ["", allreduce_gates.render_text(result.allreduce), ""]
+    if result.draft is not None:
+        lines += [*result.draft.render_lines(), ""]
+    if result.ready:
         lines.append("Verdict: READY")
     else:
         lines.append("Verdict: NOT READY")
-        lines += [f"  - {p}" for p in report.problems]
-        if report.missing or report.allreduce.problems:
+        lines += [f"  - {p}" for p in result.problems]
+        if result.class_location is not None and (result.missing or result.allreduce.problems):
             lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
-    for warning in report.warnings:
+    for warning in result.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines)

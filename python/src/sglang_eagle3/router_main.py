@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from .exit_status import ExitStatus
+
 PROG = "sglang-eagle3-router"
 CREDENTIAL = "api-key"
 
@@ -81,13 +83,13 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
         key = read_key(key_file) if key_file else None
     except BadInput as err:
         print(f"{PROG}: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(ExitStatus.BAD_INPUT)
     try:
         from sglang_router.launch_router import launch_router, parse_router_args
     except ImportError:
         print(f"{PROG}: the sglang-router package is not installed (pip install 'sglang-eagle3[router]')",
               file=sys.stderr)  # fmt: skip
-        sys.exit(2)
+        sys.exit(ExitStatus.BAD_INPUT)
     sys.argv[0] = PROG  # so the router's own --help and usage errors name this command
     router_args = parse_router_args(router_argv)  # the router's parser: bad arguments exit 2 with its message
     router_args.api_key = key
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
     except Exception as err:  # the router's own start-up errors, e.g. a port in use
         message = str(err).replace(key, "<api key>") if key else str(err)
         print(f"{PROG}: the router stopped with an error: {message}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
 
 
 if __name__ == "__main__":

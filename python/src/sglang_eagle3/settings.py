@@ -1,8 +1,10 @@
 """The one definition of the EAGLE-3 server's settings.
 
-Every field is declared once, here: its type, default, documentation and the SGLang
-flag it renders to. The CLI's help, the JSON Schema (used by the NixOS module), the
-README's settings reference and the argv given to SGLang are all generated from it.
+Every field is declared once, here: its type, default and documentation. A field is
+SGLang's own argument of the same name (``tp_size`` renders to ``--tp-size``) unless it
+is marked LAUNCHER_ONLY (files, timeouts and the like that the launcher itself uses).
+The CLI's help, the JSON Schema (used by the NixOS module), the README's settings
+reference and the argv given to SGLang are all generated from it.
 
 The built-in defaults are the users' tuned configuration (96.1 tok/s single-stream on
 8x RTX PRO 6000): Kimi-K2.5 NVFP4 + AQ-MedAI EAGLE-3 draft, tp 8, 3 steps / top-k 1 /
@@ -19,13 +21,16 @@ Where values come from, later wins:
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
+
+from .credentials import SECRET_ARGS, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
@@ -39,6 +44,7 @@ NOT_SETTINGS = {
     "baseline_url",
     "eagle3_url",
     "threshold",
+    "traceback",
 }
 
 
@@ -46,144 +52,126 @@ class SettingsError(Exception):
     """Settings that cannot be used; the message names the field and what to do."""
 
 
-def flag(name: str | None) -> dict:
-    """Field metadata: the SGLang command-line flag the field renders to (None: launcher-only)."""
-    return {"sglang_flag": name}
+# The mark of a field that is not an SGLang argument. In the JSON Schema every field carries
+# "sglang_flag": its flag, or null for these (nix/settings-options.nix reads it from there).
+LAUNCHER_ONLY = {"sglang_flag": None}
+
+
+def _schema_flags(schema: dict, model: type[BaseModel]) -> None:
+    for name, prop in schema["properties"].items():
+        prop["sglang_flag"] = field_flag(name)
 
 
 class ServerSettings(BaseModel):
     """Settings of one SGLang server started by `sglang-eagle3 serve`."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Strict where lax parsing would guess: no inf/nan, and numbers are numbers (StrictInt, StrictFloat:
+    # `--set tp_size=true` is an error, not 1).
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, allow_inf_nan=False, json_schema_extra=_schema_flags
+    )
 
     # -- the model ---------------------------------------------------------------------
     model_path: str = Field(
         "nvidia/Kimi-K2.5-NVFP4",
         description="Target model: a Hugging Face id or a local directory holding config.json.",
-        json_schema_extra=flag("--model-path"),
     )
     revision: str | None = Field(
-        None,
-        description="Hub revision of model_path; a 40-hex commit sha pins it (a branch or tag can move).",
-        json_schema_extra=flag("--revision"),
+        None, description="Hub revision of model_path; a 40-hex commit sha pins it (a branch or tag can move)."
     )
-    served_model_name: str | None = Field(
-        None,
-        description="Model name reported by the API (default: model_path).",
-        json_schema_extra=flag("--served-model-name"),
-    )
-    trust_remote_code: bool = Field(
-        True,
-        description="Allow the model's own code from the hub (Kimi-K2.5 needs it).",
-        json_schema_extra=flag("--trust-remote-code"),
-    )
-    context_length: int | None = Field(
-        None,
-        ge=1,
-        description="Maximum context length (default: the model's).",
-        json_schema_extra=flag("--context-length"),
-    )
+    served_model_name: str | None = Field(None, description="Model name reported by the API (default: model_path).")
+    trust_remote_code: bool = Field(True, description="Allow the model's own code from the hub (Kimi-K2.5 needs it).")
+    context_length: StrictInt | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
 
     # -- speculative decoding ------------------------------------------------------------
     speculative_algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = Field(
-        "EAGLE3", description="Speculative decoding algorithm; null turns speculation off.",
-        json_schema_extra=flag("--speculative-algorithm"),
-    )  # fmt: skip
+        "EAGLE3", description="Speculative decoding algorithm; null turns speculation off."
+    )
     speculative_draft_model_path: str | None = Field(
-        "AQ-MedAI/Kimi-K25-eagle3",
-        description="EAGLE-3 draft model (Llama architecture): hub id or local directory.",
-        json_schema_extra=flag("--speculative-draft-model-path"),
+        "AQ-MedAI/Kimi-K25-eagle3", description="EAGLE-3 draft model (Llama architecture): hub id or local directory."
     )
     speculative_draft_model_revision: str | None = Field(
-        None,
-        description="Hub revision of the draft model; a 40-hex commit sha pins it.",
-        json_schema_extra=flag("--speculative-draft-model-revision"),
+        None, description="Hub revision of the draft model; a 40-hex commit sha pins it."
     )
-    speculative_num_steps: int = Field(
-        3, ge=1, description="Draft steps per verification.", json_schema_extra=flag("--speculative-num-steps")
+    speculative_num_steps: StrictInt = Field(3, ge=1, description="Draft steps per verification.")
+    speculative_eagle_topk: StrictInt = Field(1, ge=1, description="Branching factor of the draft tree (1 = a chain).")
+    speculative_num_draft_tokens: StrictInt = Field(
+        4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1."
     )
-    speculative_eagle_topk: int = Field(
-        1,
-        ge=1,
-        description="Branching factor of the draft tree (1 = a chain).",
-        json_schema_extra=flag("--speculative-eagle-topk"),
-    )
-    speculative_num_draft_tokens: int = Field(
-        4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1.",
-        json_schema_extra=flag("--speculative-num-draft-tokens"),
-    )  # fmt: skip
     speculative_draft_attention_backend: str | None = Field(
-        None, description="Attention backend of the draft model (default: SGLang's choice).",
-        json_schema_extra=flag("--speculative-draft-attention-backend"),
-    )  # fmt: skip
+        None, description="Attention backend of the draft model (default: SGLang's choice)."
+    )
 
     # -- parallelism and memory -----------------------------------------------------------
-    tp_size: int = Field(
-        8, ge=1, description="Tensor parallel size: GPUs per model replica.", json_schema_extra=flag("--tp-size")
+    tp_size: StrictInt = Field(8, ge=1, description="Tensor parallel size: GPUs per model replica.")
+    nnodes: StrictInt = Field(1, ge=1, description="Number of hosts the model spans.")
+    node_rank: StrictInt = Field(0, ge=0, description="This host's rank among nnodes.")
+    dist_init_addr: str | None = Field(None, description="host:port of node 0 for multi-host rendezvous.")
+    mem_fraction_static: StrictFloat | None = Field(
+        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache."
     )
-    nnodes: int = Field(1, ge=1, description="Number of hosts the model spans.", json_schema_extra=flag("--nnodes"))
-    node_rank: int = Field(0, ge=0, description="This host's rank among nnodes.", json_schema_extra=flag("--node-rank"))
-    dist_init_addr: str | None = Field(
-        None, description="host:port of node 0 for multi-host rendezvous.", json_schema_extra=flag("--dist-init-addr")
+    cuda_graph_max_bs: StrictInt | None = Field(None, ge=1, description="Largest batch size captured in CUDA graphs.")
+    max_running_requests: StrictInt | None = Field(
+        None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation)."
     )
-    mem_fraction_static: float | None = Field(
-        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache.",
-        json_schema_extra=flag("--mem-fraction-static"),
-    )  # fmt: skip
-    cuda_graph_max_bs: int | None = Field(
-        None,
-        ge=1,
-        description="Largest batch size captured in CUDA graphs.",
-        json_schema_extra=flag("--cuda-graph-max-bs"),
-    )
-    max_running_requests: int | None = Field(
-        None, ge=1, description="Concurrent requests cap (SGLang uses 48 with speculation).",
-        json_schema_extra=flag("--max-running-requests"),
-    )  # fmt: skip
 
     # -- kernels and communication ------------------------------------------------------------
-    attention_backend: str = Field(
-        "flashinfer",
-        description="Attention backend of the target model.",
-        json_schema_extra=flag("--attention-backend"),
-    )
+    attention_backend: str = Field("flashinfer", description="Attention backend of the target model.")
     enable_torch_symm_mem: bool = Field(
-        True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002).",
-        json_schema_extra=flag("--enable-torch-symm-mem"),
-    )  # fmt: skip
+        True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002)."
+    )
     enable_flashinfer_allreduce_fusion: bool = Field(
-        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work).",
-        json_schema_extra=flag("--enable-flashinfer-allreduce-fusion"),
-    )  # fmt: skip
+        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work)."
+    )
 
     # -- serving ---------------------------------------------------------------------------
-    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.", json_schema_extra=flag("--host"))
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port.", json_schema_extra=flag("--port"))
-    enable_metrics: bool = Field(
-        True,
-        description="Prometheus metrics at /metrics (acceptance length gauges).",
-        json_schema_extra=flag("--enable-metrics"),
-    )
+    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
+    port: StrictInt = Field(30000, ge=1, le=65535, description="HTTP port.")
+    enable_metrics: bool = Field(True, description="Prometheus metrics at /metrics (acceptance length gauges).")
+
+    # -- the launcher's own (LAUNCHER_ONLY: not SGLang arguments) ------------------------------
     api_key_file: Path | None = Field(
-        None, description="File holding the API key (never the key itself). Under systemd, "
-        "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=flag(None),
+        None, description="File holding the API key (never the key itself; mode 600). Under systemd, "
+        "$CREDENTIALS_DIRECTORY/api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
+    )  # fmt: skip
+    admin_api_key_file: Path | None = Field(
+        None, description="File holding the admin API key of SGLang's management endpoints (mode 600). Under "
+        "systemd, $CREDENTIALS_DIRECTORY/admin-api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
     )  # fmt: skip
     extra_args: list[str] = Field(
         default_factory=list,
         description="More SGLang arguments, checked by SGLang's parser.",
-        json_schema_extra=flag(None),
+        json_schema_extra=LAUNCHER_ONLY,
     )
     environment: dict[str, str] = Field(
         default_factory=dict,
         description="Extra environment variables for the server process.",
-        json_schema_extra=flag(None),
+        json_schema_extra=LAUNCHER_ONLY,
     )
-
-    # -- the launcher ---------------------------------------------------------------------------
-    ready_timeout: float = Field(
-        3600, gt=0, description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
-        json_schema_extra=flag(None),
+    ready_timeout: StrictFloat = Field(
+        3600, gt=0, le=7 * 86400, json_schema_extra=LAUNCHER_ONLY,
+        description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
     )  # fmt: skip
+    stop_timeout: StrictFloat = Field(
+        60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,
+        description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
+    )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, values: Any) -> Any:
+        def has_nul(value: Any) -> bool:
+            if isinstance(value, dict):
+                return any(has_nul(k) or has_nul(v) for k, v in value.items())
+            if isinstance(value, list):
+                return any(has_nul(v) for v in value)
+            return "\0" in str(value)
+
+        if isinstance(values, dict):
+            for name, value in values.items():
+                if has_nul(value):
+                    raise ValueError(f"{name}: contains a NUL character")
+        return values
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerSettings:
@@ -217,8 +205,17 @@ class ServerSettings(BaseModel):
             raise ValueError("dist_init_addr: more than one node needs the rendezvous address host:port of node 0")
         if self.tp_size % self.nnodes:
             raise ValueError(f"tp_size: {self.tp_size} must split evenly over nnodes ({self.nnodes})")
-        if any(a.split("=", 1)[0] == "--api-key" for a in self.extra_args):
-            raise ValueError("extra_args: do not pass --api-key (it would show in process lists); use api_key_file")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError("dist_init_addr: expected host:port of node 0, e.g. 10.0.0.1:50000")
+        for arg in self.extra_args:
+            if secret := secret_flag_in(arg):
+                # The message names the flag only: the next argument may be the key.
+                raise ValueError(
+                    f"extra_args: do not pass {secret.flag} (it would show in process lists and logs); "
+                    f"put the key in a file (chmod 600) and set {secret.setting}"
+                )
         return self
 
     @property
@@ -227,32 +224,57 @@ class ServerSettings(BaseModel):
 
 
 def field_flag(name: str) -> str | None:
-    extra = ServerSettings.model_fields[name].json_schema_extra or {}
-    return extra.get("sglang_flag")
+    """The SGLang flag of a setting: ``--`` + its name with dashes; None for LAUNCHER_ONLY fields."""
+    if ServerSettings.model_fields[name].json_schema_extra is LAUNCHER_ONLY:
+        return None
+    return "--" + name.replace("_", "-")
 
 
-def _parse_value(raw: str) -> Any:
-    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text."""
+def _parse_value(name: str, raw: str) -> Any:
+    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text.
+
+    A text setting keeps its text: `served_model_name=1234` is the name "1234".
+    """
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except json.JSONDecodeError:
         return raw
+    if isinstance(value, (bool, int, float)) and _takes_text(name):
+        return raw
+    return value
+
+
+@functools.cache
+def _takes_text(name: str) -> bool:
+    prop = ServerSettings.model_json_schema()["properties"][name]
+    return any(v.get("type") == "string" for v in prop.get("anyOf", [prop]))
 
 
 def _check_keys(keys, source: str) -> None:
     known = list(ServerSettings.model_fields)
     for key in keys:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+            secret = next((s for s in SECRET_ARGS if key == s.field), None)
+            if secret is not None:
+                raise SettingsError(
+                    f"{source}: the key itself is never a setting (it would show in files, process lists and "
+                    f"logs); put it in a file (chmod 600) and set {secret.setting}, or under systemd use "
+                    f"LoadCredential={secret.credential}:FILE"
+                )
+            close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known settings: {', '.join(known)}"
             raise SettingsError(f"{source}: unknown setting {key!r}{hint}")
 
 
 def read_file(path: Path) -> dict:
+    if path.exists() and not path.is_file():  # a FIFO or device would block or never end
+        raise SettingsError(f"settings file {path} is not a regular file")
     try:
         text = path.read_text()
     except OSError as err:
         raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"settings file {path} is not UTF-8 text; save it as UTF-8 (JSON or TOML)") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
@@ -272,18 +294,19 @@ def from_environment(environ: dict[str, str]) -> dict:
             if name in NOT_SETTINGS:
                 continue
             _check_keys([name], f"environment variable {key}")
-            values[name] = _parse_value(raw)
+            values[name] = _parse_value(name, raw)
     return values
 
 
 def from_assignments(assignments: list[str]) -> dict:
     values = {}
     for item in assignments:
+        # Messages show the field, never the value: it may be a secret typed in the wrong place.
         if "=" not in item:
-            raise SettingsError(f"--set {item!r}: expected field=value, e.g. --set tp_size=4")
+            raise SettingsError("--set expects field=value, e.g. --set tp_size=4")
         key, raw = item.split("=", 1)
-        _check_keys([key.strip()], f"--set {item}")
-        values[key.strip()] = _parse_value(raw)
+        _check_keys([key.strip()], f"--set {key.strip()}=...")
+        values[key.strip()] = _parse_value(key.strip(), raw)
     return values
 
 
@@ -316,7 +339,9 @@ def describe(err: ValidationError) -> str:
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         message = e["msg"].removeprefix("Value error, ")
-        got = f" (got {e['input']!r})" if where and "input" in e and not isinstance(e["input"], dict) else ""
+        # The value is shown for plain fields only: extra_args and environment may hold secrets.
+        plain = where and where.split(".")[0] not in ("extra_args", "environment")
+        got = f" (got {e['input']!r})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
         lines.append(f"{where}: {message}{got}" if where else message)
     return "invalid settings:\n  " + "\n  ".join(lines)
 

@@ -1,9 +1,11 @@
-"""``python -m sglang.launch_server``, with the API key read from a file.
+"""``python -m sglang.launch_server``, with the API keys read from files.
 
-SGLang 0.5.9 takes the key only as ``--api-key KEY``, which any user can read in the
-process list. This entry point parses the same arguments with SGLang's own parser,
-sets ``api_key`` from the file named by $SGLANG_EAGLE3_API_KEY_FILE (a systemd
-credential, mode 0400), and runs the server exactly as sglang.launch_server does.
+SGLang 0.5.9 takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY``, which
+any user can read in the process list. This entry point parses the same arguments with
+SGLang's own parser, sets ``api_key`` / ``admin_api_key`` from the files named by
+$SGLANG_EAGLE3_API_KEY_FILE / $SGLANG_EAGLE3_ADMIN_API_KEY_FILE (systemd credentials,
+mode 0400), and runs the server exactly as sglang.launch_server does. Patch 0005 keeps
+SGLang from printing them.
 """
 
 from __future__ import annotations
@@ -12,22 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-from .render import API_KEY_FILE_ENV
-
-
-def read_api_key(path: Path) -> str:
-    key = path.read_text().strip()
-    if not key:
-        raise SystemExit(f"sglang-eagle3: the API key file {path} is empty")
-    return key
+from .credentials import SECRET_ARGS, KeyFileError, read_key
 
 
 def server_args_from(argv: list[str], environ: dict[str, str]):
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(argv)
-    if environ.get(API_KEY_FILE_ENV):
-        server_args.api_key = read_api_key(Path(environ[API_KEY_FILE_ENV]))
+    for secret in SECRET_ARGS:
+        if environ.get(secret.env):
+            try:
+                setattr(server_args, secret.field, read_key(Path(environ[secret.env]), secret.setting))
+            except KeyFileError as err:
+                raise SystemExit(f"sglang-eagle3: {err}") from None
     return server_args
 
 

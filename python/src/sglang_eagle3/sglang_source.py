@@ -1,11 +1,13 @@
 """Find an SGLang source tree (installed or on disk) and read its version, without importing it.
 
 Importing sglang pulls in torch and CUDA libraries; everything in this project that
-only needs SGLang's *source* (the patch tool, the probe) reads the files instead.
+only needs SGLang's *source* (the patch tool, the probe, the check of extra_args) reads
+the files instead.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -39,7 +41,9 @@ def _read_version(package: Path) -> str | None:
     version_file = package / "_version.py"
     if version_file.is_file():
         match = re.search(
-            r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", version_file.read_text(), re.MULTILINE
+            r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]",
+            version_file.read_text(errors="replace"),
+            re.MULTILINE,
         )
         if match:
             return match.group(1)
@@ -68,7 +72,10 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         package = Path(next(iter(spec.submodule_search_locations)))
         return SGLangTree(root=package.parent, version=_read_version(package))
 
-    path = Path(target).expanduser().resolve()
+    try:
+        path = Path(target).expanduser().resolve()
+    except (RuntimeError, OSError) as err:  # ~unknown-user, a symlink loop
+        raise SGLangNotFound(f"{target}: {err}") from None
     if not path.is_dir():
         raise SGLangNotFound(f"{path} is not a directory")
     if (path / "srt").is_dir() and path.name == "sglang":  # the package directory itself
@@ -80,3 +87,23 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         f"{path} does not contain an SGLang source tree (expected sglang/srt/ in it, "
         "or the sglang package directory itself, or python/sglang/ of a git checkout)"
     )
+
+
+def server_flags(tree: SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
+    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value)."""
+    flags = {}
+    source = tree.srt / "server_args.py"
+    try:
+        module = ast.parse(source.read_bytes(), filename=str(source))
+    except (OSError, SyntaxError, ValueError) as err:
+        raise SGLangNotFound(f"cannot read SGLang's flags from {source}: {err}") from None
+    for node in ast.walk(module):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            names = frozenset(
+                a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+            )
+            action = next((k.value for k in node.keywords if k.arg == "action"), None)
+            takes_value = not (isinstance(action, ast.Constant) and str(action.value).startswith("store_"))
+            for name in names:
+                flags[name] = (names, takes_value)
+    return flags

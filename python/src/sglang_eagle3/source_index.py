@@ -18,6 +18,17 @@ from pathlib import Path
 from .sglang_source import SGLangTree
 
 
+class SourceLayoutError(ValueError):
+    """The SGLang tree lacks a file, class or table this tool reads: not the layout of 0.5.9."""
+
+
+def expect(value, what: str):
+    """``value``, or SourceLayoutError naming what was looked for."""
+    if value is None:
+        raise SourceLayoutError(f"no {what}")
+    return value
+
+
 @dataclass(frozen=True)
 class Condition:
     """One `if` test on the path to a statement, and whether the path is its true branch."""
@@ -69,7 +80,12 @@ class SourceIndex:
 
     def module(self, path: Path) -> ast.Module:
         if path not in self._modules:
-            self._modules[path] = ast.parse(path.read_text(), filename=str(path))
+            try:
+                self._modules[path] = ast.parse(path.read_bytes(), filename=str(path))
+            except OSError as err:
+                raise SourceLayoutError(f"cannot read {self.rel(path)}: {err.strerror}") from None
+            except (SyntaxError, ValueError) as err:  # ValueError: not UTF-8, NUL bytes
+                raise SourceLayoutError(f"{self.rel(path)} is not Python source SGLang 0.5.9 has: {err}") from None
         return self._modules[path]
 
     def module_path(self, dotted: str) -> Path | None:
@@ -84,7 +100,10 @@ class SourceIndex:
         return None
 
     def rel(self, path: Path) -> str:
-        return self.tree.relative(path)
+        try:
+            return self.tree.relative(path)
+        except ValueError:  # outside the package (e.g. flashinfer beside it)
+            return str(path)
 
     # -- classes -------------------------------------------------------------------
 
@@ -117,15 +136,19 @@ class SourceIndex:
         needle = f"class {name}("
         found = []
         for path in self.model_files:
-            if needle in path.read_text():
+            if needle in path.read_text(errors="replace"):
                 cls = self.find_class_in(path, name)
                 if cls is not None:
                     found.append((path, cls))
         # Prefer the module that registers it in EntryClass.
-        found.sort(key=lambda pc: "EntryClass" not in pc[0].read_text())
+        found.sort(key=lambda pc: "EntryClass" not in pc[0].read_text(errors="replace"))
         return found[0] if found else None
 
     def similar_model_classes(self, name: str) -> list[str]:
         """Model class names close to ``name``, for a did-you-mean hint."""
-        names = {m for path in self.model_files for m in re.findall(r"^class (\w+)\(", path.read_text(), re.MULTILINE)}
+        names = {
+            m
+            for path in self.model_files
+            for m in re.findall(r"^class (\w+)\(", path.read_text(errors="replace"), re.MULTILINE)
+        }
         return difflib.get_close_matches(name, sorted(names), n=3)

@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .source_index import Condition, SourceIndex, statements_with_conditions
+from .source_index import Condition, SourceIndex, expect, statements_with_conditions
 
 Tri = bool | None
 
@@ -101,9 +101,7 @@ class SpecAlgebra:
 
 def _predicates(index: SourceIndex) -> tuple[list[str], dict[str, set[str]]]:
     path = index.tree.srt / "speculative" / "spec_info.py"
-    cls = index.find_class_in(path, "SpeculativeAlgorithm")
-    if cls is None:
-        raise ValueError(f"{index.rel(path)} has no SpeculativeAlgorithm class")
+    cls = expect(index.find_class_in(path, "SpeculativeAlgorithm"), f"class SpeculativeAlgorithm in {index.rel(path)}")
     members = [
         t.id
         for node in cls.body
@@ -172,8 +170,11 @@ def _flags(index: SourceIndex, files: list[Path]) -> dict[str, list[tuple[Condit
 def _workers(index: SourceIndex) -> dict[Path, tuple[str, list[tuple[Condition, ...]]]]:
     """Which worker module ``SpeculativeAlgorithm.create_worker`` imports, and when."""
     spec_info = index.tree.srt / "speculative" / "spec_info.py"
-    cls = index.find_class_in(spec_info, "SpeculativeAlgorithm")
-    create = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "create_worker")
+    cls = expect(index.find_class_in(spec_info, "SpeculativeAlgorithm"), "class SpeculativeAlgorithm")
+    create = expect(
+        next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None),
+        f"SpeculativeAlgorithm.create_worker in {index.rel(spec_info)}",
+    )
     workers: dict[Path, tuple[str, list[tuple[Condition, ...]]]] = {}
     for node, conds in statements_with_conditions(create.body):
         if isinstance(node, ast.ImportFrom) and node.module:

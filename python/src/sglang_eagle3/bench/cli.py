@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
 
-from .. import preflight
-from ..cli_common import BadInput, load_settings, print_checks, settings_options
+from .. import credentials, preflight
+from ..cli_common import BadInput, FiniteFloat, load_settings, settings_options, writable_file
+from ..exit_status import ExitStatus
+from . import BenchError
 
 
 @click.group("bench")
@@ -20,6 +23,17 @@ def _default_output(label: str) -> Path:
     import datetime as dt
 
     return Path("results") / f"{label}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+api_key_file_option = click.option(
+    "--api-key-file", type=click.Path(path_type=Path), metavar="FILE",
+    help="File holding the server's API key (sent as 'Authorization: Bearer'); mode 600. "
+    "Default: $CREDENTIALS_DIRECTORY/api-key when run by systemd with LoadCredential=api-key:...",
+)  # fmt: skip
+
+
+def _key_file(option: Path | None) -> Path | None:
+    return credentials.key_file(credentials.API_KEY, option, os.environ)
 
 
 def bench_options(func):
@@ -80,19 +94,22 @@ def _finish(output: Path, plot: bool) -> None:
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
 @click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
+@api_key_file_option
 @bench_options
 def bench_run(
-    url, label, output, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot
-):
+    url, label, output, api_key_file, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens,
+    ignore_eos, plot,
+):  # fmt: skip
     """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
-    from .client import BenchError
     from .runner import RunConfig, run
 
-    output = output or _default_output(label)
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
     try:
-        config = RunConfig(url=url.rstrip("/"), output=output, label=label, api=api, concurrencies=levels,
-                           requests=requests, warmup=warmup, max_tokens=max_tokens, ignore_eos=ignore_eos)  # fmt: skip
+        config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
+                           concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
+                           ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
+        config.headers()  # a bad key file is reported before anything is written
+        output = writable_file(config.output)
         bar = _Progress()
         with bar.progress:
             outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
@@ -102,13 +119,13 @@ def bench_run(
         _finish(output, plot)
     if outcome.interrupted:
         click.echo(f"interrupted: {outcome.finished} finished requests are kept in {output}", err=True)
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     if outcome.aborted:
         click.echo(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     if outcome.failed:
         click.echo(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
 
 
 @bench_group.command("summary")
@@ -116,7 +133,6 @@ def bench_run(
 @click.option("--plot/--no-plot", default=True, show_default=True)
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
-    from .client import BenchError
 
     try:
         _finish(results, plot)
@@ -124,17 +140,18 @@ def bench_summary(results, plot):
         raise BadInput(str(err)) from None
 
 
-def _records_for(source: str, label: str) -> list[dict]:
+def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
     """A results file, or a server URL that is measured now (single stream, defaults)."""
     from . import report
     from .runner import RunConfig, run
 
     if source.startswith(("http://", "https://")):
-        output = _default_output(label)
-        click.echo(f"measuring {label} at {source} -> {output}")
-        outcome = run(RunConfig(url=source.rstrip("/"), output=output, label=label))
+        config = RunConfig(url=source, output=_default_output(label), label=label, api_key_file=api_key_file)
+        output = writable_file(config.output)
+        click.echo(f"measuring {label} at {config.url} -> {output}")
+        outcome = run(config)
         if outcome.interrupted:
-            sys.exit(130)
+            sys.exit(ExitStatus.INTERRUPTED)
         return report.load(output)
     return report.load(Path(source))
 
@@ -142,22 +159,24 @@ def _records_for(source: str, label: str) -> list[dict]:
 @bench_group.command("compare")
 @click.argument("baseline")
 @click.argument("eagle3")
-@click.option("--threshold", type=float, default=1.0, show_default=True,
+@click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
               help="Minimum EAGLE-3 / baseline ratio of single-stream decode tok/s.")  # fmt: skip
-@click.option("--floor", type=float, help="And at least this many tok/s.")
-def bench_compare(baseline, eagle3, threshold, floor):
+@click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And at least this many tok/s.")
+@api_key_file_option
+def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
     from . import report
-    from .client import BenchError
 
+    key_file = _key_file(api_key_file)
     try:
         verdict = report.compare(
-            _records_for(baseline, "baseline"), _records_for(eagle3, "eagle3"), threshold=threshold, floor=floor
-        )
+            _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
+            threshold=threshold, floor=floor,
+        )  # fmt: skip
     except BenchError as err:
         raise BadInput(str(err)) from None
     click.echo(report.render_verdict(verdict))
-    sys.exit(0 if verdict.passed else 1)
+    sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
 
 def _int_list(text: str) -> list[int]:
@@ -197,21 +216,24 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     from .runner import RunConfig
 
     base = load_settings(config, assignments, profile)
+    grid = _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None
+    writable_file(output_dir / "sweep.jsonl")
     drafts = list(drafts) or [base.speculative_draft_model_path]
     # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
     checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
-    print_checks(checks)
+    click.echo(checks.render_text())
     if not checks.ok:
         click.echo("preflight failed; nothing was started.", err=True)
-        sys.exit(1)
-    points = sweep.grid(base, _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None,
-                        drafts)  # fmt: skip
+        sys.exit(ExitStatus.CHECK_FAILED)
+    points = sweep.grid(base, *grid, drafts)
     if not _check_drafts(points, base, drafts, sglang_target):
         click.echo("no draft passed its checks; nothing was started.", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
+    # Single stream always comes first: it is what the points are ranked by.
+    levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
-                         concurrencies=[1, *[c for c in concurrencies if c != 1]], requests=requests,
-                         warmup=warmup, max_tokens=max_tokens, ignore_eos=ignore_eos)  # fmt: skip
+                         concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
+                         ignore_eos=ignore_eos, api_key_file=_key_file(base.api_key_file))  # fmt: skip
     sweep.sweep(points, template, output_dir, log=lambda m: click.echo(m, err=True))
     click.echo(sweep.render_table(points))
     if plot and any(p.median_tok_s for p in points):
@@ -219,7 +241,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     top, gain = sweep.best(points)
     if top is None:
         click.echo("no speculative point was measured", err=True)
-        sys.exit(1)
+        sys.exit(ExitStatus.CHECK_FAILED)
     if len(drafts) > 1:  # the choice of draft: each one's best setting
         for name in dict.fromkeys(p.draft for p in points if p.draft):
             mine, mine_gain = sweep.best(points, name)
@@ -246,8 +268,8 @@ def _check_drafts(points, base, drafts, sglang_target) -> bool:
         if checks.ok:
             preflight.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
         click.echo(f"-- draft {names[draft]}: {draft}")
-        print_checks(checks)
-        failed = [f"{c.name}: {c.message}" for c in checks.checks if c.verdict == "fail"]
+        click.echo(checks.render_text())
+        failed = [f"{c.name}: {c.message}" for c in checks.checks if c.status is preflight.CheckStatus.FAIL]
         passed = passed or not failed
         for point in points:
             if failed and point.draft == names[draft] and not point.error:

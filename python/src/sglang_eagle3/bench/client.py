@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from . import BenchError
+
 APIS = ("native", "openai")
 YIELD_BEFORE_BOOKKEEPING_S = 0.002
 # meta_info.completion_tokens (native) and usage.completion_tokens (OpenAI) are both cumulative.
@@ -42,10 +44,6 @@ def _completion_tokens(payload: str) -> int | None:
         return None
     match = COMPLETION_TOKENS.match(payload, at)
     return int(match.group(1)) if match else None
-
-
-class BenchError(Exception):
-    """The server cannot be benchmarked (unreachable, not SGLang, wrong API)."""
 
 
 @dataclass
@@ -212,6 +210,14 @@ async def identify(client: aiohttp.ClientSession, api: str) -> dict:
             status, info = await _get_json(client, "/get_model_info")
     except (aiohttp.ClientError, TimeoutError) as err:
         raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip()) from None
+    if status == 401:
+        has_key = "Authorization" in client.headers
+        raise BenchError(
+            f"{base} rejected the API key (HTTP 401); check --api-key-file"
+            if has_key
+            else f"{base} requires an API key (HTTP 401): give --api-key-file FILE "
+            "(or run with $CREDENTIALS_DIRECTORY/api-key)"
+        )
     if status != 200:
         raise BenchError(
             f"{base} does not look like an SGLang server: /model_info answered "

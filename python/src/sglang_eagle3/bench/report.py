@@ -7,8 +7,13 @@ import statistics
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Literal
 
-from .client import BenchError, inter_token_latencies_ms
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
+
+from ..settings import describe
+from . import BenchError
+from .client import inter_token_latencies_ms
 
 METRICS = {  # record field -> (label, unit, scale for display)
     "decode_tok_s": ("decode", "tok/s", 1.0),
@@ -24,12 +29,79 @@ def reference() -> dict:
     return json.loads(resources.files(__package__).joinpath("reference.json").read_text())
 
 
+# The records a results file holds, as runner.py writes them; what summaries, plots and the
+# gate read is checked on load, so a hand-edited or foreign file is reported by line.
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+Number = float | None
+
+
+class RunRecord(_Record):
+    type: Literal["run"]
+    label: str = "run"
+
+
+class RequestRecord(_Record):
+    type: Literal["request"]
+    label: str
+    concurrency: StrictInt = Field(ge=1)
+    ok: StrictBool
+    decode_tok_s: Number = None
+    ttft_s: Number = None
+    e2e_s: Number = None
+    output_tokens: StrictInt | None = None
+    spec_accept_length: Number = None
+    chunk_times_us: list[StrictInt] = []
+    chunk_tokens: list[StrictInt] = []
+
+    @model_validator(mode="after")
+    def _chunks(self) -> RequestRecord:
+        if len(self.chunk_times_us) != len(self.chunk_tokens):
+            raise ValueError("chunk_times_us and chunk_tokens differ in length")
+        return self
+
+
+class ServerInfoRecord(_Record):
+    type: Literal["server_info"]
+    label: str
+    avg_spec_accept_length: Number = None
+
+
+class ServerMetricsRecord(_Record):
+    type: Literal["server_metrics"]
+    label: str
+
+
+class LevelRecord(_Record):
+    """One concurrency level: the tokens all its measured requests got over its wall time."""
+
+    type: Literal["level"]
+    label: str
+    concurrency: StrictInt = Field(ge=1)
+    requests: StrictInt = Field(ge=0)
+    output_tokens: StrictInt = Field(ge=0)
+    wall_s: float = Field(gt=0)
+
+
+RECORD = TypeAdapter(
+    Annotated[
+        RunRecord | RequestRecord | LevelRecord | ServerInfoRecord | ServerMetricsRecord, Field(discriminator="type")
+    ]
+)
+
+
 def load(path: Path) -> list[dict]:
     """Records of a results file. A torn last line (a crash mid-write) is skipped; other bad lines are errors."""
+    if path.exists() and not path.is_file():  # a directory, FIFO or device
+        raise BenchError(f"{path} is not a results file (not a regular file)")
     try:
         lines = path.read_text().splitlines()
     except OSError as err:
         raise BenchError(f"cannot read results file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise BenchError(f"{path} is not a sglang-eagle3 results file (not UTF-8 text)") from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -42,6 +114,11 @@ def load(path: Path) -> list[dict]:
             raise BenchError(f"{path}:{number} is not a JSON record; is this a sglang-eagle3 results file?") from None
         if not isinstance(record, dict) or "type" not in record:
             raise BenchError(f"{path}:{number} is not a sglang-eagle3 result record (no 'type')")
+        try:
+            record = RECORD.validate_python(record).model_dump()
+        except ValidationError as err:
+            problem = describe(err).removeprefix("invalid settings:").strip()
+            raise BenchError(f"{path}:{number} is not a valid result record: {problem}") from None
         records.append(record)
     if not any(r["type"] == "run" for r in records):
         raise BenchError(f"{path} has no 'run' record; is this a sglang-eagle3 results file?")
@@ -170,7 +247,7 @@ def plot(records: list[dict], path: Path) -> Path:
 
 
 @dataclass
-class Verdict:
+class GateVerdict:
     passed: bool
     baseline_tok_s: float
     eagle3_tok_s: float
@@ -190,7 +267,9 @@ def single_stream_median(records: list[dict], what: str) -> float:
     return statistics.median(values)
 
 
-def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None) -> Verdict:
+def compare(
+    baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None
+) -> GateVerdict:
     base = single_stream_median(baseline, "the baseline")
     spec = single_stream_median(eagle3, "the EAGLE-3 run")
     ratio = spec / base
@@ -202,7 +281,7 @@ def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, fl
     if floor is not None and spec < floor:
         reasons.append(f"EAGLE-3 {spec:.1f} tok/s is below the floor {floor:g} tok/s")
     acceptance = {"baseline": acceptance_of(baseline), "EAGLE-3": acceptance_of(eagle3)}
-    return Verdict(not reasons, base, spec, ratio, threshold, floor, reasons, acceptance)
+    return GateVerdict(not reasons, base, spec, ratio, threshold, floor, reasons, acceptance)
 
 
 def acceptance_of(records: list[dict]) -> dict:
@@ -219,7 +298,7 @@ def acceptance_of(records: list[dict]) -> dict:
     }
 
 
-def render_verdict(v: Verdict) -> str:
+def render_verdict(v: GateVerdict) -> str:
     lines = [
         "Single-stream decode, median tok/s:",
         f"  baseline  {v.baseline_tok_s:8.1f}",

@@ -17,14 +17,16 @@ import gc
 import json
 import signal
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import aiohttp
 
-from . import server_metrics
-from .client import APIS, BenchError, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
+from .. import credentials
+from . import BenchError, server_metrics
+from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
 
 ABORT_AFTER_CONSECUTIVE_FAILURES = 3
 
@@ -45,14 +47,43 @@ class RunConfig:
     max_tokens: int = 256
     ignore_eos: bool = True
     timeout: float = 600.0
+    api_key_file: Path | None = None  # sent as "Authorization: Bearer KEY"; the results keep the path only
 
     def __post_init__(self):
         if self.api not in APIS:
             raise BenchError(f"api must be one of {', '.join(APIS)}, not {self.api!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise BenchError(f"{self.url!r} is not an http(s) URL, e.g. http://127.0.0.1:30000")
+        self.url = base_url(self.url)
         if any(c < 1 for c in self.concurrencies) or self.requests < 1 or self.max_tokens < 2:
             raise BenchError("concurrency and requests must be >= 1, max_tokens >= 2")
+
+    def headers(self) -> dict[str, str]:
+        if self.api_key_file is None:
+            return {}
+        try:
+            return {"Authorization": f"Bearer {credentials.read_key(self.api_key_file, 'the API key file')}"}
+        except credentials.KeyFileError as err:
+            raise BenchError(str(err)) from None
+
+
+def base_url(url: str) -> str:
+    """A server's base URL, checked: http(s), a host, a valid port, no path beyond '/'."""
+    example = "e.g. http://127.0.0.1:30000"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError as err:
+        raise BenchError(f"{url!r} is not a valid URL ({err}); {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BenchError(f"{url!r} is not an http(s) URL with a host; {example}")
+    try:
+        parts.hostname.encode("idna")  # what aiohttp will do with it: labels of 1-63 characters
+    except UnicodeError as err:
+        raise BenchError(f"{url!r}: {parts.hostname[:40]!r}... is not a host name ({err}); {example}") from None
+    if port == 0:
+        raise BenchError(f"{url!r}: port 0 is not a server's port; {example}")
+    if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise BenchError(f"{url!r}: give the server's base URL only, without path, query or user; {example}")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 @dataclass
@@ -141,7 +172,10 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
     prompts = load_prompts()
     connector = aiohttp.TCPConnector(limit=max(config.concurrencies) + 4)
     timeout = aiohttp.ClientTimeout(total=config.timeout, connect=10.0)
-    async with aiohttp.ClientSession(base_url=config.url, timeout=timeout, connector=connector) as client:
+    headers = config.headers()
+    async with aiohttp.ClientSession(
+        base_url=config.url, timeout=timeout, connector=connector, headers=headers
+    ) as client:
         model_info = await identify(client, config.api)
         metrics_before = await server_metrics.snapshot(client)
         writer = ResultWriter(config.output)
@@ -149,6 +183,7 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
             started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             writer.write(
                 {"type": "run", **asdict(config), "output": str(config.output),
+                 "api_key_file": str(config.api_key_file) if config.api_key_file else None,
                  "model": model_info.get("model_path"), "started": started}
             )  # fmt: skip
             for concurrency in config.concurrencies:
@@ -162,8 +197,9 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
         finally:
             if not outcome.aborted and not outcome.interrupted:
                 info = await server_info(client)
-                writer.write({"type": "server_info", "label": config.label,
-                              "avg_spec_accept_length": avg_spec_accept_length(info), "raw": info})  # fmt: skip
+                writer.write({"type": "server_info", "label": config.label,  # no keys, from an unpatched server
+                              "avg_spec_accept_length": avg_spec_accept_length(info),
+                              "raw": credentials.without_secrets(info)})  # fmt: skip
                 metrics_after = await server_metrics.snapshot(client)
                 writer.write(server_metrics.record(config.label, metrics_before, metrics_after))
             writer.close()

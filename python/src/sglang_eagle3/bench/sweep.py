@@ -17,10 +17,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .. import launcher, render
+from .. import launch_plan, launcher
 from ..settings import ServerSettings, describe
-from . import report
-from .client import BenchError
+from . import BenchError, report
 from .runner import RunConfig, run
 
 
@@ -87,12 +86,13 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
         if point.error:
             log(f"{point.label}: skipped ({point.error})")
         else:
-            url = render.health_url(point.settings).removesuffix("/health_generate")
+            url = launch_plan.base_url(point.settings)
             config = RunConfig(**{**template.__dict__, "url": url, "label": point.label, "output": results})
             log(f"{point.label}: starting the server")
             try:
-                with launcher.running(render.plan(point.settings), render.health_url(point.settings),
-                                      point.settings.ready_timeout, interval=0.5):  # fmt: skip
+                s = point.settings
+                plan, health = launch_plan.build(s), launch_plan.health_url(s)
+                with launcher.running(plan, health, s.ready_timeout, s.stop_timeout, interval=0.5):
                     outcome = run(config, on_result=on_result)
                 if outcome.interrupted:
                     log("interrupted: the points measured so far are kept")

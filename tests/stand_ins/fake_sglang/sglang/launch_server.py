@@ -15,7 +15,9 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
                             the CLOCK_MONOTONIC time each chunk was handed to the socket
   FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" (the file's content) on every
-                            path but /health* and /metrics*, as SGLang's --api-key does
+                            path but /health* and /metrics*, as SGLang's --api-key does; /server_info
+                            then also shows api_key, as unpatched 0.5.9 does
+  FAKE_SGLANG_IGNORE_STOP   log SIGTERM/SIGINT but go on (a server that does not stop when asked)
   FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
   FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
   FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
@@ -128,9 +130,11 @@ def get(path: str) -> bytes:
         return response(200, json.dumps({"model_path": args.model_path, "is_generation": True}).encode())
     if path in ("/server_info", "/get_server_info"):
         state = {"avg_spec_accept_length": ACCEPT_LENGTH} if ACCEPT_LENGTH else {}
+        state.update({"api_key": API_KEY} if API_KEY else {})  # as 0.5.9's vars(server_args) has it
         body = {"model_path": args.model_path, "served_model_name": args.model_path,
                 "speculative_algorithm": args.speculative_algorithm, "internal_states": [state],
-                "fake_true_rate": RATE, "fake_burst": BURST, "fake_draft_quality": DRAFT_QUALITY}  # fmt: skip
+                "fake_true_rate": RATE, "fake_burst": BURST, "fake_draft_quality": DRAFT_QUALITY,
+                **({"api_key": API_KEY} if API_KEY else {})}  # fmt: skip
         return response(200, json.dumps(body).encode())
     if path == "/metrics":
         body, content_type = metrics.page()
@@ -181,6 +185,7 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
     start = loop.time()
     done = 0
     sent: list[float] = []
+    handed: list[float] = []
     prompt_tokens = len(prompt.split())
     for due, n in schedule(max_tokens):
         delay = start + due - loop.time()
@@ -190,8 +195,12 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
         if FAIL_AFTER is not None and done > FAIL_AFTER:
             writer.write(b'data: {"error": {"message": "fake failure mid-stream"}}\n\n')
             return
-        sent.append(time.monotonic())  # a late wake-up on a busy machine shows here, not as client error
-        writer.write(f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode())
+        data = f"data: {json.dumps(chunk(done, max_tokens, done >= max_tokens))}\n\n".encode()
+        # The chunk reaches the socket between these two times: a late wake-up of this process
+        # on a busy machine shows here, not as the client's error.
+        sent.append(time.monotonic())
+        writer.write(data)  # asyncio sends at once when nothing is queued
+        handed.append(time.monotonic())
         await writer.drain()
         metrics.running[id(writer)] = prompt_tokens + done
         if len(sent) == 1:
@@ -201,7 +210,7 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
     metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
-            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent}) + "\n")
+            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent, "handed": handed}) + "\n")
     writer.write(b"data: [DONE]\n\n")
     await writer.drain()
     finished["count"] += 1
@@ -269,7 +278,8 @@ async def main() -> None:
         if env.get("FAKE_SGLANG_SIGNAL_LOG"):
             with open(env["FAKE_SGLANG_SIGNAL_LOG"], "a") as f:
                 f.write(signal.Signals(signum).name + "\n")
-        stop.set()
+        if not env.get("FAKE_SGLANG_IGNORE_STOP"):
+            stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)

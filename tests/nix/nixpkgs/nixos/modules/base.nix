@@ -8,6 +8,7 @@
 #   nixos/modules/system/boot/loader/grub/grub.nix, .../systemd-boot/systemd-boot.nix  the boot loader assertion
 #   nixos/modules/system/boot/kernel.nix      boot.kernelPackages
 #   nixos/modules/config/system-path.nix      environment.systemPackages
+#   nixos/modules/misc/meta.nix               meta (maintainers, doc)
 {
   config,
   options,
@@ -143,6 +144,17 @@ in
     environment.systemPackages = mkOption {
       type = types.listOf types.package;
       default = [ ];
+    };
+
+    meta = mkOption {
+      type = types.submodule {
+        freeformType = types.attrsOf types.anything;
+        options.maintainers = mkOption {
+          type = types.listOf types.raw;
+          default = [ ];
+        };
+      };
+      default = { };
     };
   };
 

@@ -1,9 +1,9 @@
-"""Settings -> the exact SGLang command line and environment.
+"""The launch plan: settings -> the exact SGLang command line and environment.
 
 SGLang's own entry point is ``python -m sglang.launch_server ARGS``. When an API key
-is configured the launcher starts ``python -m sglang_eagle3.sglang_main ARGS`` instead:
-the same entry point, which reads the key from a file so it never appears in argv,
-in the environment or in logs (see sglang_main.py).
+(or the admin key) is configured the launcher starts ``python -m sglang_eagle3.sglang_main
+ARGS`` instead: the same entry point, which reads the keys from their files, so they never
+appear in argv, in the environment or in logs (see sglang_main.py and credentials.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import credentials
 from .settings import ServerSettings, field_flag
-
-API_KEY_FILE_ENV = "SGLANG_EAGLE3_API_KEY_FILE"
 
 
 def sglang_args(settings: ServerSettings) -> list[str]:
@@ -35,42 +34,41 @@ def sglang_args(settings: ServerSettings) -> list[str]:
     return args + list(settings.extra_args)
 
 
-def api_key_file(settings: ServerSettings, environ: dict[str, str]) -> Path | None:
-    """The API key's file: the setting, else systemd's credential $CREDENTIALS_DIRECTORY/api-key."""
-    if settings.api_key_file is not None:
-        return settings.api_key_file
-    credentials = environ.get("CREDENTIALS_DIRECTORY")
-    if credentials and (Path(credentials) / "api-key").is_file():
-        return Path(credentials) / "api-key"
-    return None
-
-
 @dataclass
 class LaunchPlan:
     argv: list[str]
     env: dict[str, str]  # only what the launcher adds to the inherited environment
-    api_key_file: Path | None = None
+    key_files: dict[str, Path] = field(default_factory=dict)  # SGLang's secret field -> the file holding it
     sglang_argv: list[str] = field(default_factory=list)  # the equivalent python -m sglang.launch_server argv
 
     def shell(self) -> str:
         return shlex.join(self.argv)
 
 
-def plan(settings: ServerSettings, python: str | None = None, environ: dict[str, str] | None = None) -> LaunchPlan:
+def build(settings: ServerSettings, python: str | None = None, environ: dict[str, str] | None = None) -> LaunchPlan:
     python = python or sys.executable
     environ = os.environ if environ is None else environ
     args = sglang_args(settings)
     env = dict(settings.environment)
-    key_file = api_key_file(settings, environ)
     sglang_argv = [python, "-m", "sglang.launch_server", *args]
-    if key_file is None:
-        return LaunchPlan(sglang_argv, env, None, sglang_argv)
-    env[API_KEY_FILE_ENV] = str(key_file)
-    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_file, sglang_argv)
+    key_files = {}
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
+        if path is not None:
+            key_files[secret.field] = path
+            env[secret.env] = str(path)  # the path, never the key
+    if not key_files:
+        return LaunchPlan(sglang_argv, env, {}, sglang_argv)
+    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_files, sglang_argv)
+
+
+def base_url(settings: ServerSettings) -> str:
+    """Where clients on this host reach the server (a wildcard listen address becomes loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}"
 
 
 def health_url(settings: ServerSettings) -> str:
     """Where the launcher (and the benchmark) ask whether the server is ready."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{settings.port}/health_generate"
+    return f"{base_url(settings)}/health_generate"

@@ -1,0 +1,138 @@
+"""Secrets: where the server's API keys come from, checks on their files, and keeping them out of output.
+
+SGLang has two secret flags, ``--api-key`` and ``--admin-api-key``. Neither key is ever a
+setting, an argument or an environment variable here: the settings name a file
+(``api_key_file``, ``admin_api_key_file``), or systemd hands the key over as a credential
+(``LoadCredential=api-key:/path``, ``admin-api-key``), found in ``$CREDENTIALS_DIRECTORY``.
+The launcher passes only the file's path on (see sglang_main.py), and patch 0005 keeps
+SGLang from printing the keys it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+@dataclass(frozen=True)
+class SecretArg:
+    """One of SGLang's secret arguments and where this project takes it from."""
+
+    field: str  # SGLang's ServerArgs field: api_key
+
+    @property
+    def flag(self) -> str:  # --api-key
+        return "--" + self.field.replace("_", "-")
+
+    @property
+    def setting(self) -> str:  # api_key_file
+        return f"{self.field}_file"
+
+    @property
+    def credential(self) -> str:  # api-key, as in LoadCredential=api-key:/path
+        return self.field.replace("_", "-")
+
+    @property
+    def env(self) -> str:  # SGLANG_EAGLE3_API_KEY_FILE: tells sglang_main the file (never the key)
+        return f"SGLANG_EAGLE3_{self.field.upper()}_FILE"
+
+
+SECRET_ARGS = (SecretArg("api_key"), SecretArg("admin_api_key"))
+API_KEY = SECRET_ARGS[0]
+API_KEY_FILE_ENV = API_KEY.env
+
+
+def secret_flag_in(arg: str) -> SecretArg | None:
+    """The secret flag an SGLang argument would set, also as argparse would read it.
+
+    argparse expands unambiguous prefixes (``--api-k`` is ``--api-key``); ``--api_key``
+    is no SGLang flag, but would show the key in the dry run and in errors all the same.
+    """
+    name = arg.split("=", 1)[0].lower().replace("_", "-")
+    if len(name) < 4 or not name.startswith("--"):
+        return None
+    return next((s for s in SECRET_ARGS if s.flag.startswith(name)), None)
+
+
+def key_file(secret: SecretArg, configured: Path | None, environ: dict[str, str]) -> Path | None:
+    """A key's file: the setting, else systemd's credential $CREDENTIALS_DIRECTORY/<name>."""
+    if configured is not None:
+        return configured
+    credentials = environ.get("CREDENTIALS_DIRECTORY")
+    if credentials and (Path(credentials) / secret.credential).is_file():
+        return Path(credentials) / secret.credential
+    return None
+
+
+class KeyFileError(Exception):
+    """A key file that cannot be used; the message says why and how to fix it (never the key)."""
+
+
+def read_key(path: Path, what: str = "api_key_file") -> str:
+    """The key in ``path``, after the checks a secret's file must pass (see check_key_file)."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise KeyFileError(f"{what} {path} does not exist; write the key into that file (chmod 600)") from None
+    except OSError as err:
+        raise KeyFileError(f"{what} {path} cannot be reached: {err.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise KeyFileError(f"{what} {path} is a directory; give the file that holds the key")
+    if not stat.S_ISREG(info.st_mode):
+        raise KeyFileError(f"{what} {path} is not a regular file; give the file that holds the key")
+    if info.st_mode & 0o077:
+        raise KeyFileError(
+            f"{what} {path} can be read by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"make it private: chmod 600 {path}"
+        )
+    try:
+        raw = path.read_bytes()
+    except PermissionError:
+        raise KeyFileError(
+            f"{what} {path} cannot be read by this user (uid {os.getuid()}); "
+            f"give it to the user that runs the server: chown {os.getuid()} {path}"
+        ) from None
+    except OSError as err:
+        raise KeyFileError(f"{what} {path} cannot be read: {err.strerror}") from None
+    try:
+        key = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise KeyFileError(f"{what} {path} does not hold a key: it must be one line of printable ASCII") from None
+    if not key:
+        raise KeyFileError(f"{what} {path} is empty; write the key into it")
+    if not key.isprintable() or any(c.isspace() for c in key):
+        raise KeyFileError(f"{what} {path} must hold the key alone, on one line, without spaces")
+    return key
+
+
+def check_key_file(path: Path, what: str = "api_key_file") -> str | None:
+    """What is wrong with a key file, or None when the server can use it."""
+    try:
+        read_key(path, what)
+    except KeyFileError as err:
+        return str(err)
+    return None
+
+
+def masked_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment for display: values of secret-looking variables replaced."""
+    return {
+        k: "***" if any(w in k.upper() for w in SECRET_WORDS) and not k.endswith("_FILE") else v for k, v in env.items()
+    }
+
+
+def without_secrets(info):
+    """SGLang's /server_info without the keys (at any depth: each internal state holds the server args too).
+
+    A server with patch 0005 already leaves them out; an unpatched one does not.
+    """
+    if isinstance(info, dict):
+        return {k: without_secrets(v) for k, v in info.items() if k not in {s.field for s in SECRET_ARGS}}
+    if isinstance(info, list):
+        return [without_secrets(v) for v in info]
+    return info

@@ -1,0 +1,30 @@
+"""The exit statuses of every `sglang-eagle3` command, in one place (listed by `--help`)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """What a command's exit status means; the message on stderr says why."""
+
+    def __new__(cls, code: int, meaning: str):
+        status = int.__new__(cls, code)
+        status._value_ = code
+        status.meaning = meaning
+        return status
+
+    OK = 0, "done; ready; all applied; the gate passed; the server stopped on SIGTERM"
+    CHECK_FAILED = (
+        1,
+        "a check failed (not ready, preflight, patch conflict, the A/B gate, requests), or an unexpected error",
+    )
+    BAD_INPUT = 2, "bad input (option, setting, file, URL, SGLang tree); the message says what to fix"
+    NOT_READY = 3, "serve: the server did not answer /health_generate within ready_timeout"
+    SERVER_EXITED = 4, "serve: the server exited or was killed by itself; its log says why"
+    INTERRUPTED = 130, "interrupted (Ctrl-C; patch apply also by SIGTERM); what was written so far is kept"
+
+
+def help_text() -> str:
+    """The table of exit statuses for `sglang-eagle3 --help`."""
+    return "\n".join(f"{int(status):>3}  {status.meaning}" for status in ExitStatus)

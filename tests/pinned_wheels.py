@@ -1,0 +1,46 @@
+"""Pinned wheels for the tests and benchmarks: fetched with pip, checked against nix/pins.json.
+
+Nix fetches these artifacts with fetchurl and the same sha256, so the tests and the Nix
+build start from byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from sglang_eagle3.pins import PinError, pins
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_wheel(name: str, cache_dir: Path) -> Path:
+    """The pinned wheel of ``name`` in ``cache_dir``, downloaded with pip if missing; sha256 checked."""
+    pin = pins()[name]
+    wheel = cache_dir / pin["wheel"]
+    if not wheel.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+             "-d", str(cache_dir), f"{name}=={pin['version']}"],
+            check=True,
+        )  # fmt: skip
+    actual = sha256_of(wheel)
+    if actual != pin["sha256"]:
+        raise PinError(f"{wheel} has sha256 {actual}, but nix/pins.json pins {pin['sha256']}")
+    return wheel
+
+
+def unpack(wheel: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest)
+    return dest

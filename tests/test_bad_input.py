@@ -1,0 +1,293 @@
+"""Bad input ends in a clear message and exit status 2 (bad input) or 1 (a check failed), never a traceback.
+
+One test per finding of issue 10 (items 6-14); tests/test_fuzz_cli.py goes beyond them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_fixtures import FAKE_SGLANG, fake_server, free_port
+from conftest import snapshot
+from sglang_eagle3.bench import report
+from sglang_eagle3.exit_status import ExitStatus
+from test_preflight import fake_nvidia_smi
+
+
+def clean(result) -> str:
+    """stdout + stderr, after checking there is no traceback in them."""
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text and "unexpected" not in text, text
+    return text
+
+
+def other_layout(tmp_path: Path, version: str) -> Path:
+    """An SGLang tree of another layout: sglang/srt exists, srt/speculative/spec_info.py does not."""
+    root = tmp_path / "other"
+    (root / "sglang" / "srt").mkdir(parents=True)
+    (root / "sglang" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    (root / "sglang" / "srt" / "server_args.py").write_text("class ServerArgs:\n    pass\n")
+    return root
+
+
+# -- 6: an SGLang tree of another layout ---------------------------------------------------------
+
+
+def test_probe_on_another_layout(tmp_path, run_cli):
+    result = run_cli("probe", "--target", str(other_layout(tmp_path, "0.6.1")))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "does not have the source layout of 0.5.9" in text and "spec_info.py" in text
+    assert "pip install sglang==0.5.9" in text
+
+
+def test_dry_run_on_another_layout_warns_about_the_version(tmp_path, run_cli):
+    result = run_cli("serve", "--dry-run", "--sglang", str(other_layout(tmp_path, "0.6.1")))
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    text = clean(result)
+    assert "[WARN] sglang: SGLang 0.6.1 at" in text and "written for 0.5.9" in text  # reachable now
+    assert "[FAIL] probe:" in text and "source layout of 0.5.9" in text
+
+
+# -- 7: the model's config.json ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[]", "holds a JSON list, not an object"),
+        (b"{not json", "is not valid JSON"),
+        (b'{"architectures": "oops"}', "has no 'architectures' list"),
+        (b'{"architectures": []}', "has no 'architectures' list"),
+        (b'{"architectures": ["\xff"]}', "is not UTF-8 text"),
+    ],
+)
+def test_bad_config_json_fails_the_model_check(tmp_path, run_cli, patched_tree, content, message):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(content)
+    result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--profile", "baseline",
+                     "--set", f"model_path={model}")  # fmt: skip
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    assert f"[FAIL] model: {model / 'config.json'}" in clean(result) and message in result.stdout
+    assert "no class o" not in result.stdout
+
+
+# -- 8: probe --arch and --compute-capability -------------------------------------------------------
+
+
+def test_unknown_architecture_is_bad_input_not_a_missing_patch(run_cli, pristine_tree):
+    result = run_cli("probe", "--target", str(pristine_tree), "--arch", "NoSuchArch")
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "no class NoSuchArch" in text and "patch apply" not in text
+
+
+@pytest.mark.parametrize("capability", ["99.9", "0.0", "12", "12.0.1", "sm120", "-9.0", "nan"])
+def test_compute_capability_must_be_a_real_one(run_cli, pristine_tree, capability):
+    result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", capability)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "compute capability" in text and "KeyError" not in text
+
+
+# -- 9: bench URLs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("http://127.0.0.1:99999", "not a valid URL"),
+        ("http://[::1", "not a valid URL"),
+        (":abc", "not an http(s) URL"),
+        ("http://127.0.0.1:abc", "not a valid URL"),
+        ("ftp://127.0.0.1:30000", "not an http(s) URL"),
+        ("http://", "not an http(s) URL"),
+        ("http://127.0.0.1:30000/v1/chat", "base URL only"),
+        ("http://127.0.0.1:0", "port 0"),
+    ],
+)
+def test_bad_urls(tmp_path, run_cli, url, message):
+    result = run_cli("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert message in clean(result)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+# -- 10: compare --threshold / --floor ----------------------------------------------------------------
+
+
+def results_file(path: Path, label: str, rates: list[float]) -> Path:
+    lines = [{"type": "run", "label": label}]
+    lines += [{"type": "request", "label": label, "concurrency": 1, "ok": True, "decode_tok_s": r,
+               "chunk_times_us": [100000, 110000], "chunk_tokens": [1, 1]} for r in rates]  # fmt: skip
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--threshold", "nan"), ("--threshold", "-1"), ("--threshold", "0"), ("--threshold", "inf"),
+                      ("--floor", "-5"), ("--floor", "nan"), ("--threshold", "fast")],
+)  # fmt: skip
+def test_compare_rejects_impossible_thresholds(tmp_path, run_cli, option, value):
+    base = results_file(tmp_path / "b.jsonl", "baseline", [92.0])
+    slow = results_file(tmp_path / "e.jsonl", "eagle3", [54.0])
+    result = run_cli("bench", "compare", str(base), str(slow), option, value)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "PASS" not in clean(result) and f"Invalid value for '{option}'" in result.stderr
+
+
+# -- 11: non-UTF-8 files, incomplete records --------------------------------------------------------
+
+
+def test_non_utf8_settings_file(tmp_path, run_cli):
+    config = tmp_path / "server.json"
+    config.write_bytes(b'{"tp_size": 4, "host": "\xff"}')
+    result = run_cli("settings", "show", "--config", str(config))
+    assert result.returncode == ExitStatus.BAD_INPUT and "is not UTF-8 text" in clean(result)
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ([b"\xff\xfe not text"], "not UTF-8 text"),
+        ([b'{"type": "run"}', b'{"type": "request", "concurrency": 1, "ok": true}'], "label: Field required"),
+        ([b'{"type": "run"}', b'{"type": "request", "label": "x", "concurrency": "one", "ok": true}'],
+         "concurrency: Input should be a valid integer"),
+        ([b'{"type": "run"}', b'{"type": "request", "label": "x", "concurrency": 1, "ok": true, '
+          b'"chunk_times_us": [1, 2], "chunk_tokens": [1]}'], "differ in length"),
+        ([b'{"type": "run"}', b'{"type": "request", "label": "x", "concurrency": 1, "ok": true, '
+          b'"decode_tok_s": NaN}'], "finite number"),
+        ([b'{"type": "nonsense"}'], "not a valid result record"),
+    ],
+)  # fmt: skip
+def test_bad_results_files(tmp_path, run_cli, lines, message):
+    results = tmp_path / "r.jsonl"
+    results.write_bytes(b"\n".join(lines) + b"\n\n")
+    for command in (["bench", "summary", str(results)], ["bench", "compare", str(results), str(results)]):
+        result = run_cli(*command)
+        assert result.returncode == ExitStatus.BAD_INPUT
+        assert message in clean(result)
+
+
+# -- 12: --set values ----------------------------------------------------------------------------------
+
+
+def test_set_values_keep_their_type(run_cli):
+    result = run_cli("settings", "show", "--set", "tp_size=true")
+    assert result.returncode == ExitStatus.BAD_INPUT and "tp_size: Input should be a valid integer" in clean(result)
+    result = run_cli("settings", "show", "--set", "served_model_name=1234", "--set", "mem_fraction_static=0.9")
+    assert result.returncode == ExitStatus.OK, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["served_model_name"] == "1234" and shown["mem_fraction_static"] == 0.9
+
+
+# -- 13: patch apply on a read-only tree; killed and interrupted applies ---------------------------------
+
+
+def read_only(path: Path) -> list[str]:
+    """A command prefix that runs with `path` mounted read-only (a private mount namespace)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a tree read-only")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
+    script = f'mount --bind "{path}" "{path}" && mount -o remount,bind,ro "{path}" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, "sh"]
+
+
+def test_apply_on_a_read_only_tree(pristine_tree, tree_copy, run_cli):
+    tree = tree_copy(pristine_tree)
+    before = snapshot(tree)
+    result = subprocess.run([*read_only(tree), sys.executable, "-m", "sglang_eagle3.cli", "patch", "apply",
+                             "--target", str(tree)], capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr
+    assert "cannot write to" in clean(result) and "nothing was changed" in result.stderr
+    assert snapshot(tree) == before
+
+
+def slow_patch(tmp_path: Path) -> dict[str, str]:
+    """PATH with a `patch` that waits 3 s before running GNU patch: time to signal an apply midway."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "patch"
+    wrapper.write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("patch")} "$@"\n')
+    wrapper.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def staging_dirs(tree: Path) -> list[Path]:
+    return list(tree.glob(".sglang-eagle3-staging-*"))
+
+
+def start_apply(tree: Path, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.cli", "patch", "apply", "--target", str(tree)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not staging_dirs(tree):  # the apply is past verify, staging
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_apply_leaves_the_tree_and_no_staging_directory(tmp_path, pristine_tree, tree_copy, sig):
+    tree = tree_copy(pristine_tree)
+    before = snapshot(tree)
+    proc = start_apply(tree, slow_patch(tmp_path))
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert f"interrupted by {signal.Signals(sig).name}; the tree was left unchanged" in err
+    assert staging_dirs(tree) == [] and snapshot(tree) == before
+
+
+def test_a_killed_applys_staging_directory_is_removed_by_the_next_run(tmp_path, pristine_tree, tree_copy, run_cli):
+    tree = tree_copy(pristine_tree)
+    proc = start_apply(tree, slow_patch(tmp_path))
+    proc.kill()  # SIGKILL: no clean-up possible
+    proc.communicate()
+    assert len(staging_dirs(tree)) == 1  # what issue 10 found in site-packages
+    result = run_cli("patch", "apply", "--target", str(tree))
+    assert result.returncode == ExitStatus.OK, result.stderr
+    assert staging_dirs(tree) == []
+
+
+# -- 14: bench sweep --concurrency-sweep --------------------------------------------------------------
+
+
+def test_sweep_honours_the_concurrency_sweep(tmp_path, patched_tree):
+    environment = json.dumps({"PYTHONPATH": str(FAKE_SGLANG), "FAKE_SGLANG_RATE": "400",
+                              "FAKE_SGLANG_FIRST_DELAY": "0.01"})  # fmt: skip
+    out = tmp_path / "sweep"
+    env = {**os.environ, "SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3.cli", "bench", "sweep", "--sglang", str(patched_tree),
+         "--set", f"environment={environment}", "--set", f"port={free_port()}", "--set", "ready_timeout=30",
+         "--steps", "3", "--topk", "1", "--concurrency-sweep", "--requests", "1", "--warmup", "0",
+         "--max-tokens", "8", "--no-plot", "--output-dir", str(out)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == ExitStatus.OK, result.stdout + result.stderr
+    levels: dict[str, set[int]] = {}
+    for r in report.load(out / "sweep.jsonl"):
+        if r["type"] == "request":
+            levels.setdefault(r["label"], set()).add(r["concurrency"])
+    assert levels == {"baseline": {1, 2, 4, 8, 16}, "steps3-topk1-draft4": {1, 2, 4, 8, 16}}
+
+
+def test_bench_run_output_that_cannot_be_written(tmp_path, run_cli):
+    with fake_server(RATE=200) as server:
+        for output in (tmp_path, tmp_path / "file" / "below-a-file.jsonl"):
+            (tmp_path / "file").write_text("")
+            result = run_cli("bench", "run", "--url", server.url, "--output", str(output), "--requests", "1")
+            assert result.returncode == ExitStatus.BAD_INPUT
+            clean(result)
