@@ -20,6 +20,7 @@ here are such input indices; a draft id X in the "output of layer i" convention
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 
 from . import draft_inputs, eagle3_source
@@ -27,7 +28,16 @@ from .draft_inputs import DraftInputError, Fields
 from .sglang_source import SGLangTree
 from .source_index import SourceIndex
 
-READY, WARN, NOT_READY = "READY", "WARN", "NOT READY"
+
+class DraftVerdict(enum.StrEnum):
+    """One draft check's verdict, and the report's (the worst of them), in the probe's words."""
+
+    READY = "READY"
+    WARN = "WARN"  # loads, but something will not be as the draft was trained
+    NOT_READY = "NOT READY"  # fails at draft load, or cannot work
+
+
+READY, WARN, NOT_READY = DraftVerdict
 SEVERITY = {READY: 0, WARN: 1, NOT_READY: 2}
 DEFAULT_TARGET_ARCH = "KimiK25ForConditionalGeneration"
 # Used only when the draft class is not one this SGLang has (so its source cannot say).
