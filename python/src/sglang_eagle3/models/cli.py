@@ -171,9 +171,9 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         os._exit(stop.exit_code)  # download threads cannot be cancelled; what they wrote is resumable
     if not as_json:
         for o in result.outcomes:
-            if o.status == "downloaded":
+            if o.status is fetch.FileStatus.DOWNLOADED:
                 click.echo(f"  downloaded  {o.path} ({human_bytes(o.size)})")
-            elif o.status == "failed":
+            elif o.status is fetch.FileStatus.FAILED:
                 click.echo(f"  FAILED      {o.path}: {o.error}")
         if result.removed:
             click.echo(f"removed (placed for an older lock): {', '.join(result.removed)}")
@@ -186,7 +186,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         if result.ok:
             click.echo(f"done: all {len(lock.files)} files match the lock; {summary}")
         else:
-            not_started = sum(o.status == "not_started" for o in result.outcomes)
+            not_started = sum(o.status is fetch.FileStatus.NOT_STARTED for o in result.outcomes)
             click.echo(f"incomplete: {summary}, {len(result.failed) - not_started} failed, "
                        f"{not_started} not started", err=True)  # fmt: skip
     _finish("fetch", as_json, result.to_dict(), result.error, None if result.error else (0 if result.ok else 1))

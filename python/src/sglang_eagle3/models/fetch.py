@@ -23,6 +23,7 @@ unchanged since are removed; anything else not in the lock is left alone and rep
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import hashlib
 import json
@@ -50,11 +51,18 @@ class Interrupted(BaseException):
         self.exit_code = exit_code
 
 
+class FileStatus(enum.StrEnum):
+    PRESENT = "present"  # already there with the locked size and sha256
+    DOWNLOADED = "downloaded"  # fetched now and verified
+    FAILED = "failed"
+    NOT_STARTED = "not_started"  # the fetch stopped (error, signal) before this file
+
+
 @dataclass
 class Outcome:
     path: str
     size: int
-    status: str  # present | downloaded | failed | not_started
+    status: FileStatus
     error: ModelsError | None = None
 
     def to_dict(self) -> dict:
@@ -77,7 +85,7 @@ class FetchResult:
 
     @property
     def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status in ("failed", "not_started")]
+        return [o for o in self.outcomes if o.status in (FileStatus.FAILED, FileStatus.NOT_STARTED)]
 
     @property
     def ok(self) -> bool:
@@ -87,7 +95,8 @@ class FetchResult:
         count = lambda status: sum(o.status == status for o in self.outcomes)  # noqa: E731
         return {
             "ok": self.ok, "directory": str(self.directory), "repo": self.lock.repo, "commit": self.lock.commit,
-            "files": len(self.lock.files), "present": count("present"), "downloaded": count("downloaded"),
+            "files": len(self.lock.files), "present": count(FileStatus.PRESENT),
+            "downloaded": count(FileStatus.DOWNLOADED),
             "failed": len(self.failed), "downloaded_bytes": self.downloaded_bytes,
             "seconds": round(self.seconds, 3), "removed": self.removed, "extra": self.extra,
             "error": self.error.to_dict() if self.error else None,
@@ -195,7 +204,7 @@ class Fetcher:
             elif recheck or not state.trusted(f):
                 to_hash.append(f)
             else:
-                self.result.outcomes.append(Outcome(f.path, f.size, "present"))
+                self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.PRESENT))
         if to_hash:
             progress = Progress("check present files (sha256)", sum(f.size for f in to_hash), interval=self.interval)
 
@@ -211,7 +220,7 @@ class Fetcher:
                 ):
                     if actual == f.sha256:
                         state.record(f.path, f.sha256)
-                        self.result.outcomes.append(Outcome(f.path, f.size, "present"))
+                        self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.PRESENT))
                     else:
                         state.forget(f.path)
                         todo.append(f)
@@ -279,19 +288,19 @@ class Fetcher:
                     if err is None:
                         finished_bytes += f.size
                         self.result.downloaded_bytes += f.size - partial[staging_key(f)]
-                        self.result.outcomes.append(Outcome(f.path, f.size, "downloaded"))
+                        self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.DOWNLOADED))
                         continue
                     error = err if isinstance(err, ModelsError) else hub.translate(
                         err, repo=self.lock.repo, revision=self.lock.commit, path=f.path, token=self.token
                     )  # fmt: skip
-                    self.result.outcomes.append(Outcome(f.path, f.size, "failed", error))
+                    self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.FAILED, error))
                     if error.kind in hub.FATAL and self.result.error is None:
                         self.result.error = error  # start nothing more: every other file would fail the same way
                 in_flight = sum(hub.partial_bytes(self.staging / staging_key(f)) for f in running.values())
                 waiting = sum(partial[staging_key(f)] for f in queue)
                 progress.set(finished_bytes + in_flight + waiting)
             for f in queue:
-                self.result.outcomes.append(Outcome(f.path, f.size, "not_started"))
+                self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.NOT_STARTED))
         finally:
             progress.close()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -320,7 +329,7 @@ def fetch(
                 fetcher.download_all(todo, state)
             except ModelsError as err:
                 fetcher.result.error = err
-                fetcher.result.outcomes += [Outcome(f.path, f.size, "not_started", None) for f in todo]
+                fetcher.result.outcomes += [Outcome(f.path, f.size, FileStatus.NOT_STARTED, None) for f in todo]
         fetcher.result.extra = extra_files(lock, directory)
     fetcher.result.outcomes.sort(key=lambda o: o.path)
     fetcher.result.seconds = time.monotonic() - started
