@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 from conftest import REPO
@@ -73,6 +74,44 @@ def test_bad_files_and_environment(tmp_path):
         settings.load(tmp_path / "missing.json", environ={})
     with pytest.raises(settings.SettingsError, match="SGLANG_EAGLE3_TP: unknown setting 'tp'"):
         settings.load(environ={"SGLANG_EAGLE3_TP": "4"})
+
+
+# Names the tests use on purpose to show that they are refused.
+REFUSED_ON_PURPOSE = {"api_key", "admin_api_key", "tp"}
+
+
+def test_every_sglang_eagle3_variable_the_project_names_is_a_setting_or_a_tool_variable():
+    """A variable the tools, Nix or CI set must not stop the CLI as an 'unknown setting'.
+
+    CI once exported SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL and every CLI test then failed with
+    exit 2; this catches the next such name where it is introduced.
+    """
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    names: dict[str, str] = {}
+    for rel in tracked.decode().split("\0"):
+        path = REPO / rel
+        if not rel or not path.is_file():
+            continue
+        text = path.read_bytes().decode("utf-8", "replace")
+        for match in re.finditer(r"\bSGLANG_EAGLE3_([A-Z0-9_]*[A-Z0-9])\b", text):
+            names.setdefault(match.group(1).lower(), rel)
+    assert {"patches", "require_flake_eval", "tp_size"} <= names.keys()  # the scan sees what it must
+    for name, where in sorted(names.items()):
+        if name in REFUSED_ON_PURPOSE:
+            continue
+        environ = {f"SGLANG_EAGLE3_{name.upper()}": "1"}
+        if name in settings.NOT_SETTINGS:
+            assert settings.from_environment(environ) == {}, where
+        else:
+            assert name in settings.ServerSettings.model_fields, (
+                f"SGLANG_EAGLE3_{name.upper()} (in {where}) is neither a setting nor in settings.NOT_SETTINGS"
+            )
+
+
+def test_cli_runs_with_the_ci_environment(run_cli):
+    env = {"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL": "1", "SGLANG_EAGLE3_NIX_INPUTS": "/nowhere", "SGLANG_EAGLE3_SHARED": "/x"}
+    result = run_cli("settings", "show", env=env)
+    assert result.returncode == 0, result.stderr
 
 
 def test_cli_reports_bad_settings_without_traceback(run_cli):

@@ -45,6 +45,10 @@ NOT_SETTINGS = {
     "eagle3_url",
     "threshold",
     "traceback",
+    # the test harness and CI (tests/flake_eval.py, .ci/run)
+    "nix_inputs",
+    "require_flake_eval",
+    "shared",
 }
 
 
