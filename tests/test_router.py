@@ -75,24 +75,36 @@ def test_cache_aware_keeps_each_conversation_on_one_worker(tmp_path, policy):
     """Three conversations, each a long shared prefix; round robin is the control."""
     conversations = [f"System prompt of conversation {c}. " * 12 for c in "ABC"]
 
-    async def traffic(url):
+    def busy(workers) -> int:
+        return sum(get_json(f"{w.url}/get_load")[0]["num_tokens"] > 0 for w in workers)
+
+    async def traffic(url, workers):
         async with aiohttp.ClientSession() as session:
-            # The first turns at once (long answers, so they overlap): the router sees three
-            # workers equally idle and three new prefixes, and spreads them by load.
-            await asyncio.gather(*(generate(session, url, c + "turn 0", max_tokens=100) for c in conversations))
-            # Follow-up turns, all three conversations at once.
+            # The first turns overlap, each sent once the one before is being served: three new
+            # prefixes (no match in the router's tree) and one more busy worker each time, so
+            # cache aware gives each to an idle worker. Waiting on the workers, not on a clock,
+            # keeps this true on a slow machine.
+            first = []
+            for n, c in enumerate(conversations, start=1):
+                first.append(asyncio.create_task(generate(session, url, c + "turn 0", max_tokens=600)))
+                await asyncio.to_thread(wait_until, lambda n=n: busy(workers) >= n, 10, f"{n} workers serving")
+            await asyncio.gather(*first)
+            # Follow-up turns one request at a time, the conversations in a rotating order: round
+            # robin then sends conversation c to a different worker every turn (its counter, not
+            # the prompt, decides), while cache aware must follow the prefix whatever the order.
             for turn in range(1, 9):
-                await asyncio.gather(*(generate(session, url, c + f"turn {turn}") for c in conversations))
+                for i in range(3):
+                    await generate(session, url, conversations[(i + turn) % 3] + f"turn {turn}")
 
     with cluster(tmp_path, 3, "--policy", policy, worker_env=WORKER) as (router, workers):
-        asyncio.run(traffic(router.url))
+        asyncio.run(traffic(router.url, workers))
     where = served_by(workers)
     per_conversation = [{where[c + f"turn {t}"] for t in range(9)} for c in conversations]
     if policy == "cache_aware":
         assert all(len(ws) == 1 for ws in per_conversation), per_conversation
         assert len(set.union(*per_conversation)) == 3  # and the three conversations on three workers
-    else:  # each turn's three requests go to three workers, in whatever order they arrive
-        assert all(len(ws) >= 2 for ws in per_conversation), per_conversation
+    else:  # the control: every conversation visits all three workers
+        assert all(len(ws) == 3 for ws in per_conversation), per_conversation
 
 
 def test_power_of_two_avoids_the_worker_that_reports_load(tmp_path):
