@@ -20,7 +20,7 @@ def test_help_lists_every_exit_status(run_cli):
 
 
 def test_no_literal_exit_codes_in_the_package():
-    """sys.exit / ctx.exit / exit_code = only with an ExitStatus, never a bare number."""
+    """sys.exit / ctx.exit / exit_code = / the models errors only with an ExitStatus, never a bare number."""
     literal = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -30,6 +30,11 @@ def test_no_literal_exit_codes_in_the_package():
                 if node.args and isinstance(node.args[0], ast.IfExp):
                     if any(isinstance(x, ast.Constant) for x in (node.args[0].body, node.args[0].orelse)):
                         literal.append(f"{path.name}:{node.lineno}")
+            # The errors that carry their exit status (models): ModelsError(kind, message, status).
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("ModelsError", "Interrupted"):
+                if any(isinstance(a, (ast.Constant, ast.BinOp)) and not isinstance(getattr(a, "value", 0), str)
+                       for a in node.args):  # fmt: skip
+                    literal.append(f"{path.name}:{node.lineno}")
             if isinstance(node, ast.Assign) and any(ast.unparse(t) == "exit_code" for t in node.targets):
                 if isinstance(node.value, ast.Constant):
                     literal.append(f"{path.name}:{node.lineno}")

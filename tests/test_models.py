@@ -30,6 +30,7 @@ from models_fixtures import (
     sha256,
 )  # fmt: skip
 from sglang_eagle3 import preflight, settings
+from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.models.progress import human_bytes
 from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
 
@@ -254,7 +255,7 @@ def test_sigterm_stops_a_fetch_at_once_and_the_rerun_completes(hub, env, tmp_pat
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)  # the downloads are blocked, yet the process ends
     hub.release()
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == ExitStatus.INTERRUPTED
     assert "stopped by SIGTERM" in err and "run the same command again to resume" in err
     assert all(locked_files_in(directory, lock).values())
     assert run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))[0] == 0

@@ -109,7 +109,11 @@ def test_every_sglang_eagle3_variable_the_project_names_is_a_setting_or_a_tool_v
 
 
 def test_cli_runs_with_the_ci_environment(run_cli):
-    env = {"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL": "1", "SGLANG_EAGLE3_NIX_INPUTS": "/nowhere", "SGLANG_EAGLE3_SHARED": "/x"}
+    env = {
+        "SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL": "1",
+        "SGLANG_EAGLE3_NIX_INPUTS": "/nowhere",
+        "SGLANG_EAGLE3_SHARED": "/x",
+    }
     result = run_cli("settings", "show", env=env)
     assert result.returncode == 0, result.stderr
 

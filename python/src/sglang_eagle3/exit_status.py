@@ -22,7 +22,10 @@ class ExitStatus(enum.IntEnum):
     BAD_INPUT = 2, "bad input (option, setting, file, URL, SGLang tree); the message says what to fix"
     NOT_READY = 3, "serve: the server did not answer /health_generate within ready_timeout"
     SERVER_EXITED = 4, "serve: the server exited or was killed by itself; its log says why"
-    INTERRUPTED = 130, "interrupted (Ctrl-C; patch apply also by SIGTERM); what was written so far is kept"
+    INTERRUPTED = (
+        130,
+        "interrupted (Ctrl-C; patch apply and models fetch also by SIGTERM); what was written so far is kept",
+    )
 
 
 def help_text() -> str:

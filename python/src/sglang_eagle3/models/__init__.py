@@ -16,16 +16,18 @@
 
 from __future__ import annotations
 
+from ..exit_status import ExitStatus
+
 
 class ModelsError(Exception):
     """A failure with a message that says what is wrong and what to do.
 
-    ``kind`` names the failure for ``--json`` output; ``exit_code`` is 2 for bad input
-    (malformed lock, unknown repo or revision, a token that is missing) and 1 when a
-    check or a download failed.
+    ``kind`` names the failure for ``--json`` output; ``exit_code`` is BAD_INPUT (2) for
+    bad input (malformed lock, unknown repo or revision, a token that is missing) and
+    CHECK_FAILED (1) when a check or a download failed.
     """
 
-    def __init__(self, kind: str, message: str, exit_code: int = 1):
+    def __init__(self, kind: str, message: str, exit_code: ExitStatus = ExitStatus.CHECK_FAILED):
         super().__init__(message)
         self.kind = kind
         self.exit_code = exit_code

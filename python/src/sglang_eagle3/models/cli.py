@@ -3,7 +3,7 @@
 Exit codes: 0 done; 1 a check or a download failed (a file differs, is missing or extra;
 the hub served other bytes than the lock pins; the disk is full; the download was
 interrupted); 2 bad input (malformed lock, unknown repository or revision, a gated
-repository without a token); 130/143 stopped by SIGINT/SIGTERM (partial downloads kept).
+repository without a token); 130 stopped by SIGINT or SIGTERM (partial downloads kept).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from ..exit_status import ExitStatus
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
 
@@ -44,7 +45,11 @@ def _finish(command: str, as_json: bool, payload: dict, error: ModelsError | Non
     elif error is not None:
         click.echo(f"sglang-eagle3 models {command}: {error}", err=True)
     if code is None:
-        code = error.exit_code if error is not None else (0 if payload.get("ok", True) else 1)
+        code = (
+            error.exit_code
+            if error is not None
+            else (ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
+        )
     sys.exit(code)
 
 
@@ -88,7 +93,9 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
         targets = [Path(output) / f"{repo.replace('/', '--')}.lock.json" if into_dir else Path(output)
                    for repo, _ in parsed]  # fmt: skip
         if len(set(targets)) < len(targets):
-            raise ModelsError("bad_input", "one lock per repository: the same repository is given twice", 2)
+            raise ModelsError(
+                "bad_input", "one lock per repository: the same repository is given twice", ExitStatus.BAD_INPUT
+            )
         for (repo, revision), target in zip(parsed, targets, strict=True):
             with tempfile.TemporaryDirectory(prefix="sglang-eagle3-lock-") as work:
                 lock = hub.resolve(repo, revision, token, Path(work), jobs)
@@ -124,7 +131,7 @@ def _same_lock(path: Path, lock: lockfile.ModelLock) -> bool:
 
 def _interrupt(signum, _frame):
     name = signal.Signals(signum).name
-    raise fetch.Interrupted(name, 128 + signum)
+    raise fetch.Interrupted(name, ExitStatus.INTERRUPTED)
 
 
 @models_group.command("fetch")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..exit_status import ExitStatus
 from . import ModelsError, hashing
 from .lockfile import ModelLock, describe
 
@@ -45,11 +46,15 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
         token = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) else "not text"
-        raise ModelsError("token", f"cannot read the token file {path}: {reason}", 2) from None
+        raise ModelsError("token", f"cannot read the token file {path}: {reason}", ExitStatus.BAD_INPUT) from None
     if not token:
-        raise ModelsError("token", f"the token file {path} is empty; put the Hugging Face token in it", 2)
+        raise ModelsError(
+            "token", f"the token file {path} is empty; put the Hugging Face token in it", ExitStatus.BAD_INPUT
+        )
     if not token.isprintable() or any(c.isspace() for c in token):
-        raise ModelsError("token", f"the token file {path} must hold one token on one line, nothing else", 2)
+        raise ModelsError(
+            "token", f"the token file {path} must hold one token on one line, nothing else", ExitStatus.BAD_INPUT
+        )
     return token
 
 
@@ -84,7 +89,7 @@ def gated(repo: str, token: str | None) -> ModelsError:
     else:
         message = (f"the token has no access to the gated {repo}: accept its conditions at {where}/{repo} "
                    "with the token's account, or use a token of an account that did")  # fmt: skip
-    return ModelsError("gated", message, 2)
+    return ModelsError("gated", message, ExitStatus.BAD_INPUT)
 
 
 def translate(
@@ -105,17 +110,21 @@ def translate(
             "revision_not_found",
             f"{repo} has no revision {revision!r} on {where}: check the branch, tag or commit. A locked "
             "commit that is gone means the repository's history was rewritten: lock it again and review the change",
-            2,
+            ExitStatus.BAD_INPUT,
         )
     if isinstance(err, hf.RepositoryNotFoundError):
         access = "the token has no access to it" if token else "no token was given (--token-file FILE)"
         return ModelsError(
-            "repo_not_found", f"repository {repo} not found on {where}: check the name; if it is private, {access}", 2
+            "repo_not_found",
+            f"repository {repo} not found on {where}: check the name; if it is private, {access}",
+            ExitStatus.BAD_INPUT,
         )
     if isinstance(err, hf.EntryNotFoundError):
-        return ModelsError("file_not_found", f"{repo} has no file {path} at {revision}; lock it again", 1)
+        return ModelsError("file_not_found", f"{repo} has no file {path} at {revision}; lock it again")
     if isinstance(err, hf.OfflineModeIsEnabled):
-        return ModelsError("offline", "HF_HUB_OFFLINE is set in the environment: unset it to reach the hub", 2)
+        return ModelsError(
+            "offline", "HF_HUB_OFFLINE is set in the environment: unset it to reach the hub", ExitStatus.BAD_INPUT
+        )
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return ModelsError(
             "disk_full",
@@ -149,9 +158,11 @@ def parse_spec(spec: str) -> tuple[str, str]:
     from .lockfile import REPO_ID
 
     if not REPO_ID.fullmatch(repo):
-        raise ModelsError("bad_input", f"{spec!r}: expected REPO[@REVISION], e.g. AQ-MedAI/Kimi-K25-eagle3@main", 2)
+        raise ModelsError(
+            "bad_input", f"{spec!r}: expected REPO[@REVISION], e.g. AQ-MedAI/Kimi-K25-eagle3@main", ExitStatus.BAD_INPUT
+        )
     if spec.endswith("@"):
-        raise ModelsError("bad_input", f"{spec!r}: the revision after '@' is empty", 2)
+        raise ModelsError("bad_input", f"{spec!r}: the revision after '@' is empty", ExitStatus.BAD_INPUT)
     return repo, revision or "main"
 
 

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..exit_status import ExitStatus
 from . import ModelsError
 
 FORMAT = "sglang-eagle3-model-lock"
@@ -126,18 +127,22 @@ def load(path: Path) -> ModelLock:
     try:
         text = Path(path).read_text()
     except OSError as err:
-        raise ModelsError("bad_lock", f"cannot read lock file {path}: {err.strerror}", 2) from None
+        raise ModelsError("bad_lock", f"cannot read lock file {path}: {err.strerror}", ExitStatus.BAD_INPUT) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ModelsError("bad_lock", f"lock file {path} is not valid JSON: {err}", 2) from None
+        raise ModelsError("bad_lock", f"lock file {path} is not valid JSON: {err}", ExitStatus.BAD_INPUT) from None
     if not isinstance(data, dict):
-        raise ModelsError("bad_lock", f"lock file {path}: expected a JSON object (one model per lock file)", 2)
+        raise ModelsError(
+            "bad_lock", f"lock file {path}: expected a JSON object (one model per lock file)", ExitStatus.BAD_INPUT
+        )
     try:
         return ModelLock.model_validate(data)
     except ValidationError as err:
         hint = "; make it again with `sglang-eagle3 models lock`"
-        raise ModelsError("bad_lock", f"lock file {path} is malformed: {describe(err)}{hint}", 2) from None
+        raise ModelsError(
+            "bad_lock", f"lock file {path} is malformed: {describe(err)}{hint}", ExitStatus.BAD_INPUT
+        ) from None
 
 
 def dump(lock: ModelLock) -> str:
