@@ -226,12 +226,39 @@ def resolve(repo: str, revision: str, token: str | None, workdir: Path, jobs: in
         raise ModelsError("hub_error", f"{repo}@{commit} cannot be locked: {describe(err)}") from None
 
 
+def _client_dir(local_dir: Path) -> Path:
+    """Where huggingface_hub keeps a local_dir download's `.incomplete` and `.metadata` files."""
+    return local_dir / ".cache" / "huggingface" / "download"
+
+
 def download_file(repo: str, commit: str, path: str, local_dir: Path, token: str | None) -> str:
     """One file at the commit into local_dir, resuming from huggingface_hub's `.incomplete` file there."""
     from huggingface_hub import hf_hub_download
 
     _quiet_client()
+    _drop_torn_metadata(_client_dir(local_dir) / f"{path}.metadata")
     return hf_hub_download(repo, path, revision=commit, local_dir=local_dir, token=token or False)
+
+
+def _drop_torn_metadata(metadata: Path) -> None:
+    """Remove a metadata file that a killed fetch left half-written.
+
+    huggingface_hub 0.36 fails on one with UnboundLocalError instead of ignoring it
+    (huggingface/huggingface_hub#3609; fixed by PR #3610 in the 1.x line, which
+    transformers 4.57, SGLang 0.5.9's pin, does not allow). Its format: commit, etag
+    and timestamp, a line each. Without it the client re-checks the file (LFS: by
+    sha256) or downloads it again.
+    """
+    try:
+        commit, etag, timestamp = metadata.read_text().splitlines()[:3]
+        float(timestamp)
+        if commit and etag:
+            return
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, UnicodeDecodeError):  # ValueError: fewer than 3 lines too
+        pass
+    metadata.unlink(missing_ok=True)
 
 
 def partial_bytes(local_dir: Path) -> int:
@@ -240,7 +267,7 @@ def partial_bytes(local_dir: Path) -> int:
     Runs while downloads finish and their directories are removed: os.walk skips what vanished.
     """
     total = 0
-    for root, _, files in os.walk(local_dir / ".cache" / "huggingface" / "download"):
+    for root, _, files in os.walk(_client_dir(local_dir)):
         for name in files:
             if name.endswith(".incomplete"):
                 with contextlib.suppress(OSError):
