@@ -130,8 +130,7 @@ def _same_lock(path: Path, lock: lockfile.ModelLock) -> bool:
 
 
 def _interrupt(signum, _frame):
-    name = signal.Signals(signum).name
-    raise fetch.Interrupted(name, ExitStatus.INTERRUPTED)
+    raise fetch.Interrupted(signal.Signals(signum).name)
 
 
 @models_group.command("fetch")

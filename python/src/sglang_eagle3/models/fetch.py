@@ -35,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..exit_status import ExitStatus
 from . import ModelsError, hashing, hub
 from .lockfile import LockedFile, ModelLock
 from .progress import Progress, human_bytes
@@ -46,9 +47,7 @@ STATE_DIR = ".sglang-eagle3"
 class Interrupted(BaseException):
     """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread)."""
 
-    def __init__(self, signal_name: str, exit_code: int):
-        super().__init__(signal_name)
-        self.exit_code = exit_code
+    exit_code = ExitStatus.INTERRUPTED  # whichever signal, like every other command
 
 
 class FileStatus(enum.StrEnum):
