@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import flake_eval
 import pytest
 from pinned_wheels import fetch_wheel, sha256_of, unpack
 from sglang_eagle3 import patchset, pins
@@ -106,11 +107,22 @@ def run_cli():
 # for: `tests/run -m timing` (or any -m expression naming them).
 
 
+_FLAKE_TESTS = pytest.StashKey[bool]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """A run that skipped the flake evaluation says so in one line, just above the final count."""
+    why = flake_eval.unavailable() if config.stash.get(_FLAKE_TESTS, False) else None
+    if why:
+        terminalreporter.write_line(f"NOTE: the flake was NOT evaluated: {why}", yellow=True, bold=True)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
 
 
 def pytest_collection_modifyitems(config, items):
+    config.stash[_FLAKE_TESTS] = any(Path(str(item.fspath)).name == "test_flake.py" for item in items)
     if config.option.markexpr:
         return  # the caller chose with -m
     kept = [item for item in items if "timing" not in item.keywords]

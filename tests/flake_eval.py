@@ -1,9 +1,11 @@
 """Evaluate this project's flake as `nix flake check` does, on a machine without nixpkgs.
 
 The flake's locked inputs are used as they are: uv2nix, pyproject.nix and
-build-system-pkgs from exact copies of their trees (../shared/nix/inputs, or
-$SGLANG_EAGLE3_NIX_INPUTS; their `nix hash path` must equal the narHash in flake.lock,
-which Nix checks). nixpkgs, which cannot be had here, is replaced by
+build-system-pkgs from exact copies of their trees, staged as `<name>-<rev>.tar.gz` in
+$SGLANG_EAGLE3_NIX_INPUTS (default ~/.cache/sglang-eagle3/nix-inputs) by
+../shared/nix/stage-inputs.sh; their `nix hash path` must equal the narHash in flake.lock,
+which Nix checks. Nothing is staged in the repository: with network, Nix fetches the
+inputs itself and none of this is needed. nixpkgs, which cannot be had here, is replaced by
 tests/nix/nixpkgs: nixpkgs' real `lib` (from the same folder) plus a small package set
 and NixOS stand-in that mirror the real functions (each file names what it mirrors).
 
@@ -27,14 +29,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STANDIN = REPO / "tests" / "nix" / "nixpkgs"
-INPUTS = Path(os.environ.get("SGLANG_EAGLE3_NIX_INPUTS", REPO.parent / "shared" / "nix" / "inputs"))
-# flake.lock node -> prefix of its tarball in INPUTS
+DEFAULT_INPUTS = Path.home() / ".cache" / "sglang-eagle3" / "nix-inputs"
+INPUTS = Path(os.environ.get("SGLANG_EAGLE3_NIX_INPUTS") or DEFAULT_INPUTS)
+# flake.lock node -> prefix of its tarball in INPUTS (the prefix is followed by the locked rev)
 TARBALLS = {
     "uv2nix": "uv2nix-",
     "pyproject-nix": "pyproject.nix-",
     "pyproject-build-systems": "build-system-pkgs-",
 }
+# nixpkgs' lib: the nixpkgs.lib mirror's last commit not newer than the locked nixpkgs, so the
+# tarball's rev is not in flake.lock; the newest staged one is used.
 NIXPKGS_LIB = "nixpkgs.lib-"
+HOW_TO_STAGE = (
+    "fetch the mirrors of pyproject-nix/uv2nix, pyproject-nix/pyproject.nix, pyproject-nix/build-system-pkgs "
+    "and nix-community/nixpkgs.lib, then run ../shared/nix/stage-inputs.sh MIRRORS "
+    "(docs: README, 'Run the tests'; with network, `nix flake check` fetches the inputs itself)"
+)
 # .ci/run sets this: there, a missing Nix or missing inputs is a failure, not a skip.
 REQUIRED = os.environ.get("SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL") == "1"
 
@@ -53,12 +63,22 @@ def unavailable() -> str | None:
     nix = shutil.which("nix")
     if nix is None or (nix_version(nix) or (0, 0)) < (2, 18):
         return "needs Nix >= 2.18 on PATH (run ../shared/nix/install-nix.sh)"
-    if not INPUTS.is_dir():
-        return f"needs the flake's locked input trees in {INPUTS} (set SGLANG_EAGLE3_NIX_INPUTS)"
-    for prefix in [*TARBALLS.values(), NIXPKGS_LIB]:
-        if not list(INPUTS.glob(f"{prefix}*.tar.gz")):
-            return f"{INPUTS} has no {prefix}*.tar.gz"
+    missing = [path.name for path in staged_tarballs().values() if not path.is_file()]
+    if missing:
+        return f"the flake's locked inputs are not staged in {INPUTS} (missing {', '.join(missing)}): {HOW_TO_STAGE}"
     return None
+
+
+def locked_rev(node: str) -> str:
+    return json.loads((REPO / "flake.lock").read_text())["nodes"][node]["locked"]["rev"]
+
+
+def staged_tarballs() -> dict[str, Path]:
+    """flake.lock node (and "nixpkgs.lib") -> the tarball staged for it (which may not exist)."""
+    tarballs = {node: INPUTS / f"{prefix}{locked_rev(node)}.tar.gz" for node, prefix in TARBALLS.items()}
+    libs = sorted(INPUTS.glob(f"{NIXPKGS_LIB}*.tar.gz"), key=lambda p: p.stat().st_mtime) if INPUTS.is_dir() else []
+    tarballs["nixpkgs.lib"] = libs[-1] if libs else INPUTS / f"{NIXPKGS_LIB}<commit>.tar.gz"
+    return tarballs
 
 
 def tracked_files(repo: Path = REPO) -> list[str]:
@@ -70,18 +90,18 @@ def tracked_files(repo: Path = REPO) -> list[str]:
     return [name for name in out.decode().split("\0") if name and (repo / name).exists()]
 
 
-def input_tree(prefix: str) -> Path | None:
-    """An input tree (e.g. "nixpkgs.lib-", "uv2nix-") unpacked once into the test cache, or None."""
-    tarballs = sorted(INPUTS.glob(f"{prefix}*.tar.gz")) if INPUTS.is_dir() else []
-    if not tarballs:
+def input_tree(node: str) -> Path | None:
+    """A staged input tree ("nixpkgs.lib", "uv2nix", ...) unpacked once into the test cache, or None."""
+    tarball = staged_tarballs()[node]
+    if not tarball.is_file():
         return None
     cache = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
-    target = cache / "inputs" / tarballs[-1].name.removesuffix(".tar.gz")
+    target = cache / "inputs" / tarball.name.removesuffix(".tar.gz")
     if not target.is_dir():
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        _extract(tarballs[-1], staging)
+        _extract(tarball, staging)
         staging.rename(target)
     (top,) = [p for p in target.iterdir() if p.is_dir()]
     return top
@@ -109,17 +129,13 @@ class Workspace:
     # -- assembly ------------------------------------------------------------------------
 
     def _unpack_inputs(self) -> dict[str, Path]:
-        trees = {}
-        for node, prefix in TARBALLS.items():
-            (tarball,) = sorted(INPUTS.glob(f"{prefix}*.tar.gz"))
-            trees[node] = _extract(tarball, self.root / "inputs" / node)
-        return trees
+        tarballs = staged_tarballs()
+        return {node: _extract(tarballs[node], self.root / "inputs" / node) for node in TARBALLS}
 
     def _assemble_nixpkgs(self) -> Path:
         target = self.root / "nixpkgs"
         shutil.copytree(STANDIN, target)
-        (tarball,) = sorted(INPUTS.glob(f"{NIXPKGS_LIB}*.tar.gz"))
-        lib_tree = _extract(tarball, self.root / "inputs" / "nixpkgs.lib")
+        lib_tree = _extract(staged_tarballs()["nixpkgs.lib"], self.root / "inputs" / "nixpkgs.lib")
         shutil.copytree(lib_tree / "lib", target / "lib")
         # Where the stand-in's leaf packages find host programs when something is built here:
         # this test environment's own bin directory first (its python has `wheel`, its ruff),
@@ -187,3 +203,11 @@ class Workspace:
         """A Nix expression with `flake` (the flake's outputs) and `inputs` in scope."""
         full = f'let flake = builtins.getFlake "{self.ref}"; inputs = flake.inputs; in {expr}'
         return json.loads(self.nix("eval", "--json", "--impure", "--expr", full).stdout)
+
+
+if __name__ == "__main__":
+    # .ci/run asks whether the flake can be evaluated here: exit 0, or print why not and exit 1.
+    why = unavailable()
+    if why:
+        print(why)
+    sys.exit(1 if why else 0)

@@ -26,15 +26,17 @@ from sglang_eagle3 import SGLANG_VERSION, patchset, pins, settings
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
-# nixpkgs' real lib, and the locked uv2nix / pyproject.nix trees: from ../shared/nix/inputs
-# (tests/flake_eval.py), or given explicitly.
-_lib_tree = flake_eval.input_tree(flake_eval.NIXPKGS_LIB)
+# nixpkgs' real lib, and the locked uv2nix / pyproject.nix trees: the same staged inputs the
+# flake evaluation uses (tests/flake_eval.py), or given explicitly.
+_lib_tree = flake_eval.input_tree("nixpkgs.lib")
 NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB") or (str(_lib_tree / "lib") if _lib_tree else None)
-UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix-") or "")
-PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject.nix-") or "")
+UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix") or "")
+PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject-nix") or "")
+if flake_eval.REQUIRED and not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC):
+    raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}")
 needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB),
-    reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the NixOS module without nixpkgs",
+    reason=f"needs nixpkgs' lib/: {flake_eval.HOW_TO_STAGE} (or set NIXPKGS_LIB=<nixpkgs>/lib)",
 )
 NIX_FILES = sorted(p for p in REPO.rglob("*.nix") if ".venv" not in p.parts and ".git" not in p.parts)
 PINS = pins.pins()
@@ -341,7 +343,7 @@ def test_module_rejects_an_api_key_given_as_a_store_path():
 
 @pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC),
-    reason="needs NIXPKGS_LIB, UV2NIX_SRC and PYPROJECT_NIX_SRC (source trees of the flake inputs)",
+    reason=f"needs the staged uv2nix and pyproject.nix trees: {flake_eval.HOW_TO_STAGE}",
 )
 def test_uv2nix_loads_the_workspace():
     expr = f"""
