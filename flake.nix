@@ -36,22 +36,22 @@
     let
       inherit (nixpkgs) lib;
       system = "x86_64-linux";
-      pins = import ./nix/pins.nix;
 
-      # nixpkgs with CUDA: unfree allowed, cudaSupport, capabilities 12.0 by default
-      # (RTX PRO 6000); pass e.g. [ "9.0" ] for H100/H200.
+      # nixpkgs with CUDA: unfree allowed, cudaSupport, and nixpkgs' default capabilities
+      # (SM90 and SM120 among them; what the CUDA binary cache builds). Choosing a list, e.g.
+      # [ "12.0" ], narrows FlashInfer's and torch's JIT targets and builds NCCL from source.
       mkPkgs =
         {
           system,
-          cudaCapabilities ? pins.stack.cudaCapabilities,
+          cudaCapabilities ? null,
         }:
         import nixpkgs {
           inherit system;
           config = {
             allowUnfree = true;
             cudaSupport = true;
-            inherit cudaCapabilities;
-          };
+          }
+          // lib.optionalAttrs (cudaCapabilities != null) { inherit cudaCapabilities; };
         };
 
       mkStack =
@@ -78,7 +78,7 @@
     in
     {
       lib = {
-        # The stack for another GPU generation: (lib.mkStack { cudaCapabilities = [ "9.0" ]; }).package
+        # The stack for chosen GPU generations only: (lib.mkStack { cudaCapabilities = [ "12.0" ]; }).package
         mkStack = args: mkStack (mkPkgs ({ inherit system; } // args));
         # The GPU A/B gate against other model directories.
         mkGpuCheck =
@@ -115,12 +115,12 @@
       devShells.${system}.default = pkgs.mkShell {
         packages = [
           stack.devEnv
-          stack.cuda.toolkit
           pkgs.patch
           pkgs.uv
           pkgs.nixfmt
-        ];
-        env = removeAttrs stack.runtimeEnv [ "SGLANG_EAGLE3_PATCHES" ] // {
+        ]
+        ++ stack.runtime.path;
+        env = stack.runtime.environment // {
           UV_NO_SYNC = "1";
           UV_PYTHON = stack.python.interpreter;
           UV_PYTHON_DOWNLOADS = "never";
@@ -130,6 +130,7 @@
         shellHook = ''
           unset PYTHONPATH
           export REPO_ROOT=$(git rev-parse --show-toplevel)
+          . ${stack.runtime.hostDriver}
         '';
         passthru = { inherit (stack) devEnv; };
       };

@@ -75,6 +75,10 @@ let
   rendezvousPort =
     if cfg.distInitAddr == null then null else lib.toInt (lib.last (lib.splitString ":" cfg.distInitAddr));
   exe = lib.getExe cfg.package;
+  # Programs the run-time environment takes from the host's NVIDIA driver (nvidia-smi: SGLang
+  # runs it at start); a unit's PATH has only coreutils, findutils, grep, sed and systemd.
+  driverPrograms = lib.filterAttrs (_: p: p.from == "driver") (lib.importJSON ../nix/runtime-env.json).programs;
+  driverPath = lib.optional (driverPrograms != { }) (lib.getBin config.hardware.nvidia.package);
   staticUser = cfg.user != null;
 
   # Shared by the server and the benchmark unit. Everything is locked down except
@@ -310,6 +314,22 @@ in
         NVIDIA preset (derivations requiring the "cuda" system feature see the driver and
         /dev/nvidia*), plus the model directories, so the flake's gpu-throughput-check runs here
       '';
+      package = mkOption {
+        type = types.package;
+        readOnly = true;
+        default = import ../nix/gpu-check.nix {
+          inherit pkgs lib;
+          inherit (cfg) package;
+          nvidiaDriver = config.hardware.nvidia.package;
+          modelPath = cfg.settings.model_path;
+          draftModelPath = toString cfg.settings.speculative_draft_model_path;
+        };
+        defaultText = literalExpression "the throughput A/B gate with this host's driver, package and models";
+        description = ''
+          The GPU throughput check for this host (build it with `nix build` on the host): the flake's
+          gpu-throughput-check with this host's NVIDIA driver (for nvidia-smi), package and models.
+        '';
+      };
       modelDirs = mkOption {
         type = types.listOf types.str;
         default = lib.filter (lib.hasPrefix "/") [
@@ -375,6 +395,7 @@ in
           wantedBy = [ "multi-user.target" ];
           wants = [ "network-online.target" ];
           after = [ "network-online.target" ];
+          path = driverPath;
           environment =
             cfg.environment
             // {

@@ -6,10 +6,16 @@
 # "cuda" system feature: a host with programs.nix-required-mounts (NVIDIA preset) mounts
 # the driver and /dev/nvidia* into it, and the model directories (the NixOS module's
 # gpuChecks option adds them). It is not in `checks`, so `nix flake check` passes on
-# hosts without GPUs. Build it with: nix build .#gpu-throughput-check
+# hosts without GPUs. SGLang runs nvidia-smi at start, which the sandbox only has from the
+# host's own driver package (a build input, so its closure is in the sandbox; another driver
+# version would not match the kernel module): services.sglang-eagle3.gpuChecks.package passes
+# config.hardware.nvidia.package. Build it with: nix build .#gpu-throughput-check
 {
   pkgs,
+  lib,
   package,
+  # The host's NVIDIA driver package (config.hardware.nvidia.package), for nvidia-smi.
+  nvidiaDriver ? null,
   # The example host's model directories (modules/examples/8-gpu-host.nix), which the
   # module's gpuChecks expose to the sandbox by default.
   modelPath ? "/var/lib/models/Kimi-K2.5-NVFP4",
@@ -22,13 +28,19 @@ pkgs.runCommand "sglang-eagle3-gpu-throughput-check"
     nativeBuildInputs = [
       package
       pkgs.curl
-    ];
+    ]
+    ++ lib.optional (nvidiaDriver != null) (lib.getBin nvidiaDriver);
     requiredSystemFeatures = [ "cuda" ];
     # Model directories come from the host through nix-required-mounts, not the store.
     inherit modelPath draftModelPath;
   }
   ''
     export HOME=$TMPDIR HF_HUB_OFFLINE=1
+    command -v nvidia-smi > /dev/null || {
+      echo "gpu-throughput-check: no nvidia-smi (SGLang needs it at start): build the check with the host's driver," >&2
+      echo "  services.sglang-eagle3.gpuChecks.package, or lib.mkGpuCheck { nvidiaDriver = config.hardware.nvidia.package; }" >&2
+      exit 1
+    }
     mkdir -p $out
     common=(--set model_path="$modelPath" --set speculative_draft_model_path="$draftModelPath" --set ready_timeout=5400)
 

@@ -15,8 +15,9 @@
 # ignores are listed with their reason. A soname nothing resolves stops evaluation and names
 # the wheel. tests/test_wheel_libraries.py checks every soname against this overlay.
 #
-# Also: sglang is the wheel with the patch series applied (sglang-wheel.nix), and
-# sglang-eagle3 is built with patches/ and nix/pins.json beside python/.
+# Also: sglang is the wheel with the patch series applied (sglang-wheel.nix); nvidia-ml-py
+# finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); sglang-eagle3 is
+# built with patches/ and nix/pins.json beside python/.
 {
   pkgs,
   lib,
@@ -131,6 +132,12 @@ fixed
   sglang = fixed.sglang.overrideAttrs {
     src = pkgs.callPackage ./sglang-wheel.nix { inherit python; };
   };
+
+  nvidia-ml-py = prev.nvidia-ml-py.overrideAttrs (old: {
+    postInstall = (old.postInstall or "") + ''
+      ${python.interpreter} ${./scripts/nvml-driver-path.py} $out/${sitePackages}/pynvml.py ${pkgs.addDriverRunpath.driverLink}/lib
+    '';
+  });
 
   sglang-eagle3 = prev.sglang-eagle3.overrideAttrs (_old: {
     src = lib.fileset.toSource {

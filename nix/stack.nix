@@ -14,14 +14,19 @@ let
   series = import ./patch-series.nix;
   python = pkgs."python${lib.replaceStrings [ "." ] [ "" ] pins.stack.python}";
   cuda = import ./cuda.nix { inherit pkgs lib; };
-  # Capabilities FlashInfer/Triton compile for at run time. nixpkgs' config.cudaCapabilities
-  # defaults to [ ] (never missing), so an empty list means "not chosen": then RTX PRO 6000's
-  # 12.0 from nix/pins.json; e.g. [ "9.0" ] for H100/H200.
-  cudaCapabilities =
-    let
-      chosen = pkgs.config.cudaCapabilities or [ ];
-    in
-    if chosen != [ ] then chosen else pins.stack.cudaCapabilities;
+  # CUDA capabilities chosen for this stack, or [ ] (nixpkgs' default: its config option is
+  # [ ] unless set). Unchosen, nixpkgs builds NCCL and NVSHMEM for its default capabilities
+  # (which the CUDA binary cache serves, SM90 and SM120 among them) and FlashInfer and torch
+  # compile for the GPUs they see at run time.
+  cudaCapabilities = pkgs.config.cudaCapabilities or [ ];
+  runtime = import ./runtime-env.nix {
+    inherit
+      pkgs
+      lib
+      cuda
+      cudaCapabilities
+      ;
+  };
 
   workspace = uv2nix.lib.workspace.loadWorkspace { workspaceRoot = src + "/python"; };
 
@@ -110,9 +115,7 @@ let
   );
   devEnv = devSet.mkVirtualEnv "sglang-eagle3-dev-env" testSpec;
 
-  runtimeEnv = {
-    CUDA_HOME = "${cuda.toolkit}";
-    TORCH_CUDA_ARCH_LIST = lib.concatStringsSep ";" cudaCapabilities;
+  runtimeEnv = runtime.environment // {
     SGLANG_EAGLE3_PATCHES = "${series.dir}";
   };
 
@@ -121,8 +124,8 @@ let
     paths = [ serverEnv ];
     nativeBuildInputs = [ pkgs.makeWrapper ];
     postBuild = ''
-      wrapProgram $out/bin/sglang-eagle3 \
-        ${lib.concatStrings (lib.mapAttrsToList (k: v: "--set-default ${k} '${v}' ") runtimeEnv)}
+      wrapProgram $out/bin/sglang-eagle3 ${runtime.wrapperArgs} \
+        --set-default SGLANG_EAGLE3_PATCHES ${series.dir}
     '';
     passthru = {
       inherit
@@ -134,6 +137,7 @@ let
         lintEnv
         devEnv
         cuda
+        runtime
         runtimeEnv
         ;
       sglangWheel = pythonSet.sglang.src;
@@ -156,6 +160,7 @@ in
     testEnv
     devEnv
     cuda
+    runtime
     runtimeEnv
     python
     ;

@@ -160,14 +160,23 @@ def test_test_environment_has_no_cuda_kernel_package(ws):
     assert any(re.search(r"-sgl-kernel-0\.3\.21\+cu130$", p) for p in server.split(":")), "the server has it"
 
 
-def test_cuda_capabilities_fall_back_to_the_pin_through_the_overlay(ws):
+def test_cuda_capabilities_unchosen_leave_the_targets_to_the_gpus_present(ws):
+    """Unchosen (nixpkgs' default, what the CUDA cache builds), neither torch nor FlashInfer gets
+    a target list: both compile for the GPUs they see (FlashInfer with the arch-specific suffix).
+    Chosen through the overlay, both get the list, in each library's own syntax."""
     expr = """
       let pkgs = import inputs.nixpkgs {{ system = "x86_64-linux"; overlays = [ flake.overlays.default ];
                                          config = {{ allowUnfree = true; cudaSupport = true; {extra} }}; }};
-      in pkgs.sglang-eagle3.passthru.runtimeEnv.TORCH_CUDA_ARCH_LIST
+          env = pkgs.sglang-eagle3.passthru.runtimeEnv;
+      in [ (env.TORCH_CUDA_ARCH_LIST or null) (env.FLASHINFER_CUDA_ARCH_LIST or null) ]
     """
-    assert ws.eval_expr(expr.format(extra="")) == "12.0"
-    assert ws.eval_expr(expr.format(extra='cudaCapabilities = [ "9.0" ];')) == "9.0"
+    assert ws.eval_expr(expr.format(extra="")) == [None, None]
+    assert ws.eval_expr(expr.format(extra='cudaCapabilities = [ "8.9" "9.0" "12.0" ];')) == [
+        "8.9;9.0;12.0", "8.9 9.0a 12.0a"
+    ]  # fmt: skip
+    assert ws.eval(f"packages.{SYSTEM}.default.passthru.runtimeEnv", apply="e: e ? TORCH_CUDA_ARCH_LIST") is False
+    chosen = ws.eval_expr('(flake.lib.mkStack { cudaCapabilities = [ "12.0" ]; }).package.passthru.runtimeEnv')
+    assert chosen["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a"
 
 
 def test_module_uses_the_package_of_the_hosts_system(ws):

@@ -163,7 +163,9 @@ def test_credentials_directory_is_used_under_systemd(tmp_path):
     assert launch_plan.build(settings.ServerSettings(), environ={}).key_files == {}
 
 
-def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, monkeypatch):
+def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_path, patched_tree, monkeypatch):
+    """SGLang 0.5.9's ServerArgs.__post_init__ runs nvidia-smi (get_nvgpu_memory_capacity) and
+    raises without it, so GPUs without nvidia-smi cannot serve: preflight stops there, naming the fix."""
     dev = tmp_path / "dev"
     dev.mkdir()
     for name in [*(f"nvidia{i}" for i in range(8)), "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
@@ -172,4 +174,6 @@ def test_device_nodes_without_nvidia_smi_are_a_warning(tmp_path, patched_tree, m
     found = preflight.device_nodes(dev)
     monkeypatch.setattr(preflight, "device_nodes", lambda: found)
     report = run(tmp_path, patched_tree, "absent")
-    assert checks(report)["gpus"].status == "warn" and "8 GPU device nodes" in checks(report)["gpus"].message
+    gpus = checks(report)["gpus"]
+    assert gpus.status == "fail" and "/dev has 8 GPU device node(s)" in gpus.message
+    assert "put the driver's nvidia-smi on PATH" in gpus.message and not report.ok

@@ -226,12 +226,16 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
         result.gpus = query_gpus(nvidia_smi)
     except FileNotFoundError:
         devices = device_nodes()
-        if devices and len(devices) >= settings.gpus_per_node:
-            # Containers and build sandboxes may get the devices without nvidia-smi.
+        if devices:
+            # Containers and build sandboxes may get the devices without nvidia-smi, but SGLang
+            # 0.5.9 runs it in ServerArgs.__post_init__ (get_nvgpu_memory_capacity) and stops.
             result.add(
                 "gpus",
-                CheckStatus.WARN,
-                f"nvidia-smi not found; {len(devices)} GPU device nodes in /dev, capability unknown",
+                CheckStatus.FAIL,
+                f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at "
+                "start and stops without it; put the driver's nvidia-smi on PATH (NixOS: the "
+                "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
+                "container toolkit mounts it)",
             )
         else:
             result.add(

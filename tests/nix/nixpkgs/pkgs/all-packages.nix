@@ -96,6 +96,8 @@ trivial
   nixfmt = hostTool "nixfmt" "1.2.0" [ "nixfmt" ];
   nixfmt-rfc-style = warnAlias "nixfmt-rfc-style is now the same as pkgs.nixfmt which should be used instead." self.nixfmt;
   nixfmt-tree = hostTool "nixfmt-tree" "1.2.0" [ "treefmt" ];
+  # pkgs/by-name/ni/ninja/package.nix
+  ninja = hostTool "ninja" "1.13.2" [ "ninja" ];
   numactl = hostTool "numactl" "2.0.19" [ "numactl" ];
   prometheus = hostTool "prometheus" "3.9.1" [
     "prometheus"
@@ -167,6 +169,14 @@ trivial
 
   cudaPackages_13_0 = import ./cuda.nix {
     inherit lib config stdenv;
+    # pkgs/build-support/cc-wrapper: the gcc nvcc 13.0 supports, wrapped (finds its own
+    # assembler and linker); cuda-modules/packages/backendStdenv.nix picks it.
+    backendCc = hostTool "gcc-wrapper" "14.3.0" [
+      "cc"
+      "c++"
+      "gcc"
+      "g++"
+    ];
     cudaMajorMinorPatchVersion = "13.0.2";
   };
   cudaPackages = self.cudaPackages_13_0;

@@ -13,6 +13,7 @@
   lib,
   config,
   stdenv,
+  backendCc,
   cudaMajorMinorPatchVersion,
 }:
 let
@@ -74,10 +75,16 @@ lib.makeScope (extra: lib.callPackageWith extra) (self: {
   cudaNamePrefix = "cuda${cudaMajorMinorVersion}";
   cudaAtLeast = lib.versionAtLeast cudaMajorMinorPatchVersion;
   cudaOlder = lib.versionOlder cudaMajorMinorPatchVersion;
-  backendStdenv = stdenv;
+  backendStdenv = stdenv // {
+    cc = backendCc // {
+      inherit (stdenv.cc) cc libc isGNU;
+    };
+  };
 
   cuda_cccl = r "cuda_cccl" "13.0.85" [ "out" ];
   cuda_cudart = r "cuda_cudart" "13.0.96" full;
+  # packages/cuda_crt.nix: nvcc's crt/ headers, a package of their own from CUDA 13 on.
+  cuda_crt = r "cuda_crt" "13.0.88" [ "out" ];
   cuda_cupti = r "cuda_cupti" "13.0.85" [
     "out"
     "dev"

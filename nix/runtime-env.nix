@@ -1,0 +1,71 @@
+# The run-time environment, from its one definition (nix/runtime-env.json): what SGLang,
+# Triton, FlashInfer and PyTorch find at run time by PATH, environment variables and fixed
+# paths, beyond the libraries the dynamic linker loads (python-overrides.nix does those).
+# Rendered here for every consumer: the sglang-eagle3 wrapper (`nix run`, the NixOS units,
+# the GPU check), the dev shell and the server unit's `path`.
+{
+  pkgs,
+  lib,
+  cuda,
+  # Chosen CUDA capabilities ([ ] = not chosen: FlashInfer and torch compile for the GPUs
+  # they see, which is what a host running one GPU generation wants).
+  cudaCapabilities,
+}:
+let
+  spec = lib.importJSON ./runtime-env.json;
+  cc = cuda.cudaPackages.backendStdenv.cc;
+
+  # FlashInfer adds the arch-specific suffix itself for SM90 and newer when it detects the
+  # GPU (compilation_context.py); a chosen list gets the same.
+  flashinferArch = c: if lib.versionAtLeast c "9.0" then "${c}a" else c;
+  values = {
+    "cuda:toolkit" = "${cuda.toolkit}";
+    "cuda:stubs" = cuda.stubs;
+    cc = "${cc}/bin/cc";
+    cxx = "${cc}/bin/c++";
+    "capabilities:torch" = lib.concatStringsSep ";" cudaCapabilities;
+    "capabilities:flashinfer" = lib.concatMapStringsSep " " flashinferArch cudaCapabilities;
+  };
+  chosen = name: !(lib.hasPrefix "capabilities:" spec.environment.${name}.value) || cudaCapabilities != [ ];
+
+  # What puts each program on PATH; "driver" programs come from the host (see below).
+  providers = {
+    cc = cc;
+    "cuda:toolkit" = cuda.toolkit;
+  };
+  provider =
+    from:
+    if lib.hasPrefix "nixpkgs:" from then
+      lib.getAttrFromPath (lib.splitString "." (lib.removePrefix "nixpkgs:" from)) pkgs
+    else
+      providers.${from}
+        or (throw "nix/runtime-env.json: unknown provider '${from}' (known: driver, nixpkgs:<attr>, ${lib.concatStringsSep ", " (lib.attrNames providers)})");
+  fromHost = lib.filterAttrs (_: p: p.from == "driver") spec.programs;
+in
+rec {
+  inherit spec;
+
+  environment = lib.mapAttrs (name: e: values.${e.value} or e.value) (
+    lib.filterAttrs (name: _: chosen name) spec.environment
+  );
+
+  # Packages whose bin/ goes on PATH, ahead of the caller's.
+  path = lib.unique (map (p: provider p.from) (lib.attrValues (lib.filterAttrs (_: p: p.from != "driver") spec.programs)));
+
+  # Programs the host's NVIDIA driver provides (nvidia-smi): on PATH already for a person on
+  # any distribution; the NixOS unit adds the driver package's bin/ (its PATH is minimal).
+  driverPrograms = lib.attrNames fromHost;
+
+  # Non-NixOS hosts: the driver's libraries are not in /run/opengl-driver/lib; the wrapper
+  # links them from the host's library directory first (nix/scripts/host-driver.sh).
+  hostDriver = ./scripts/host-driver.sh;
+
+  # makeWrapper arguments: the caller's values win (--set-default), PATH is prefixed.
+  wrapperArgs = lib.concatStringsSep " " (
+    [
+      "--prefix PATH : ${lib.makeBinPath path}"
+      "--run '. ${hostDriver}'"
+    ]
+    ++ lib.mapAttrsToList (k: v: "--set-default ${k} ${lib.escapeShellArg v}") environment
+  );
+}
