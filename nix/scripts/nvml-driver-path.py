@@ -30,7 +30,7 @@ def patch(source: str, driver_lib_dir: str) -> str:
 
     patched, count = LOAD.subn(fallback, source)
     if count != 1:
-        raise SystemExit(f"nvml-driver-path: expected one CDLL(\"libnvidia-ml.so.1\") line, found {count}")
+        raise SystemExit(f'nvml-driver-path: expected one CDLL("libnvidia-ml.so.1") line, found {count}')
     return patched
 
 

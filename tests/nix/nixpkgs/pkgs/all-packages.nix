@@ -24,29 +24,31 @@ let
   # A leaf package (a program nixpkgs builds from source). Evaluated like the real one
   # (name, version, meta.mainProgram); built here as wrappers of the host's programs, so
   # the derivations around it can run.
+  # Each program is a wrapper that finds the host's program when it runs (so a store path
+  # built once follows the host's tools), started by its host path: a Python virtual
+  # environment is found from the path its interpreter is started by.
+  hostPrograms = pname: ''
+    mkdir -p $out/bin
+    for program in $programs; do
+      cat > "$out/bin/$program" <<EOS
+    #!/bin/sh
+    for dir in $hostPath; do
+      if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
+    done
+    echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
+    exit 127
+    EOS
+      chmod +x "$out/bin/$program"
+    done
+  '';
+
   hostTool =
     pname: version: programs:
     stdenv.mkDerivation {
       inherit pname version;
       inherit programs;
       hostPath = hostPath;
-      # Each program is a wrapper that finds the host's program when it runs (so a store path
-      # built once follows the host's tools), started by its host path: a Python virtual
-      # environment is found from the path its interpreter is started by.
-      buildCommand = ''
-        mkdir -p $out/bin
-        for program in $programs; do
-          cat > "$out/bin/$program" <<EOS
-        #!/bin/sh
-        for dir in $hostPath; do
-          if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
-        done
-        echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
-        exit 127
-        EOS
-          chmod +x "$out/bin/$program"
-        done
-      '';
+      buildCommand = hostPrograms pname;
       meta.mainProgram = builtins.head programs;
     };
 
@@ -117,7 +119,8 @@ trivial
   mesa = hostTool "mesa" "25.3.3" [ ];
   grafana = hostTool "grafana" "12.3.2" [ "grafana" ];
   nix-required-mounts = hostTool "nix-required-mounts" "0.0.1" [ "nix-required-mounts" ];
-  # pkgs/os-specific/linux/nvidia-x11/default.nix via linuxPackages.nvidiaPackages
+  # pkgs/os-specific/linux/nvidia-x11/default.nix via linuxPackages.nvidiaPackages; generic.nix
+  # gives the driver a `bin` output with nvidia-smi (what lib.getBin picks).
   linuxPackages =
     let
       driver =
@@ -125,6 +128,7 @@ trivial
         (hostTool "nvidia-x11" version [ ])
         // {
           inherit version;
+          bin = hostTool "nvidia-x11-bin" version [ "nvidia-smi" ];
           open = hostTool "nvidia-open" version [ ];
         };
     in
@@ -169,6 +173,7 @@ trivial
 
   cudaPackages_13_0 = import ./cuda.nix {
     inherit lib config stdenv;
+    inherit hostPath hostPrograms;
     # pkgs/build-support/cc-wrapper: the gcc nvcc 13.0 supports, wrapped (finds its own
     # assembler and linker); cuda-modules/packages/backendStdenv.nix picks it.
     backendCc = hostTool "gcc-wrapper" "14.3.0" [

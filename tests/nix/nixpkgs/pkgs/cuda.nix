@@ -13,6 +13,8 @@
   lib,
   config,
   stdenv,
+  hostPath,
+  hostPrograms,
   backendCc,
   cudaMajorMinorPatchVersion,
 }:
@@ -38,15 +40,19 @@ let
       outputs,
       license ? lib.licenses.nvidiaCudaRedist,
       redist ? true,
+      # Executables in $out/bin, built here as wrappers of the host's (nvcc where CUDA is installed).
+      programs ? [ ],
     }:
     stdenv.mkDerivation {
       name = "cuda${cudaMajorMinorVersion}-${pname}-${version}";
-      inherit pname version;
+      inherit pname version programs;
+      hostPath = hostPath ++ [ "/usr/local/cuda/bin" ];
       outputs = if redist then lib.intersectLists outputs expectedOutputs else outputs;
       __structuredAttrs = false;
       buildCommand = ''
         for o in $outputs; do mkdir -p "''${!o}"; done
-      '';
+      ''
+      + lib.optionalString (programs != [ ]) (hostPrograms pname);
       meta = {
         inherit license;
         # buildRedist's brokenAssertions: "CUDA support is enabled by config.cudaSupport".
@@ -93,7 +99,15 @@ lib.makeScope (extra: lib.callPackageWith extra) (self: {
     "samples"
     "static"
   ];
-  cuda_nvcc = r "cuda_nvcc" "13.0.88" [ "out" ];
+  cuda_nvcc = package {
+    pname = "cuda_nvcc";
+    version = "13.0.88";
+    outputs = [ "out" ];
+    programs = [
+      "nvcc"
+      "ptxas"
+    ];
+  };
   cuda_nvml_dev = r "cuda_nvml_dev" "13.0.87" [
     "out"
     "dev"

@@ -1,0 +1,283 @@
+"""The run-time environment: what SGLang, Triton, FlashInfer and PyTorch find at run time by
+PATH, environment variables, ctypes and fixed paths, beyond the ELF libraries.
+
+nix/runtime-env.json is its one definition; nix/runtime-env.nix renders it for the wrapper
+(`nix run`, the NixOS units), the dev shell, the server unit's PATH and the GPU check. Here:
+
+- the scripts the Nix build runs, for real: nix/scripts/host-driver.sh (the host's driver
+  libraries on a distribution other than NixOS) and nix/scripts/nvml-driver-path.py (NVML on
+  NixOS), with a compiled stand-in for the NVIDIA driver's libnvidia-ml.so.1, the one thing
+  that cannot load on a machine without the driver;
+- every entry of the definition reaches every consumer, in the evaluated flake (stand-in
+  nixpkgs, real locked inputs; see tests/flake_eval.py);
+- the CUDA tree is built here (stand-in packages): lib64, cuda_crt, no static outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from flake_eval import Workspace, unavailable
+
+SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
+HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
+NVML_PATCH = REPO / "nix" / "scripts" / "nvml-driver-path.py"
+SYSTEM = "x86_64-linux"
+
+
+# -- a stand-in for the driver's NVML: the real one needs the NVIDIA driver ------------------------
+
+
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory) -> Path:
+    """A driver directory as a host has it: libcuda.so.1, libnvidia-ml.so.1 (a tiny real shared
+    library answering nvmlInitWithFlags and nvmlShutdown, enough for pynvml.nvmlInit()) and an
+    unrelated system library that must not be exposed."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler for the stand-in libnvidia-ml.so.1")
+    root = tmp_path_factory.mktemp("driver")
+    source = root / "nvml.c"
+    source.write_text("int nvmlInitWithFlags(unsigned int flags) { return 0; }\nint nvmlShutdown(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(root / "libnvidia-ml.so.1"), str(source)], check=True)
+    (root / "libcuda.so.1").write_bytes(b"")
+    (root / "libcuda.so.580.126.09").write_bytes(b"")
+    (root / "libstdc++.so.6").write_bytes(b"")
+    return root
+
+
+def source_host_driver(tmp_path: Path, **variables: str) -> dict[str, str]:
+    """Source host-driver.sh as the wrapper does (bash -e) and return the resulting environment."""
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+    script = f"set -e; {assigns}; . {HOST_DRIVER}; env -0"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "LD_LIBRARY_PATH": "/keep"}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, env=env, check=True).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def fake_ldconfig(tmp_path: Path, driver: Path) -> Path:
+    program = tmp_path / "ldconfig"
+    program.write_text(
+        "#!/bin/sh\n"
+        "echo '3 libs found in cache `/etc/ld.so.cache`'\n"
+        "echo '\tlibcuda.so.1 (libc6) => /usr/lib32/libcuda.so.1'\n"
+        f"echo '\tlibcuda.so.1 (libc6,x86-64) => {driver}/libcuda.so.1'\n"
+        f"echo '\tlibstdc++.so.6 (libc6,x86-64) => {driver}/libstdc++.so.6'\n"
+    )
+    program.chmod(0o755)
+    return program
+
+
+# -- host-driver.sh ---------------------------------------------------------------------------------
+
+
+def test_host_driver_links_only_the_driver_libraries_found_by_the_hosts_ldconfig(tmp_path, fake_driver):
+    env = source_host_driver(
+        tmp_path, driverLink=str(tmp_path / "no-such"), ldconfigs=str(fake_ldconfig(tmp_path, fake_driver))
+    )
+    first, rest = env["LD_LIBRARY_PATH"].split(":", 1)
+    assert rest == "/keep", "the caller's LD_LIBRARY_PATH stays, after the driver's"
+    assert first == str(tmp_path / "home" / ".cache" / "sglang-eagle3" / "host-driver")
+    linked = {p.name: os.readlink(p) for p in Path(first).iterdir()}
+    assert linked == {
+        name: str(fake_driver / name) for name in ("libcuda.so.1", "libcuda.so.580.126.09", "libnvidia-ml.so.1")
+    }, "the driver's libraries only, never the host's libstdc++"
+
+
+def test_host_driver_falls_back_to_the_usual_directories_without_ldconfig(tmp_path, fake_driver):
+    env = source_host_driver(
+        tmp_path, driverLink=str(tmp_path / "no-such"), ldconfigs=str(tmp_path / "absent"),
+        hostLibDirs=f"{tmp_path / 'empty'} {fake_driver}",
+    )  # fmt: skip
+    first = Path(env["LD_LIBRARY_PATH"].split(":")[0])
+    assert os.readlink(first / "libnvidia-ml.so.1") == str(fake_driver / "libnvidia-ml.so.1")
+
+
+def test_host_driver_changes_nothing_on_nixos_or_without_a_driver(tmp_path, fake_driver):
+    nixos = tmp_path / "opengl-driver"
+    (nixos / "lib").mkdir(parents=True)
+    (nixos / "lib" / "libcuda.so.1").write_bytes(b"")
+    env = source_host_driver(tmp_path, driverLink=str(nixos), ldconfigs=str(fake_ldconfig(tmp_path, fake_driver)))
+    assert env["LD_LIBRARY_PATH"] == "/keep"
+    env = source_host_driver(
+        tmp_path, driverLink=str(tmp_path / "no-such"), ldconfigs=str(tmp_path / "absent"),
+        hostLibDirs=str(tmp_path / "empty"),
+    )  # fmt: skip
+    assert env["LD_LIBRARY_PATH"] == "/keep", "no driver: no change, and the wrapper (bash -e) goes on"
+
+
+def test_host_driver_uses_tmp_when_the_cache_cannot_be_made(tmp_path, fake_driver):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a cache "directory" under a regular file cannot be created, even by root
+    env = source_host_driver(
+        tmp_path, driverLink=str(tmp_path / "no-such"), ldconfigs=str(fake_ldconfig(tmp_path, fake_driver)),
+        TMPDIR=str(tmp_path / "tmp"), XDG_CACHE_HOME=str(blocker / "cache"),
+    )  # fmt: skip
+    first = Path(env["LD_LIBRARY_PATH"].split(":")[0])
+    assert first == tmp_path / "tmp" / f"sglang-eagle3-host-driver-{os.getuid()}"
+    assert (first / "libcuda.so.1").is_symlink()
+
+
+def test_pynvml_finds_the_hosts_nvml_through_host_driver(tmp_path, fake_driver):
+    """End to end on a distribution other than NixOS: the library pynvml opens by name is found."""
+    env = source_host_driver(
+        tmp_path, driverLink=str(tmp_path / "no-such"), ldconfigs=str(fake_ldconfig(tmp_path, fake_driver))
+    )
+    code = "import pynvml; pynvml.nvmlInit(); print('nvml ok')"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+    assert run.stdout.strip() == "nvml ok", run.stderr
+    bare = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": ""}
+    )
+    assert "NVML Shared Library Not Found" in bare.stderr
+
+
+# -- nvml-driver-path.py ------------------------------------------------------------------------------
+
+
+def pynvml_source() -> str:
+    import pynvml
+
+    return Path(pynvml.__file__).read_text()
+
+
+def test_patched_pynvml_falls_back_to_the_driver_directory(tmp_path, fake_driver):
+    """On NixOS nothing is on the loader's path: the patched pynvml opens NVML from the driver link."""
+    module = tmp_path / "site" / "pynvml.py"
+    module.parent.mkdir()
+    module.write_text(pynvml_source())
+    code = "import pynvml; pynvml.nvmlInit(); print('nvml ok')"
+    env = {**os.environ, "PYTHONPATH": str(module.parent), "LD_LIBRARY_PATH": ""}
+    before = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "NVML Shared Library Not Found" in before.stderr
+    subprocess.run([sys.executable, str(NVML_PATCH), str(module), str(fake_driver)], check=True)
+    after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert after.stdout.strip() == "nvml ok", after.stderr
+
+
+def test_nvml_patch_refuses_a_pynvml_without_the_expected_load(tmp_path):
+    module = tmp_path / "pynvml.py"
+    module.write_text(pynvml_source().replace('CDLL("libnvidia-ml.so.1")', "CDLL(find_nvml())"))
+    run = subprocess.run(
+        [sys.executable, str(NVML_PATCH), str(module), "/run/opengl-driver/lib"], capture_output=True, text=True
+    )
+    assert run.returncode != 0 and 'expected one CDLL("libnvidia-ml.so.1") line, found 0' in run.stderr
+
+
+# -- every entry of the definition reaches every consumer (the evaluated flake) ---------------------
+
+reason = unavailable()
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    if reason:
+        pytest.skip(reason)
+    return Workspace(tmp_path_factory.mktemp("flake"))
+
+
+def wrapper_args(ws: Workspace) -> tuple[list[str], dict[str, str], str]:
+    """(PATH entries, --set-default values, --run command) of the sglang-eagle3 wrapper."""
+    command = ws.eval(f"packages.{SYSTEM}.default.buildCommand")
+    (line,) = [line for line in command.splitlines() if line.startswith("wrapProgram $out/bin/sglang-eagle3")]
+    prefix = re.search(r"--prefix PATH : (\S+)", line)[1].split(":")
+    defaults = dict(re.findall(r"--set-default (\S+) '?([^' ]+)'?", line))
+    run = re.search(r"--run '([^']+)'", line)[1]
+    return prefix, defaults, run
+
+
+def built(ws: Workspace, paths: list[str]) -> None:
+    """Build the store paths' derivations here (stand-in packages wrap this host's programs)."""
+    drvs = [ws.nix("path-info", "--derivation", p, check=False).stdout.strip() for p in paths]
+    ws.nix("build", "--no-link", "--option", "sandbox", "false", *[f"{d}^*" for d in drvs if d])
+
+
+def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws):
+    path, defaults, run = wrapper_args(ws)
+    built(ws, [p.removesuffix("/bin") for p in path])
+    for program, entry in SPEC["programs"].items():
+        found = [d for d in path if (Path(d) / program).exists()]
+        if entry["from"] == "driver":
+            assert not found, f"{program} comes from the host's driver, not the store"
+        else:
+            assert found, f"{program} ({entry['from']}) is on no PATH entry of the wrapper: {path}"
+    chosen = {k for k, e in SPEC["environment"].items() if not e["value"].startswith("capabilities:")}
+    assert chosen <= set(defaults), f"missing from the wrapper: {chosen - set(defaults)}"
+    toolkit = ws.eval(f"packages.{SYSTEM}.cuda-toolkit.outPath")
+    assert defaults["CUDA_HOME"] == toolkit
+    assert re.fullmatch(
+        r"/nix/store/\w{32}-cuda13\.0-cuda_cudart-[\d.]+-stubs/lib/stubs", defaults["TRITON_LIBCUDA_PATH"]
+    )
+    assert defaults["CC"] in {f"{d}/cc" for d in path} and defaults["CXX"] in {f"{d}/c++" for d in path}
+    assert re.fullmatch(r"\. /nix/store/\w{32}-host-driver\.sh", run), run
+    assert Path(run[2:]).read_text() == HOST_DRIVER.read_text(), "the wrapper sources the tested script"
+
+
+def test_dev_shell_has_the_same_programs_and_variables(ws):
+    shell = f"devShells.{SYSTEM}.default"
+    inputs = set(ws.eval(f"{shell}.nativeBuildInputs", apply="map (d: d.outPath)"))
+    path, defaults, run = wrapper_args(ws)
+    assert {p.removesuffix("/bin") for p in path} <= inputs
+    for name, value in defaults.items():
+        if name != "SGLANG_EAGLE3_PATCHES":  # the shell uses the working tree's patches
+            assert ws.eval(f"{shell}.{name}") == value, name
+    assert run in ws.eval(f"{shell}.shellHook")
+
+
+HOST = """
+  inputs.nixpkgs.lib.nixosSystem { modules = [ flake.nixosModules.default "${flake}/modules/examples/8-gpu-host.nix" {
+    nixpkgs.hostPlatform = "x86_64-linux"; fileSystems."/" = { device = "/dev/sda1"; fsType = "ext4"; };
+    boot.loader.grub.device = "nodev"; system.stateVersion = "25.11"; } ]; }
+"""
+
+
+def test_server_unit_and_gpu_check_get_the_hosts_nvidia_smi(ws):
+    """A NixOS unit's PATH is coreutils, findutils, grep, sed and systemd; SGLang runs nvidia-smi."""
+    driver_bin = ws.eval_expr(f"({HOST}).config.hardware.nvidia.package.bin.outPath")
+    assert driver_bin.endswith(f"-nvidia-x11-bin-{ws.eval_expr(f'({HOST}).config.hardware.nvidia.package.version')}")
+    unit_path = ws.eval_expr(f"({HOST}).config.systemd.services.sglang-eagle3.environment.PATH")
+    assert f"{driver_bin}/bin" in unit_path.split(":")
+    built(ws, [driver_bin])
+    driver_programs = [p for p, e in SPEC["programs"].items() if e["from"] == "driver"]
+    assert driver_programs and all((Path(driver_bin) / "bin" / p).exists() for p in driver_programs)
+    check = ws.eval_expr(
+        f"map (d: d.outPath) ({HOST}).config.services.sglang-eagle3.gpuChecks.package.nativeBuildInputs"
+    )
+    assert driver_bin in check
+    script = ws.eval_expr(f"({HOST}).config.services.sglang-eagle3.gpuChecks.package.buildCommand")
+    assert "command -v nvidia-smi" in script
+
+
+def test_the_flakes_gpu_check_without_a_driver_says_how_to_get_one(ws):
+    script = ws.eval(f"packages.{SYSTEM}.gpu-throughput-check.buildCommand")
+    assert "services.sglang-eagle3.gpuChecks.package" in script and "nvidiaDriver" in script
+
+
+def test_cuda_tree_has_lib64_and_crt_and_no_static_outputs(ws):
+    toolkit = f"packages.{SYSTEM}.cuda-toolkit"
+    names = [p.split("-", 1)[1] for p in ws.eval(f"{toolkit}.paths")]
+    assert any(n.startswith("cuda13.0-cuda_crt-") for n in names), names
+    assert not [n for n in names if n.endswith("-static")], names
+    out = Path(
+        ws.nix(
+            "build", "--no-link", "--print-out-paths", "--option", "sandbox", "false", f"{ws.ref}#{toolkit}"
+        ).stdout.strip()
+    )
+    assert os.readlink(out / "lib64") == "lib"
+    assert (out / "bin" / "nvcc").exists()
+
+
+def test_nvml_is_patched_in_the_build(ws):
+    post = ws.eval(f"packages.{SYSTEM}.default.passthru.pythonSet.nvidia-ml-py.postInstall")
+    assert re.search(
+        r"/nix/store/\w{32}-nvml-driver-path\.py \$out/lib/python3\.12/site-packages/pynvml\.py /run/opengl-driver/lib",
+        post,
+    ), post
