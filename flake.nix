@@ -87,6 +87,8 @@
         # A model directory in the store from a model lock (sglang-eagle3 models lock):
         # lib.fetchModel { lockFile = ./Kimi-K25-eagle3.lock.json; }
         fetchModel = import ./nix/fetch-model.nix { inherit (pkgs) fetchurl linkFarm; };
+        # The size of a package's run-time closure by component: lib.closureSize pkg
+        closureSize = pkgs.callPackage ./nix/closure-size.nix { };
       };
 
       packages.${system} = {
@@ -94,6 +96,8 @@
         sglang-eagle3 = stack.package;
         sglang-wheel = stack.sglangWheel;
         cuda-toolkit = stack.cuda.toolkit;
+        # $out/closure-size.txt: the server package's closure by component.
+        closure-size = self.lib.closureSize stack.package;
         # The router host's environment (sglang-eagle3-router, sglang-router 0.3.2; no CUDA).
         sglang-router = stack.routerEnv;
         # NixOS VM test of services.sglang-router (needs KVM: the nixos-test and kvm system

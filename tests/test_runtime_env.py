@@ -281,3 +281,54 @@ def test_nvml_is_patched_in_the_build(ws):
         r"/nix/store/\w{32}-nvml-driver-path\.py \$out/lib/python3\.12/site-packages/pynvml\.py /run/opengl-driver/lib",
         post,
     ), post
+
+
+# -- the closure by component -------------------------------------------------------------------------
+
+
+def test_closure_report_is_built_here_and_adds_up(ws):
+    """lib.closureSize built for real on a closure this machine can build (the CUDA tree of the
+    stand-in); the server package's report is the same derivation over stack.package."""
+    expr = f'let flake = builtins.getFlake "{ws.ref}"; in flake.lib.closureSize flake.packages.{SYSTEM}.cuda-toolkit'
+    out = Path(ws.nix("build", "--impure", "--no-link", "--print-out-paths", "--option", "sandbox", "false",
+                      "--expr", expr).stdout.strip())  # fmt: skip
+    data = json.loads((out / "closure-size.json").read_text())
+    toolkit = ws.eval(f"packages.{SYSTEM}.cuda-toolkit.outPath")
+    closure = ws.nix("path-info", "--recursive", "--json", toolkit).stdout
+    info = json.loads(closure)
+    sizes = {p["path"] if isinstance(info, list) else p: (p if isinstance(info, list) else info[p])["narSize"]
+             for p in info}  # fmt: skip
+    assert data["total_bytes"] == sum(sizes.values()) and data["paths"] == len(sizes)
+    assert sum(c["bytes"] for c in data["components"].values()) == data["total_bytes"]
+    assert {"cuda: cuda_nvcc", "cuda-toolkit"} <= set(data["components"]), data["components"]
+    text = (out / "closure-size.txt").read_text()
+    assert text.startswith("closure: ") and "cuda: cuda_nvcc" in text
+    assert (
+        ws.eval(f"packages.{SYSTEM}.closure-size.name") == f"{ws.eval(f'packages.{SYSTEM}.default.name')}-closure-size"
+    )
+
+
+def test_closure_components_group_outputs_and_versions():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("closure_report", REPO / "nix" / "scripts" / "closure-report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    h = "/nix/store/" + "a" * 32 + "-"
+    names = {
+        "cuda13.0-libcublas-13.1.0.3-lib": "cuda: libcublas",
+        "cuda13.0-libcublas-13.1.0.3": "cuda: libcublas",
+        "cuda13.0-cuda_cudart-13.0.96-stubs": "cuda: cuda_cudart",
+        "python3.12-torch-2.9.1+cu130": "python: torch",
+        "python3.12-nvidia-ml-py-13.615.71": "python: nvidia-ml-py",
+        "glibc-2.40-66-bin": "glibc",
+        "sglang-eagle3-env": "sglang-eagle3-env",
+    }
+    assert {n: report.component(h + n) for n in names} == names
+    registration = f"{h}x-1\nsha256:0\n100\n\n1\n{h}y-2\n{h}y-2\nsha256:0\n20\n\n0"
+    data = report.report(report.read_registration(registration))
+    assert data == {
+        "total_bytes": 120,
+        "paths": 2,
+        "components": {"x": {"bytes": 100, "paths": 1}, "y": {"bytes": 20, "paths": 1}},
+    }

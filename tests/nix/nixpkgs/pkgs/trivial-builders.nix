@@ -5,6 +5,7 @@
 #   replaceVars                                       pkgs/build-support/replace-vars/replace-vars.nix
 #   mkShell                                           pkgs/build-support/mkshell/default.nix
 #   formats.json                                      pkgs/pkgs-lib/formats.nix
+#   closureInfo                                       pkgs/build-support/closure-info.nix
 {
   lib,
   stdenv,
@@ -341,4 +342,30 @@ in
       derivationArgs = env;
     };
   runCommandNoCC = runCommand;
+
+  # The real one's outputs ($out/registration: path, narHash, narSize, deriver "", number of
+  # references, the references; $out/store-paths; $out/total-nar-size), from the same
+  # structured-attrs closure JSON; built here by the host's bash and jq.
+  closureInfo =
+    { rootPaths }:
+    derivation {
+      name = "closure-info";
+      inherit (stdenv) system;
+      builder = "/bin/bash";
+      __structuredAttrs = true;
+      exportReferencesGraph.closure = rootPaths;
+      preferLocalBuild = true;
+      args = [
+        "-ec"
+        ''
+          . "$NIX_ATTRS_SH_FILE"
+          export PATH=/usr/local/bin:/usr/bin:/bin
+          out=''${outputs[out]}
+          mkdir "$out"
+          jq -r ".closure | map(.narSize) | add" < "$NIX_ATTRS_JSON_FILE" > "$out/total-nar-size"
+          jq -r '.closure | map([.path, .narHash, .narSize, "", (.references | length)] + .references) | add | map("\(.)\n") | add' < "$NIX_ATTRS_JSON_FILE" | head -n -1 > "$out/registration"
+          jq -r '.closure[].path' < "$NIX_ATTRS_JSON_FILE" > "$out/store-paths"
+        ''
+      ];
+    };
 }
