@@ -8,9 +8,11 @@ this machine's programs (the patched SGLang wheel, the formatting check) are bui
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -146,6 +148,45 @@ def test_router_vm_test_evaluates_and_needs_kvm(ws):
     assert ws.eval(f"{test}.drvPath").endswith(".drv")
     router = ws.eval(f"{test}.passthru.nodes.router.config.systemd.services.sglang-router.serviceConfig.LoadCredential")
     assert router == ["api-key:/run/secrets/sglang-api-key"]
+
+
+def third_party_imports(tree: Path) -> set[str]:
+    """The top-level modules the Python files under `tree` import, less the standard
+    library and the packages `tree` itself provides (it is the unit's PYTHONPATH)."""
+    own = {p.name for p in tree.iterdir() if p.is_dir()} | {p.stem for p in tree.glob("*.py")}
+    names: set[str] = set()
+    for path in tree.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - own
+
+
+def test_router_vm_workers_python_provides_every_module_the_stand_in_imports(ws):
+    """The workers run the stand-in server with an interpreter whose environment provides
+    each third-party module it imports (nixpkgs' own `pythonImportsCheck` of each package)."""
+    units = ws.eval_expr(f"""
+      builtins.mapAttrs (_: node: let
+          unit = node.config.systemd.services.sglang-stand-in;
+          python = node.config.system.build.sglangStandInPython;
+        in {{
+          inherit (unit) script;
+          pythonPath = unit.environment.PYTHONPATH;
+          interpreter = python.interpreter;
+          provides = builtins.concatMap (p: p.pythonImportsCheck or [ ]) python.paths;
+        }}) (removeAttrs flake.packages.{SYSTEM}.router-vm-test.passthru.nodes [ "router" ])
+    """)  # fmt: skip
+    assert sorted(units) == ["worker1", "worker2"]
+    for name, unit in units.items():
+        # The tree the unit puts on PYTHONPATH, as the store holds it (copied there by the eval).
+        tree = Path(unit["pythonPath"])
+        assert tree.name.endswith("-fake_sglang") and (tree / "sglang" / "launch_server.py").is_file(), unit
+        imports = third_party_imports(tree)
+        assert "prometheus_client" in imports, "the stand-in's metrics are prometheus_client's"
+        assert f"exec {unit['interpreter']} -m sglang.launch_server" in unit["script"], unit["script"]
+        assert imports <= set(unit["provides"]), f"{name}: {sorted(imports - set(unit['provides']))} not provided"
 
 
 # -- the findings of the review, each as a test --------------------------------------------
