@@ -45,8 +45,8 @@ let
     wheel = pythonPackage "wheel" "0.45.1" [ "wheel" ];
     pip = pythonPackage "pip" "25.0.1" [ "pip" ];
     setuptools = pythonPackage "setuptools" "80.9.0" [ "setuptools" ];
-    # pkgs/development/python-modules/prometheus-client (pythonImportsCheck = [ "prometheus_client" ];
-    # the attribute name and the import are the real ones, the version is illustrative).
+    # pkgs/development/python-modules/prometheus-client: the attribute name and
+    # pythonImportsCheck = [ "prometheus_client" ] are the real ones, the version illustrative.
     prometheus-client = pythonPackage "prometheus-client" "0.23.1" [ "prometheus_client" ];
   });
 
@@ -57,7 +57,9 @@ let
     let
       modules = lib.filter (d: d ? pythonModule) drvs;
     in
-    lib.unique ([ python ] ++ modules ++ lib.concatLists (lib.catAttrs "requiredPythonModules" modules));
+    lib.unique (
+      [ python ] ++ modules ++ lib.concatLists (lib.catAttrs "requiredPythonModules" modules)
+    );
 
   # pkgs/development/interpreters/python/wrapper.nix (`buildEnv`, overridable with
   # `extraLibs`; as python-packages-base.nix calls it, the result is the environment with
