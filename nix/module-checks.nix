@@ -8,6 +8,8 @@
 # scripts/verify-units.sh (systemd-analyze verify and security) on the rendered units, and
 # the launcher's own settings loader on the rendered settings file. The module's package is
 # the tools environment (the launcher without the CUDA stack), so these checks stay cheap.
+# No check builds a host's system (system.build.toplevel: kernel, NVIDIA kernel module);
+# NixOS's assertions and warnings are forced as building it would (assertWarn below).
 {
   pkgs,
   lib,
@@ -52,6 +54,14 @@ let
     in
     lib.assertMsg (misses == [ ]) "module check ${check}:\n${lib.concatMapStringsSep "\n" (m: "  - ${m}") misses}";
 
+  # What building the host's system.build.toplevel checks first: every NixOS assertion holds
+  # (a failed one throws, listing all of them) and the warnings are shown, as
+  # nixos/modules/system/activation/top-level.nix does with
+  # `lib.asserts.checkAssertWarn config.assertions config.warnings baseSystem`. The checks
+  # wrap their derivations in it instead of depending on the toplevel: a whole system, with
+  # the kernel and the NVIDIA driver's kernel module, which the public cache does not have.
+  assertWarn = host: lib.asserts.checkAssertWarn host.config.assertions host.config.warnings;
+
   noFailedAssertions = host: {
     ok = failedAssertions host == [ ];
     what = "NixOS assertions failed: ${builtins.toJSON (failedAssertions host)}";
@@ -64,22 +74,22 @@ let
     let
       service = host.config.systemd.services.sglang-eagle3;
     in
-    pkgs.runCommand "sglang-eagle3-${name}"
-      {
-        nativeBuildInputs = [
-          pkgs.systemd
-          package
-        ];
-        units = map (u: "${unit host u}/${u}") units;
-        settings = lib.last (lib.splitString " " service.serviceConfig.ExecStart);
-        # The toplevel forces NixOS's assertion check, as a real system build does.
-        toplevel = host.config.system.build.toplevel;
-      }
-      ''
-        export HOME=$TMPDIR
-        bash ${./scripts/verify-units.sh} $units | tee $out
-        sglang-eagle3 settings show --config "$settings" > /dev/null
-      '';
+    assertWarn host (
+      pkgs.runCommand "sglang-eagle3-${name}"
+        {
+          nativeBuildInputs = [
+            pkgs.systemd
+            package
+          ];
+          units = map (u: "${unit host u}/${u}") units;
+          settings = lib.last (lib.splitString " " service.serviceConfig.ExecStart);
+        }
+        ''
+          export HOME=$TMPDIR
+          bash ${./scripts/verify-units.sh} $units | tee $out
+          sglang-eagle3 settings show --config "$settings" > /dev/null
+        ''
+    );
 
   host8 = evalHost [ ../modules/examples/8-gpu-host.nix ];
   twoNode = evalHost [ ../modules/examples/two-node.nix ];
@@ -274,19 +284,21 @@ in
         what = "Grafana provisions the dashboard";
       }
     ];
-    pkgs.runCommand "sglang-eagle3-module-monitoring"
-      {
-        nativeBuildInputs = [
-          pkgs.prometheus
-          pkgs.jq
-        ];
-        dashboards = map (p: p.options.path) providers;
-      }
-      ''
-        promtool check config ${prometheusYml}
-        for d in $dashboards; do jq -e '.panels | length > 0' "$d" > /dev/null; done
-        touch $out
-      '';
+    assertWarn monitored (
+      pkgs.runCommand "sglang-eagle3-module-monitoring"
+        {
+          nativeBuildInputs = [
+            pkgs.prometheus
+            pkgs.jq
+          ];
+          dashboards = map (p: p.options.path) providers;
+        }
+        ''
+          promtool check config ${prometheusYml}
+          for d in $dashboards; do jq -e '.panels | length > 0' "$d" > /dev/null; done
+          touch $out
+        ''
+    );
 
   # services.sglang-eagle3.models: the fetch-and-verify unit runs before the server, which
   # starts offline on the fetched directories and never sees the token.
@@ -332,6 +344,18 @@ in
     let
       router = cluster.router.config.systemd.services.sglang-router;
       workers = cluster.router.config.services.sglang-router.workers;
+      verify =
+        pkgs.runCommand "sglang-eagle3-module-cluster"
+          {
+            nativeBuildInputs = [ pkgs.systemd ];
+            units = [
+              "${unit cluster.router "sglang-router.service"}/sglang-router.service"
+              "${unit cluster.gpu-1 "sglang-eagle3.service"}/sglang-eagle3.service"
+            ];
+          }
+          ''
+            bash ${./scripts/verify-units.sh} $units | tee $out
+          '';
     in
     assert expect "module-cluster" (
       lib.mapAttrsToList (_: noFailedAssertions) cluster
@@ -357,17 +381,7 @@ in
         what = "a router where '${expected}' is wrong fails with that message; got ${builtins.toJSON (failedAssertions host)}";
       }) brokenRouter
     );
-    pkgs.runCommand "sglang-eagle3-module-cluster"
-      {
-        nativeBuildInputs = [ pkgs.systemd ];
-        units = [
-          "${unit cluster.router "sglang-router.service"}/sglang-router.service"
-          "${unit cluster.gpu-1 "sglang-eagle3.service"}/sglang-eagle3.service"
-        ];
-      }
-      ''
-        bash ${./scripts/verify-units.sh} $units | tee $out
-      '';
+    lib.foldr assertWarn verify (lib.attrValues cluster);
 
   # Each broken host fails with the expected assertion message.
   module-assertions =

@@ -8,9 +8,11 @@ this machine's programs (the patched SGLang wheel, the formatting check) are bui
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -146,6 +148,93 @@ def test_router_vm_test_evaluates_and_needs_kvm(ws):
     assert ws.eval(f"{test}.drvPath").endswith(".drv")
     router = ws.eval(f"{test}.passthru.nodes.router.config.systemd.services.sglang-router.serviceConfig.LoadCredential")
     assert router == ["api-key:/run/secrets/sglang-api-key"]
+
+
+def third_party_imports(tree: Path) -> set[str]:
+    """The top-level modules the Python files under `tree` import, less the standard
+    library and the packages `tree` itself provides (it is the unit's PYTHONPATH)."""
+    own = {p.name for p in tree.iterdir() if p.is_dir()} | {p.stem for p in tree.glob("*.py")}
+    names: set[str] = set()
+    for path in tree.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - own
+
+
+def test_router_vm_workers_python_provides_every_module_the_stand_in_imports(ws):
+    """The workers run the stand-in server with an interpreter whose environment provides
+    each third-party module it imports (nixpkgs' own `pythonImportsCheck` of each package)."""
+    units = ws.eval_expr(f"""
+      builtins.mapAttrs (_: node: let
+          unit = node.config.systemd.services.sglang-stand-in;
+          python = node.config.system.build.sglangStandInPython;
+        in {{
+          inherit (unit) script;
+          pythonPath = unit.environment.PYTHONPATH;
+          interpreter = python.interpreter;
+          provides = builtins.concatMap (p: p.pythonImportsCheck or [ ]) python.paths;
+        }}) (removeAttrs flake.packages.{SYSTEM}.router-vm-test.passthru.nodes [ "router" ])
+    """)  # fmt: skip
+    assert sorted(units) == ["worker1", "worker2"]
+    for name, unit in units.items():
+        # The tree the unit puts on PYTHONPATH, as the store holds it (copied there by the eval).
+        tree = Path(unit["pythonPath"])
+        assert tree.name.endswith("-fake_sglang") and (tree / "sglang" / "launch_server.py").is_file(), unit
+        imports = third_party_imports(tree)
+        assert "prometheus_client" in imports, "the stand-in's metrics are prometheus_client's"
+        assert f"exec {unit['interpreter']} -m sglang.launch_server" in unit["script"], unit["script"]
+        assert imports <= set(unit["provides"]), f"{name}: {sorted(imports - set(unit['provides']))} not provided"
+
+
+# What a module check must not build: a whole NixOS system (its toplevel) with its kernel and
+# the NVIDIA driver's kernel module, none of which the public binary cache has for this host.
+SYSTEM_BUILDS = re.compile(r"^(nixos-system-|linux-\d|nvidia-x11-|nvidia-open-)")
+
+
+def test_module_checks_build_no_nixos_system_or_kernel(ws):
+    checks = [name for name in ws.eval(f"checks.{SYSTEM}", apply="builtins.attrNames") if name.startswith("module-")]
+    assert {"module-8-gpu-host", "module-two-node", "module-models", "module-cluster"} <= set(checks)
+    for check in checks:
+        closure = json.loads(ws.nix("derivation", "show", "--recursive", f"{ws.ref}#checks.{SYSTEM}.{check}").stdout)
+        names = sorted({drv["name"] for drv in closure.values()})
+        assert not [n for n in names if SYSTEM_BUILDS.match(n)], f"{check} builds {names}"
+    # The pattern does match what a host's system build is made of.
+    host = ws.eval_expr(
+        'let h = inputs.nixpkgs.lib.nixosSystem { system = "x86_64-linux"; modules = [ flake.nixosModules.default '
+        '"${flake}/modules/examples/8-gpu-host.nix" { fileSystems."/".device = "/dev/sda1"; '
+        'boot.loader.grub.device = "nodev"; system.stateVersion = "25.11"; } ]; }; '
+        "in [ h.config.system.build.toplevel.name h.config.boot.kernelPackages.kernel.name ]"
+    )
+    assert all(SYSTEM_BUILDS.match(name) for name in host), host
+
+
+def test_module_checks_force_the_hosts_assertions_and_show_their_warnings(ws):
+    """What building the toplevel did and the checks now do themselves (lib.asserts.checkAssertWarn,
+    as nixos/modules/system/activation/top-level.nix): a host's warning is shown when the
+    check is evaluated, and a failed assertion stops it with its message."""
+    expr = """
+      let checks = import "${{flake}}/nix/module-checks.nix" {{
+            pkgs = inputs.nixpkgs.legacyPackages.x86_64-linux;
+            inherit (inputs.nixpkgs) lib;
+            nixpkgs = inputs.nixpkgs;
+            module = {{ imports = [ flake.nixosModules.default ]; {extra} }};
+            package = flake.packages.x86_64-linux.sglang-router;
+            routerPackage = flake.packages.x86_64-linux.sglang-router;
+          }};
+      in checks.{check}.drvPath
+    """
+    full = 'let flake = builtins.getFlake "{ref}"; inputs = flake.inputs; in {expr}'
+    for check in ("module-8-gpu-host", "module-two-node", "module-models", "module-monitoring", "module-cluster"):
+        warned = ws.nix("eval", "--impure", "--raw", "--expr", full.format(
+            ref=ws.ref, expr=expr.format(check=check, extra='warnings = [ "probe: a host warning" ];')))  # fmt: skip
+        assert "evaluation warning: probe: a host warning" in warned.stderr, (check, warned.stderr)
+    failed = ws.nix("eval", "--impure", "--raw", "--expr", full.format(ref=ws.ref, expr=expr.format(
+        check="module-8-gpu-host", extra='assertions = [ { assertion = false; message = "probe: a host assertion"; } ];'
+    )), check=False)  # fmt: skip
+    assert failed.returncode != 0 and "probe: a host assertion" in failed.stderr, failed.stderr
 
 
 # -- the findings of the review, each as a test --------------------------------------------

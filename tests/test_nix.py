@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import flake_eval
 import pytest
+import yaml
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSION, patchset, pins, settings
 
@@ -358,3 +360,46 @@ def test_uv2nix_loads_the_workspace():
     """
     out = nix_eval(expr)
     assert out == {"all": {"sglang-eagle3": ["router", "server", "test"]}, "overlay": True}
+
+
+# -- the GitHub workflow -----------------------------------------------------------------------
+
+
+def nix_build_links(script: str) -> list[tuple[str, str]]:
+    """(installable, out link) for each `nix build` in a step's shell script: `--out-link X`
+    / `-o X` links X, `--no-link` nothing, otherwise ./result (the first output's link)."""
+    builds = []
+    for command in re.split(r"&&|\|\||;|\n", script.replace("\\\n", " ")):
+        words = shlex.split(command)  # not comments=True: shlex then cuts `.#attr` at the `#`
+        words = words[: next((i for i, w in enumerate(words) if w.startswith("#")), len(words))]
+        if words[:2] != ["nix", "build"]:
+            continue
+        installables = [w for w in words[2:] if w.startswith((".", "/", "github:", "path:")) and "#" in w or w == "."]
+        link = "result"
+        for i, word in enumerate(words):
+            if word == "--no-link":
+                link = None
+            elif word in ("--out-link", "-o"):
+                link = words[i + 1]
+            elif word.startswith("--out-link="):
+                link = word.split("=", 1)[1]
+        if link is not None:
+            builds.extend((installable, link) for installable in installables)
+    return builds
+
+
+def test_the_workflows_smoke_test_runs_the_package_the_build_step_linked():
+    """.github/workflows/nix.yml: each ./<link> the smoke test runs was last linked by the
+    packages.default build; no step between them (the VM test's build) relinks it."""
+    steps = yaml.safe_load((REPO / ".github/workflows/nix.yml").read_text())["jobs"]["flake"]["steps"]
+    (smoke,) = [i for i, step in enumerate(steps) if step.get("name", "").startswith("Smoke test")]
+    used = set(re.findall(r"\./(result[\w.-]*)/", steps[smoke]["run"]))
+    assert used, steps[smoke]["run"]
+    for link in used:
+        builds = [build for step in steps[:smoke] for build in nix_build_links(step.get("run", ""))]
+        linked_by = [installable for installable, out in builds if out == link]
+        assert linked_by, f"no step before the smoke test links ./{link}"
+        assert linked_by[-1] == ".#packages.x86_64-linux.default", f"./{link} is last linked by {linked_by[-1]}"
+    # The parser sees what Nix does: a plain `nix build` links ./result, --no-link nothing.
+    assert nix_build_links("nix build .#a --print-build-logs\nnix build .#b --no-link") == [(".#a", "result")]
+    assert nix_build_links("nix build -o out .#c && true # nix build .#d") == [(".#c", "out")]

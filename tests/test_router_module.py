@@ -234,7 +234,10 @@ def vm_test(attr: str) -> str:
           stub = name: {{ type = "derivation"; inherit name; outPath = "/nix/store/stub-${{name}}";
                           meta.mainProgram = name; interpreter = "/nix/store/stub-python3/bin/python3"; }};
           test = import {VM_TEST} {{ routerPackage = stub "sglang-router"; }} {{ inherit lib; }};
-          pkgs = {{ curl = stub "curl"; jq = stub "jq"; python3 = stub "python3"; }};
+          # python3.withPackages: an environment with its own interpreter (the packages are stubs).
+          withPackages = f: assert builtins.isList (f {{ prometheus-client = stub "prometheus-client"; }});
+            stub "python3-env" // {{ interpreter = "/nix/store/stub-python3-env/bin/python3"; }};
+          pkgs = {{ curl = stub "curl"; jq = stub "jq"; python3 = stub "python3" // {{ inherit withPackages; }}; }};
       in {attr}
     """
 
@@ -255,11 +258,14 @@ def test_vm_test_router_node_is_a_valid_router_host():
 
 @needs_lib
 def test_vm_test_workers_run_the_stand_in_with_the_same_key():
-    worker = nix_eval(vm_test("(test.nodes.worker1 { inherit pkgs; }).systemd.services.sglang-stand-in"))
+    worker = nix_eval(
+        vm_test("(lib.fix (config: test.nodes.worker1 { inherit pkgs config; })).systemd.services.sglang-stand-in")
+    )
     assert worker["serviceConfig"]["LoadCredential"] == "api-key:/run/secrets/sglang-api-key"
     # The stand-in's directory as it is here (the store path is its content hash).
     assert worker["environment"]["PYTHONPATH"] == nix_eval(f'"${{{REPO}/tests/stand_ins/fake_sglang}}"')
-    assert "-m sglang.launch_server" in worker["script"] and "--port 30000" in worker["script"]
+    assert "/nix/store/stub-python3-env/bin/python3 -m sglang.launch_server" in worker["script"]
+    assert "--port 30000" in worker["script"]
 
 
 @needs_lib

@@ -1,8 +1,9 @@
 # NixOS VM test: services.sglang-router in front of two worker VMs, with the API key
 # delivered by LoadCredential on every host. The workers run this project's stand-in
-# SGLang server (tests/stand_ins/fake_sglang, plain Python): SGLang needs GPUs, the router
-# only needs SGLang's HTTP API. A request goes through the router (from another VM, so
-# openFirewall is tested too), one worker is stopped, and requests are still answered.
+# SGLang server (tests/stand_ins/fake_sglang: Python with prometheus_client): SGLang needs
+# GPUs, the router only needs SGLang's HTTP API. A request goes through the router (from
+# another VM, so openFirewall is tested too), one worker is stopped, and requests are still
+# answered.
 #
 #   pkgs.testers.runNixOSTest (import ./nix/tests/router-vm.nix {
 #     routerPackage = self.packages.x86_64-linux.sglang-router;  # has bin/sglang-eagle3-router
@@ -21,10 +22,13 @@ let
   keyPath = "/run/secrets/sglang-api-key";
 
   worker =
-    { pkgs, ... }:
+    { config, pkgs, ... }:
     {
       networking.firewall.allowedTCPPorts = [ port ];
       environment.systemPackages = [ pkgs.curl ];
+      # The stand-in's one import beyond the standard library (its metrics endpoint);
+      # tests/test_flake.py checks it against the stand-in's imports.
+      system.build.sglangStandInPython = pkgs.python3.withPackages (ps: [ ps.prometheus-client ]);
       # Started by the test script once the key is in place (as a secrets manager would).
       systemd.services.sglang-stand-in = {
         description = "Stand-in SGLang server";
@@ -33,7 +37,7 @@ let
         script = ''
           export FAKE_SGLANG_API_KEY_FILE="$CREDENTIALS_DIRECTORY/api-key"
           export FAKE_SGLANG_SEND_LOG="$STATE_DIRECTORY/sent.jsonl"
-          exec ${pkgs.python3.interpreter} -m sglang.launch_server \
+          exec ${config.system.build.sglangStandInPython.interpreter} -m sglang.launch_server \
             --host 0.0.0.0 --port ${toString port} --model-path stand-in/kimi
         '';
         serviceConfig = {

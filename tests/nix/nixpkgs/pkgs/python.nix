@@ -20,15 +20,20 @@ let
   version = "${pythonVersion}.${sourceVersion.patch}";
   executable = "python${pythonVersion}";
 
-  # A python package of the interpreter's set (pkgs/development/python-modules/<name>).
+  # A python package of the interpreter's set (pkgs/development/python-modules/<name>, built
+  # by buildPythonPackage: mk-python-derivation.nix keeps the caller's extra attributes on the
+  # derivation, so `pythonImportsCheck`, the modules nixpkgs' import check hook imports after
+  # the build, can be read; `requiredPythonModules` lists the propagated Python dependencies).
   pythonPackage =
-    pname: version:
+    pname: version: imports:
     stdenv.mkDerivation {
       pname = "python${pythonVersion}-${pname}";
       inherit version;
+      pythonImportsCheck = imports;
       passthru = {
         pname = pname;
         inherit pythonModule;
+        requiredPythonModules = [ ];
       };
       buildCommand = "mkdir -p $out";
     };
@@ -37,28 +42,60 @@ let
   pythonPackages = lib.makeScope (extra: lib.callPackageWith (pythonPackages // extra)) (self: {
     python = python;
     # pkgs/development/python-modules/wheel (the `wheel` command and `python -m wheel`).
-    wheel = pythonPackage "wheel" "0.45.1";
-    pip = pythonPackage "pip" "25.0.1";
-    setuptools = pythonPackage "setuptools" "80.9.0";
+    wheel = pythonPackage "wheel" "0.45.1" [ "wheel" ];
+    pip = pythonPackage "pip" "25.0.1" [ "pip" ];
+    setuptools = pythonPackage "setuptools" "80.9.0" [ "setuptools" ];
+    # pkgs/development/python-modules/prometheus-client: the attribute name and
+    # pythonImportsCheck = [ "prometheus_client" ] are the real ones, the version illustrative.
+    prometheus-client = pythonPackage "prometheus-client" "0.23.1" [ "prometheus_client" ];
   });
 
-  # pkgs/development/interpreters/python/wrapper.nix via with-packages.nix: an
-  # environment with the interpreter and the chosen packages.
-  withPackages =
-    f:
+  # pkgs/development/interpreters/python/python-packages-base.nix: the interpreter, the
+  # Python modules among `drvs` and their propagated Python modules.
+  requiredPythonModules =
+    drvs:
     let
-      extraLibs = f pythonPackages;
+      modules = lib.filter (d: d ? pythonModule) drvs;
     in
-    (hostTool "${python.name}-env" version [
-      "python"
-      "python3"
-      executable
-    ])
-    // {
-      passthru = { inherit extraLibs; };
-      inherit extraLibs;
-      interpreter = "${python}/bin/${executable}";
-    };
+    lib.unique (
+      [ python ] ++ modules ++ lib.concatLists (lib.catAttrs "requiredPythonModules" modules)
+    );
+
+  # pkgs/development/interpreters/python/wrapper.nix (`buildEnv`, overridable with
+  # `extraLibs`; as python-packages-base.nix calls it, the result is the environment with
+  # no extra package) over pkgs/build-support/buildenv/default.nix: an environment with the
+  # interpreter and the chosen packages; `paths` (buildenv's passthru) is what it links,
+  # `interpreter` its own python, the rest of the passthru is the interpreter's. Built here
+  # as wrappers of the host's python (which has whatever modules the host has).
+  buildEnv = lib.makeOverridable (
+    {
+      extraLibs ? [ ],
+      ...
+    }:
+    let
+      paths = requiredPythonModules extraLibs;
+      env =
+        (hostTool "${python.name}-env" version [
+          "python"
+          "python3"
+          executable
+        ]).overrideAttrs
+          (old: {
+            name = "${python.name}-env";
+            passthru =
+              (old.passthru or { })
+              // python.passthru
+              // {
+                interpreter = "${env}/bin/${executable}";
+                inherit python paths;
+              };
+          });
+    in
+    env
+  ) { };
+
+  # pkgs/development/interpreters/python/with-packages.nix
+  withPackages = f: buildEnv.override { extraLibs = f pythonPackages; };
 
   python =
     (hostTool "python3" version [
@@ -79,6 +116,7 @@ let
             sourceVersion
             stdenv
             withPackages
+            buildEnv
             ;
           implementation = "cpython";
           libPrefix = executable;
@@ -94,7 +132,6 @@ let
           pythonOnBuildForBuild = python;
           pythonOnHostForHost = python;
           pythonOnTargetForTarget = python;
-          buildEnv = withPackages;
         };
       });
 in
