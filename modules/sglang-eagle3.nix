@@ -77,8 +77,11 @@ let
   exe = lib.getExe cfg.package;
   # Programs the run-time environment takes from the host's NVIDIA driver (nvidia-smi: SGLang
   # runs it at start); a unit's PATH has only coreutils, findutils, grep, sed and systemd.
+  # NixOS's nvidia module puts the driver's bin output into the system profile; naming the
+  # profile rather than the driver's store path keeps the unit (and the module checks) from
+  # depending on the driver build, which builds its kernel module.
   driverPrograms = lib.filterAttrs (_: p: p.from == "driver") (lib.importJSON ../nix/runtime-env.json).programs;
-  driverPath = lib.optional (driverPrograms != { }) (lib.getBin config.hardware.nvidia.package);
+  driverPath = lib.optional (driverPrograms != { }) "/run/current-system/sw";
   staticUser = cfg.user != null;
 
   # Shared by the server and the benchmark unit. Everything is locked down except
@@ -355,6 +358,10 @@ in
         };
 
         assertions = [
+          {
+            assertion = config.hardware.nvidia.enabled;
+            message = "services.sglang-eagle3 needs NixOS's NVIDIA driver (nvidia-smi, libcuda): add \"nvidia\" to services.xserver.videoDrivers and set hardware.nvidia.open.";
+          }
           {
             assertion = cfg.nnodes == 1 || cfg.distInitAddr != null;
             message = "services.sglang-eagle3: nnodes = ${toString cfg.nnodes} needs distInitAddr (host:port of rank 0).";

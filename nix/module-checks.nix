@@ -19,8 +19,9 @@
   routerPackage,
 }:
 let
-  # What every real host has from its hardware-configuration.nix; without them NixOS's own
-  # assertions (root file system, boot loader) fail whatever the module does.
+  # What every real GPU host has from its hardware configuration; without them NixOS's own
+  # assertions (root file system, boot loader) and the module's (the NVIDIA driver) fail
+  # whatever else the host says.
   hardware = {
     fileSystems."/" = {
       device = "/dev/disk/by-label/nixos";
@@ -28,6 +29,8 @@ let
     };
     boot.loader.grub.device = "nodev";
     system.stateVersion = "25.11";
+    services.xserver.videoDrivers = [ "nvidia" ];
+    hardware.nvidia.open = true;
   };
   evalHost =
     modules:

@@ -240,20 +240,28 @@ HOST = """
 
 
 def test_server_unit_and_gpu_check_get_the_hosts_nvidia_smi(ws):
-    """A NixOS unit's PATH is coreutils, findutils, grep, sed and systemd; SGLang runs nvidia-smi."""
+    """A NixOS unit's PATH is coreutils, findutils, grep, sed and systemd; SGLang runs nvidia-smi.
+    The unit finds it in the system profile, where NixOS's nvidia module puts the driver's bin
+    output; the GPU check takes the driver package itself as a build input."""
     driver_bin = ws.eval_expr(f"({HOST}).config.hardware.nvidia.package.bin.outPath")
-    assert driver_bin.endswith(f"-nvidia-x11-bin-{ws.eval_expr(f'({HOST}).config.hardware.nvidia.package.version')}")
+    version = ws.eval_expr(f"({HOST}).config.hardware.nvidia.package.version")
+    assert driver_bin.endswith(f"-nvidia-x11-bin-{version}")
+    system_packages = ws.eval_expr(f"map (p: p.outPath) ({HOST}).config.environment.systemPackages")
+    assert driver_bin in system_packages
     unit_path = ws.eval_expr(f"({HOST}).config.systemd.services.sglang-eagle3.environment.PATH")
-    assert f"{driver_bin}/bin" in unit_path.split(":")
+    assert "/run/current-system/sw/bin" in unit_path.split(":")
     built(ws, [driver_bin])
     driver_programs = [p for p, e in SPEC["programs"].items() if e["from"] == "driver"]
     assert driver_programs and all((Path(driver_bin) / "bin" / p).exists() for p in driver_programs)
-    check = ws.eval_expr(
-        f"map (d: d.outPath) ({HOST}).config.services.sglang-eagle3.gpuChecks.package.nativeBuildInputs"
-    )
-    assert driver_bin in check
-    script = ws.eval_expr(f"({HOST}).config.services.sglang-eagle3.gpuChecks.package.buildCommand")
-    assert "command -v nvidia-smi" in script
+    gpu_check = f"({HOST}).config.services.sglang-eagle3.gpuChecks.package"
+    assert driver_bin in ws.eval_expr(f"map (d: d.outPath) {gpu_check}.nativeBuildInputs")
+    assert "command -v nvidia-smi" in ws.eval_expr(f"{gpu_check}.buildCommand")
+
+
+def test_the_module_refuses_a_host_without_the_nvidia_driver(ws):
+    host = HOST.replace('"${flake}/modules/examples/8-gpu-host.nix"', "{ services.sglang-eagle3.enable = true; }")
+    failed = ws.eval_expr(f"map (a: a.message) (builtins.filter (a: !a.assertion) ({host}).config.assertions)")
+    assert any("needs NixOS's NVIDIA driver" in m and "services.xserver.videoDrivers" in m for m in failed), failed
 
 
 def test_the_flakes_gpu_check_without_a_driver_says_how_to_get_one(ws):

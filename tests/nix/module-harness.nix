@@ -4,7 +4,8 @@
 # what they look at: the rendered settings, the failed assertions, the services and their
 # unit files as NixOS writes them, firewall ports, required mounts, monitoring, option docs.
 #
-# The host gets what a hardware-configuration.nix gives (root file system, boot loader);
+# The host gets what a GPU host's hardware configuration gives (root file system, boot
+# loader, the NVIDIA driver);
 # the packages are stubs (evaluation only: the unit files name /nix/store/...-stub paths).
 # Used by tests/test_nix.py and the module tests that import its helpers.
 {
@@ -28,6 +29,8 @@ let
     };
     boot.loader.grub.device = "nodev";
     system.stateVersion = "25.11";
+    services.xserver.videoDrivers = [ "nvidia" ];
+    hardware.nvidia.open = true;
     services.sglang-eagle3.package = stub "sglang-eagle3" "sglang-eagle3";
     services.sglang-router.package = stub "sglang-router" "sglang-eagle3-router";
   };

@@ -3,7 +3,8 @@
 #     extraPackages;
 #   nixos/modules/hardware/video/nvidia.nix: the module is on when "nvidia" is in
 #     services.xserver.videoDrivers; `open` must be set for drivers >= 560; `package`
-#     defaults to boot.kernelPackages.nvidiaPackages.stable;
+#     defaults to boot.kernelPackages.nvidiaPackages.stable; the driver's `bin` output
+#     (nvidia-smi) goes into environment.systemPackages;
 #   nixos/modules/services/x11/xserver.nix: services.xserver.videoDrivers.
 {
   config,
@@ -59,6 +60,7 @@ in
     (lib.mkIf config.hardware.graphics.enable { hardware.graphics.package = lib.mkDefault pkgs.mesa; })
     (lib.mkIf nvidiaEnabled {
       hardware.graphics.extraPackages = [ nvidia.package ];
+      environment.systemPackages = [ nvidia.package.bin ];
       assertions = [
         {
           assertion = nvidia.open != null;
