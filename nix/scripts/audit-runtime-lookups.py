@@ -106,7 +106,7 @@ def aliases(tree: ast.Module) -> dict[str, str]:
 def literal_or_dynamic(node: ast.AST | None, first_word: bool) -> str:
     """The looked-up name: a literal's value (its first word for a command line), else the source text."""
     if isinstance(node, ast.List | ast.Tuple) and node.elts:
-        node, first_word = node.elts[0], False
+        node = node.elts[0]  # its first word too: ["hl-smi --query | grep Total"] with shell=True
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip():
         return node.value.split()[0] if first_word else node.value
     text = ast.unparse(node) if node is not None else "?"
