@@ -45,6 +45,7 @@ import re
 import sys
 import tomllib
 import urllib.error
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,7 +154,9 @@ def call_lookup(call: ast.Call, resolve, assigned: dict[str, ast.AST]) -> tuple[
 
 def lookups_in_module(source: str, filename: str) -> Iterator[tuple[str, str, int]]:
     """(kind, name, line) of every lookup in one module's source."""
-    tree = ast.parse(source, filename)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the wheels' invalid escape sequences are theirs to fix
+        tree = ast.parse(source, filename)
     imported = aliases(tree)
 
     def resolve(node):
