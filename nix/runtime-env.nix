@@ -7,24 +7,20 @@
   pkgs,
   lib,
   cuda,
-  # Chosen CUDA capabilities ([ ] = not chosen: FlashInfer and torch compile for the GPUs
-  # they see, which is what a host running one GPU generation wants).
+  # Chosen CUDA capabilities ([ ] = not chosen: torch compiles for the GPUs it sees; FlashInfer
+  # always does, as SGLang sets its target from the device).
   cudaCapabilities,
 }:
 let
   spec = lib.importJSON ./runtime-env.json;
   cc = cuda.cudaPackages.backendStdenv.cc;
 
-  # FlashInfer adds the arch-specific suffix itself for SM90 and newer when it detects the
-  # GPU (compilation_context.py); a chosen list gets the same.
-  flashinferArch = c: if lib.versionAtLeast c "9.0" then "${c}a" else c;
   values = {
     "cuda:toolkit" = "${cuda.toolkit}";
     "cuda:stubs" = cuda.stubs;
     cc = "${cc}/bin/cc";
     cxx = "${cc}/bin/c++";
     "capabilities:torch" = lib.concatStringsSep ";" cudaCapabilities;
-    "capabilities:flashinfer" = lib.concatMapStringsSep " " flashinferArch cudaCapabilities;
   };
   chosen = name: !(lib.hasPrefix "capabilities:" spec.environment.${name}.value) || cudaCapabilities != [ ];
 
