@@ -43,7 +43,7 @@ NIXPKGS_LIB = "nixpkgs.lib-"
 HOW_TO_STAGE = (
     "fetch the mirrors of pyproject-nix/uv2nix, pyproject-nix/pyproject.nix, pyproject-nix/build-system-pkgs "
     "and nix-community/nixpkgs.lib, then run ../shared/nix/stage-inputs.sh MIRRORS "
-    "(docs: README, 'Run the tests'; with network, `nix flake check` fetches the inputs itself)"
+    "(README, 'The two commands'; with network, `nix flake check` fetches the inputs itself)"
 )
 # .ci/run sets this: there, a missing Nix or missing inputs is a failure, not a skip.
 REQUIRED = os.environ.get("SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL") == "1"

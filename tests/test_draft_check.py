@@ -368,7 +368,7 @@ def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, prist
     assert verdicts(run(pristine_tree, dirs["target_width"], target, DEEPSEEK))["hidden size"] == "NOT READY"
 
 
-# Published facts the README's table of known drafts rests on (the fields the checks read).
+# Published facts docs/draft-checks.md's table of known drafts rests on (the fields the checks read).
 KNOWN_DRAFTS = {
     # huggingface.co/k-l-lambda/Kimi-K2.5-Eagle3/blob/main/config.json
     "k-l-lambda/Kimi-K2.5-Eagle3": {

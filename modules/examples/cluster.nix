@@ -1,6 +1,6 @@
 # Several 8-GPU hosts, each serving a whole Kimi-K2.5 + EAGLE-3 replica (tp 8), behind one
 # router host running SGLang's router. Add a host to serve more users at the same speed per
-# user; see the README ("More hosts: replicas behind the router, or nnodes?").
+# user; see docs/router.md.
 #
 # A function of the GPU hosts (an attrset name -> address, or just how many), returning one
 # NixOS module per host:

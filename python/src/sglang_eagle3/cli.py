@@ -178,7 +178,7 @@ def probe_command(
     target model and checks the target class provides it, then reports what the
     requested all-reduce optimisations will do on the given GPU generation.
     With --draft: whether the draft fits the target and this SGLang, and which
-    target layers it will see (see the README, "Draft checks").
+    target layers it will see (see docs/draft-checks.md).
     """
     tree = _tree(target)
     try:
@@ -236,7 +236,7 @@ def settings_schema() -> None:
 @settings_group.command("reference")
 @click.option("--write", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Update this file's block.")
 def settings_reference(write: Path | None) -> None:
-    """The settings reference as a Markdown table (the README embeds it between markers)."""
+    """The settings reference as a Markdown table (docs/serve.md embeds it between markers)."""
     table = settings.reference_markdown()
     if write is None:
         click.echo(table)

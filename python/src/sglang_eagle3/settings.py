@@ -3,7 +3,7 @@
 Every field is declared once, here: its type, default and documentation. A field is
 SGLang's own argument of the same name (``tp_size`` renders to ``--tp-size``) unless it
 is marked LAUNCHER_ONLY (files, timeouts and the like that the launcher itself uses).
-The CLI's help, the JSON Schema (used by the NixOS module), the README's settings
+The CLI's help, the JSON Schema (used by the NixOS module), docs/serve.md's settings
 reference and the argv given to SGLang are all generated from it.
 
 The built-in defaults are the users' tuned configuration (96.1 tok/s single-stream on
@@ -355,7 +355,7 @@ def json_schema() -> dict:
 
 
 def reference_markdown() -> str:
-    """The settings reference table for the README, generated from the definition."""
+    """The settings reference table for docs/serve.md, generated from the definition."""
     rows = ["| setting | type | default | SGLang flag | description |", "|---|---|---|---|---|"]
     schema = json_schema()["properties"]
     for name, info in ServerSettings.model_fields.items():
