@@ -140,7 +140,7 @@ def test_docs_reference_is_generated_from_the_definition():
     match = re.search(r"<!-- settings-reference:start -->\n(.*?)\n<!-- settings-reference:end -->", readme, re.S)
     assert match, "docs/serve.md lacks the generated settings reference block"
     assert match.group(1).strip() == settings.reference_markdown().strip(), (
-        "docs/serve.md settings reference is stale: regenerate with `sglang-eagle3 settings reference --write docs/serve.md`"
+        "stale: regenerate with `sglang-eagle3 settings reference --write docs/serve.md`"
     )
 
 
