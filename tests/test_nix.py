@@ -33,7 +33,9 @@ NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB") or (str(_lib_tree / "lib") if _lib_t
 UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix") or "")
 PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject-nix") or "")
 if flake_eval.REQUIRED and not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC):
-    raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}")
+    raise RuntimeError(
+        f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}"
+    )
 needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB),
     reason=f"needs nixpkgs' lib/: {flake_eval.HOW_TO_STAGE} (or set NIXPKGS_LIB=<nixpkgs>/lib)",
