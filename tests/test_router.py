@@ -289,6 +289,7 @@ def test_api_key_from_a_file_protects_the_router_and_reaches_the_workers(tmp_pat
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     (credentials / "api-key").write_text(key)
+    (credentials / "api-key").chmod(0o400)  # as systemd's LoadCredential leaves it
     workers = [StandIn(tmp_path, f"w{i}", API_KEY_FILE=str(key_file), **WORKER) for i in range(2)]
     if how == "--api-key-file":
         router = Router(tmp_path, workers, "--policy", "round_robin", api_key_file=key_file)
@@ -340,7 +341,7 @@ def run_router_main(*args: str, env: dict | None = None) -> subprocess.Completed
     [
         (["--api-key", "secret-value", "--worker-urls", "http://127.0.0.1:1"], "must not be given on the command line"),
         (["--api-key=secret-value"], "must not be given on the command line"),
-        (["--api-key-file", "/nonexistent/key"], "the API key file /nonexistent/key does not exist"),
+        (["--api-key-file", "/nonexistent/key"], "--api-key-file /nonexistent/key does not exist"),
         (["--api-key-file"], "--api-key-file needs a path"),
         (["--polcy", "round_robin"], "unrecognized arguments: --polcy"),
         (["--policy", "fastest"], "invalid choice: 'fastest'"),
@@ -358,9 +359,26 @@ def test_an_empty_or_spaced_key_file_is_refused(tmp_path):
     empty.write_text("\n")
     spaced = tmp_path / "spaced"
     spaced.write_text("two words\n")
-    for path, message in [(empty, "is empty"), (spaced, "contains whitespace")]:
+    for path, message in [(empty, "is empty"), (spaced, "must hold the key alone, on one line, without spaces")]:
+        path.chmod(0o600)
         result = run_router_main("--api-key-file", str(path))
         assert result.returncode == 2 and message in result.stderr and "two words" not in result.stderr
+
+
+def test_the_key_file_gets_the_servers_checks(tmp_path):
+    """The router reads its key as the server does (credentials.read_key): a file others can read is refused."""
+    shared = tmp_path / "key"
+    shared.write_text("rk-secret-value\n")
+    shared.chmod(0o644)
+    result = run_router_main("--api-key-file", str(shared))
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"--api-key-file {shared} can be read by other users (mode 0644); make it private: chmod 600" in result.stderr
+    )
+    assert "rk-secret-value" not in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "dir-key").mkdir()
+    result = run_router_main("--api-key-file", str(tmp_path / "dir-key"))
+    assert result.returncode == 2 and "is a directory; give the file that holds the key" in result.stderr
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path):
