@@ -8,6 +8,7 @@ answered, so every test checks where requests went against what the workers saw.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -319,6 +320,53 @@ def test_api_key_from_a_file_protects_the_router_and_reaches_the_workers(tmp_pat
     # Never in the process list, the environment or the router's log.
     assert key.encode() not in cmdline and key.encode() not in environ
     assert key not in router.log()
+
+
+# What sglang-router 0.3.2 answers without the key (README, "services.sglang-router"): its probes, and four
+# more that show the model id, the router's summary and the workers' metrics, or make a worker generate.
+OPEN_WITHOUT_KEY = {"/health", "/liveness", "/readiness", "/health_generate", "/v1/models", "/get_server_info",
+                    "/engine_metrics"}  # fmt: skip
+KEY_REQUIRED = {("GET", "/get_model_info"), ("GET", "/workers"), ("GET", "/get_loads"), ("POST", "/generate"),
+                ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/flush_cache"),
+                ("POST", "/v1/tokenize"), ("GET", "/v1/responses")}  # fmt: skip
+
+
+def test_exactly_the_documented_endpoints_answer_without_the_key(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("rk-" + os.urandom(12).hex())
+    key_file.chmod(0o400)
+    worker = StandIn(tmp_path, "w0", API_KEY_FILE=str(key_file), **WORKER)
+    router = Router(tmp_path, [worker], "--policy", "round_robin", api_key_file=key_file)
+    body = json.dumps({"text": "a", "prompt": "a", "messages": [{"role": "user", "content": "a"}]}).encode()
+
+    def status(method: str, path: str) -> int:
+        request = urllib.request.Request(router.url + path, method=method, data=body if method == "POST" else None,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    try:
+        worker.start()
+        router.start()
+        answered = {path: status("GET", path) for path in OPEN_WITHOUT_KEY}
+        refused = {(method, path): status(method, path) for method, path in KEY_REQUIRED}
+    finally:
+        router.stop()
+        worker.stop()
+    assert answered == dict.fromkeys(OPEN_WITHOUT_KEY, 200)
+    assert refused == dict.fromkeys(KEY_REQUIRED, 401)
+    # ... and the README says exactly these, and what the firewall defaults do about them.
+    row = next(
+        line
+        for line in (SOURCE.parents[1] / "README.md").read_text().splitlines()
+        if line.startswith("| `apiKeyFile` | by `LoadCredential`")
+    )
+    said = set(re.findall(r"`(/[a-z0-9_/]+)`", row.split("without the key", 1)[1].split("Everything else", 1)[0]))
+    assert said == OPEN_WITHOUT_KEY and "answers seven endpoints without the key" in row
+    assert "`openFirewall = false`" in row
 
 
 def urllib_status(url: str) -> int:

@@ -8,7 +8,8 @@ from ``--api-key-file PATH`` or, under systemd, the credential
 so a file other users can read is refused), and starts the router in this process.
 
 The router uses that one key both ways: clients must send ``Authorization: Bearer KEY``
-(all but its health endpoints), and it sends the same header to every worker given with
+(all but /health, /liveness, /readiness, /health_generate, /v1/models, /get_server_info and
+/engine_metrics: see the README), and it sends the same header to every worker given with
 ``--worker-urls``. So the GPU hosts behind it must be started with the same key.
 """
 
