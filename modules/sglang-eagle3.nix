@@ -15,18 +15,21 @@ let
   inherit (lib) mkOption types literalExpression;
   cfg = config.services.sglang-eagle3;
 
-  # Fields that have their own options below (secrets, environment, multi-host, timeout).
-  ownedFields = [
-    "api_key_file"
-    "admin_api_key_file"
-    "environment"
-    "extra_args"
-    "nnodes"
-    "node_rank"
-    "dist_init_addr"
-    "ready_timeout"
-  ];
-  fields = removeAttrs (import ../nix/settings-options.nix { }) ownedFields;
+  # Launcher fields that have their own options below (secrets, environment, multi-host,
+  # timeout): field -> option. The option is the one place for the value; the same field
+  # in `settings` is refused by an assertion that names the option.
+  ownedFields = {
+    api_key_file = "apiKeyFile";
+    admin_api_key_file = "adminApiKeyFile";
+    environment = "environment";
+    extra_args = "extraArgs";
+    nnodes = "nnodes";
+    node_rank = "nodeRank";
+    dist_init_addr = "distInitAddr";
+    ready_timeout = "startTimeoutSec";
+  };
+  allFields = import ../nix/settings-options.nix { };
+  fields = removeAttrs allFields (lib.attrNames ownedFields);
 
   typeOf =
     d:
@@ -241,11 +244,14 @@ in
     };
 
     startTimeoutSec = mkOption {
-      type = types.ints.positive;
-      default = 7200;
+      type = types.ints.between 1 allFields.ready_timeout.max;
+      # The launcher's own default (settings.py), so a file without it means the same.
+      inherit (allFields.ready_timeout) default;
       description = ''
-        How long loading may take before the start counts as failed (seconds). A 600 GB
-        checkpoint read from local NVMe, plus CUDA graph capture, takes tens of minutes.
+        How long loading may take before the start counts as failed (seconds): the
+        launcher's `ready_timeout`, and systemd's start timeout two minutes more. A first
+        start reads a 600 GB checkpoint, JIT-compiles FlashInfer's kernels and captures CUDA
+        graphs: tens of minutes.
       '';
     };
 
@@ -347,6 +353,16 @@ in
 
   config = lib.mkIf cfg.enable (
     lib.mkMerge [
+      {
+        # A field with its own option, given in `settings` too, would be overwritten by that
+        # option (nnodes, ready_timeout, ...) or be a second value beside it (environment; the
+        # key files, which would also bypass LoadCredential): one value, one place.
+        assertions = lib.mapAttrsToList (field: option: {
+          assertion = !(cfg.settings ? ${field});
+          message = "services.sglang-eagle3.settings.${field}: set services.sglang-eagle3.${option} instead (that option owns this field; settings must not give it a second value).";
+        }) ownedFields;
+      }
+
       {
         services.sglang-eagle3.renderedSettings = cfg.settings // {
           nnodes = cfg.nnodes;

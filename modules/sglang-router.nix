@@ -227,8 +227,9 @@ in
         `sglang-eagle3-router`; never in argv, the environment or logs.
 
         sglang-router 0.3.2 uses this one key both ways: clients must send
-        `Authorization: Bearer <key>` (all but `/health`, `/liveness`, `/readiness`), and the
-        router sends the same header to every worker. So the workers must be started with the
+        `Authorization: Bearer <key>` (all but `/health`, `/liveness`, `/readiness`,
+        `/health_generate`, `/v1/models`, `/get_server_info` and `/engine_metrics`, which stay
+        open to whoever reaches `port`), and the router sends the same header to every worker. So the workers must be started with the
         same key (e.g. the same file as their `services.sglang-eagle3.apiKeyFile`); a worker
         without a key ignores it. Null: no key, anyone who can reach `port` may use it.
       '';

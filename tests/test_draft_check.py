@@ -6,7 +6,9 @@ safetensors files. What SGLang will do with them is read from the real 0.5.9 sou
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 
 import pytest
@@ -136,6 +138,45 @@ def test_hidden_size_the_draft_expects_is_target_hidden_size_when_given(tmp_path
     assert "target's hidden size is 7168" in result.evidence and "takes 3 x 4096" in result.evidence
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [("target_hidden_size", None), ("target_hidden_size", "7168"), ("hidden_size", None), ("num_attention_heads", 0),
+     ("intermediate_size", None), ("hidden_act", "gelu"), ("rms_norm_eps", None), ("head_dim", 12.5),
+     ("rope_theta", None), ("rope_scaling", [])],
+)  # fmt: skip
+def test_a_field_the_draft_class_reads_with_an_unusable_value_is_refused(tmp_path, target, patched_tree, field, value):
+    """transformers keeps a field given as null as None; SGLang then builds e.g. Linear(None * 3, ...): TypeError."""
+    config = eagle3_draft_config((1, 29, 57), **{field: value})
+    with pytest.raises(draft_check.DraftInputError, match=rf"{field} must be .*, not {re.escape(repr(value))}"):
+        run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI)
+
+
+def test_every_config_field_the_draft_class_reads_is_type_checked(pristine_tree):
+    """The config reads of SGLang 0.5.9's Llama EAGLE-3 draft and the llama.py layers it builds on, from its source."""
+    models = pristine_tree / "sglang" / "srt" / "models"
+    sources = [ast.parse((models / "llama_eagle3.py").read_text())]
+    llama = ast.parse((models / "llama.py").read_text())
+    sources += [c for c in llama.body if isinstance(c, ast.ClassDef)
+                and c.name in ("LlamaDecoderLayer", "LlamaAttention", "LlamaMLP")]  # fmt: skip
+    read = set()
+    for tree in sources:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("config", "self.config", "config_"):
+                read.add(node.attr)
+            call = ast.unparse(node.func) if isinstance(node, ast.Call) else None
+            if call in ("getattr", "hasattr") and ast.unparse(node.args[0]) in ("config", "self.config"):
+                read.add(node.args[1].value)
+    own_checks = {"vocab_size", "draft_vocab_size", "num_hidden_layers", "tie_word_embeddings"}
+    not_types = {
+        "model_type",  # the config class's, not the file's
+        "bias", "attention_bias",  # only their truth is used
+        "rope_is_neox_style",  # likewise
+        "original_max_position_embeddings",  # only with rope_scaling, copied into it
+        "intermediate_size_mlp",  # llama4_text drafts only
+    }  # fmt: skip
+    assert read - own_checks - not_types == set(draft_check.DRAFT_CONFIG_FIELDS)
+
+
 def test_token_mapping(tmp_path, target, patched_tree):
     def mapping(name, **kwargs):
         draft = write_draft(tmp_path / name, eagle3_draft_config((1, 29, 57)), **kwargs)
@@ -251,6 +292,10 @@ def test_hub_ids_are_read_from_the_local_cache(tmp_path, patched_tree, run_cli):
         (json.dumps(eagle3_draft_config((1, 29, 57), eagle_config=[1])).encode(), "eagle_config must be a JSON obj"),
         (json.dumps(eagle3_draft_config(())).encode(), "eagle_aux_hidden_state_layer_ids is empty"),
         (json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}).encode(), "has no num_hidden_layers"),
+        (
+            json.dumps(eagle3_draft_config((1, 29, 57), target_hidden_size=None)).encode(),
+            "target_hidden_size must be an integer >= 1, not None (read whenever present",
+        ),
     ],
 )
 def test_bad_draft_input_is_exit_2_with_a_clear_message(tmp_path, target, patched_tree, run_cli, content, message):

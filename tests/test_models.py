@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -395,6 +396,8 @@ def test_a_file_replaced_upstream_fails_its_hash_and_is_not_put_in_place(hub, en
     failed = {o["path"]: o["error"] for o in data["outcomes"] if o["status"] == "failed"}
     assert set(failed) == {"model-00002-of-00002.safetensors", "config.json"}
     assert all(e["kind"] == "mismatch" and "lock the model again" in e["message"] for e in failed.values())
+    # Printed as "FAILED  PATH: MESSAGE": the message does not name the file a second time.
+    assert all(e["message"].startswith("the hub served ") for e in failed.values()), failed
     assert "the hub served sha256" in failed["model-00002-of-00002.safetensors"]["message"]
     assert not (directory / "model-00002-of-00002.safetensors").exists() and not (directory / "config.json").exists()
     assert not any((directory / ".sglang-eagle3" / "staging").iterdir())  # rejected bytes are not kept to resume
@@ -420,6 +423,51 @@ def test_a_locked_commit_that_is_gone_is_a_clear_error(hub, env, tmp_path):
     assert code == 2 and data["error"]["kind"] == "revision_not_found"
     assert "history was rewritten" in data["error"]["message"]
     assert data["failed"] == len(lock["files"])  # stopped after the first answer, not once per file
+
+
+@pytest.fixture
+def dead_hub(env):
+    """HF_ENDPOINT at a closed port on loopback (bound, never listening: every connection is refused)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        yield {**env, "HF_ENDPOINT": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+
+
+# huggingface_hub retries a refused connection 5 times, 1+2+4+8+8 s apart: the tests skip the waits
+# (the client's only use of time), nothing else.
+NO_BACKOFF_WAITS = (
+    "import sys, types, huggingface_hub.utils._http as http; http.time = types.SimpleNamespace(sleep=lambda _: None); "
+    "from sglang_eagle3.cli import main; sys.argv[0] = 'sglang-eagle3'; main()"
+)
+
+
+def run_models_without_backoff_waits(env: dict, *args: str) -> tuple[int, dict | None, str]:
+    command = [models_cmd()[0], "-c", NO_BACKOFF_WAITS, "models", *args, "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+def test_an_unreachable_hub_is_a_network_error_that_stops_the_fetch(env, dead_hub, tmp_path):
+    lock_file, lock = lock_model(env, tmp_path)
+    code, data, err = run_models_without_backoff_waits(
+        dead_hub, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "model"), "--jobs", "2"
+    )
+    assert code == ExitStatus.CHECK_FAILED, err
+    assert data["error"]["kind"] == "network", data["error"]
+    assert "cannot reach the hub at http://127.0.0.1:" in data["error"]["message"]
+    assert "Connection refused" in data["error"]["message"]
+    failed = [o for o in data["outcomes"] if o["status"] == "failed"]
+    assert 1 <= len(failed) <= 2 and all(o["error"]["kind"] == "network" for o in failed), failed
+    # Stopped early: the files after the first answers were never tried.
+    assert sum(o["status"] == "not_started" for o in data["outcomes"]) == len(lock["files"]) - len(failed)
+
+
+def test_lock_against_an_unreachable_hub_says_so_and_promises_no_resume(dead_hub, tmp_path):
+    code, data, _, err = run_models(dead_hub, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
+    assert code == ExitStatus.CHECK_FAILED, err
+    assert data["error"]["kind"] == "network" and "cannot reach the hub at" in data["error"]["message"]
+    assert "resume" not in data["error"]["message"]  # nothing was downloading
+    assert not (tmp_path / "x.json").exists()
 
 
 # -- gated repositories and the token ----------------------------------------------------------------

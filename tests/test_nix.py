@@ -403,3 +403,38 @@ def test_the_workflows_smoke_test_runs_the_package_the_build_step_linked():
     # The parser sees what Nix does: a plain `nix build` links ./result, --no-link nothing.
     assert nix_build_links("nix build .#a --print-build-logs\nnix build .#b --no-link") == [(".#a", "result")]
     assert nix_build_links("nix build -o out .#c && true # nix build .#d") == [(".#c", "out")]
+
+
+# Each launcher field that has its own option, the option, and a value for it in `settings`.
+OWNED_FIELDS = {
+    "api_key_file": ("apiKeyFile", '"/run/secrets/key"'),
+    "admin_api_key_file": ("adminApiKeyFile", '"/run/secrets/admin-key"'),
+    "environment": ("environment", '{ NCCL_DEBUG = "INFO"; }'),
+    "extra_args": ("extraArgs", '[ "--log-level" "info" ]'),
+    "nnodes": ("nnodes", "4"),
+    "node_rank": ("nodeRank", "1"),
+    "dist_init_addr": ("distInitAddr", '"10.0.0.1:50000"'),
+    "ready_timeout": ("startTimeoutSec", "100"),
+}
+
+
+@needs_lib
+def test_module_rejects_a_setting_that_has_its_own_option():
+    """`settings.nnodes = 4` would lose to the `nnodes` option silently: each such field is refused, naming it."""
+    given = " ".join(f"{field} = {value};" for field, (_, value) in OWNED_FIELDS.items())
+    out = evaluate_module(f"{{ services.sglang-eagle3 = {{ enable = true; settings = {{ {given} }}; }}; }}")
+    for field, (option, _) in OWNED_FIELDS.items():
+        wanted = f"services.sglang-eagle3.settings.{field}: set services.sglang-eagle3.{option} instead"
+        assert any(m.startswith(wanted) for m in out["failedAssertions"]), (field, out["failedAssertions"])
+    assert len(out["failedAssertions"]) == len(OWNED_FIELDS), out["failedAssertions"]
+
+
+@needs_lib
+def test_module_and_launcher_share_one_ready_timeout_default():
+    out = evaluate_module("{ services.sglang-eagle3.enable = true; }")
+    default = settings.ServerSettings().ready_timeout
+    assert out["failedAssertions"] == []
+    assert out["settings"]["ready_timeout"] == default
+    assert out["services"]["sglang-eagle3"]["serviceConfig"]["TimeoutStartSec"] == default + 120
+    # Cold first start: a 600 GB checkpoint load, FlashInfer's JIT compilation and CUDA graph capture.
+    assert default == 7200

@@ -8,6 +8,7 @@ answered, so every test checks where requests went against what the workers saw.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -289,6 +290,7 @@ def test_api_key_from_a_file_protects_the_router_and_reaches_the_workers(tmp_pat
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     (credentials / "api-key").write_text(key)
+    (credentials / "api-key").chmod(0o400)  # as systemd's LoadCredential leaves it
     workers = [StandIn(tmp_path, f"w{i}", API_KEY_FILE=str(key_file), **WORKER) for i in range(2)]
     if how == "--api-key-file":
         router = Router(tmp_path, workers, "--policy", "round_robin", api_key_file=key_file)
@@ -320,6 +322,53 @@ def test_api_key_from_a_file_protects_the_router_and_reaches_the_workers(tmp_pat
     assert key not in router.log()
 
 
+# What sglang-router 0.3.2 answers without the key (docs/router.md, "services.sglang-router"): its probes, and four
+# more that show the model id, the router's summary and the workers' metrics, or make a worker generate.
+OPEN_WITHOUT_KEY = {"/health", "/liveness", "/readiness", "/health_generate", "/v1/models", "/get_server_info",
+                    "/engine_metrics"}  # fmt: skip
+KEY_REQUIRED = {("GET", "/get_model_info"), ("GET", "/workers"), ("GET", "/get_loads"), ("POST", "/generate"),
+                ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/flush_cache"),
+                ("POST", "/v1/tokenize"), ("GET", "/v1/responses")}  # fmt: skip
+
+
+def test_exactly_the_documented_endpoints_answer_without_the_key(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("rk-" + os.urandom(12).hex())
+    key_file.chmod(0o400)
+    worker = StandIn(tmp_path, "w0", API_KEY_FILE=str(key_file), **WORKER)
+    router = Router(tmp_path, [worker], "--policy", "round_robin", api_key_file=key_file)
+    body = json.dumps({"text": "a", "prompt": "a", "messages": [{"role": "user", "content": "a"}]}).encode()
+
+    def status(method: str, path: str) -> int:
+        request = urllib.request.Request(router.url + path, method=method, data=body if method == "POST" else None,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    try:
+        worker.start()
+        router.start()
+        answered = {path: status("GET", path) for path in OPEN_WITHOUT_KEY}
+        refused = {(method, path): status(method, path) for method, path in KEY_REQUIRED}
+    finally:
+        router.stop()
+        worker.stop()
+    assert answered == dict.fromkeys(OPEN_WITHOUT_KEY, 200)
+    assert refused == dict.fromkeys(KEY_REQUIRED, 401)
+    # ... and docs/router.md says exactly these, and what the firewall defaults do about them.
+    row = next(
+        line
+        for line in (SOURCE.parents[1] / "docs" / "router.md").read_text().splitlines()
+        if line.startswith("| `apiKeyFile` | by `LoadCredential`")
+    )
+    said = set(re.findall(r"`(/[a-z0-9_/]+)`", row.split("without the key", 1)[1].split("Everything else", 1)[0]))
+    assert said == OPEN_WITHOUT_KEY and "answers seven endpoints without the key" in row
+    assert "`openFirewall = false`" in row
+
+
 def urllib_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -340,7 +389,7 @@ def run_router_main(*args: str, env: dict | None = None) -> subprocess.Completed
     [
         (["--api-key", "secret-value", "--worker-urls", "http://127.0.0.1:1"], "must not be given on the command line"),
         (["--api-key=secret-value"], "must not be given on the command line"),
-        (["--api-key-file", "/nonexistent/key"], "the API key file /nonexistent/key does not exist"),
+        (["--api-key-file", "/nonexistent/key"], "--api-key-file /nonexistent/key does not exist"),
         (["--api-key-file"], "--api-key-file needs a path"),
         (["--polcy", "round_robin"], "unrecognized arguments: --polcy"),
         (["--policy", "fastest"], "invalid choice: 'fastest'"),
@@ -358,9 +407,26 @@ def test_an_empty_or_spaced_key_file_is_refused(tmp_path):
     empty.write_text("\n")
     spaced = tmp_path / "spaced"
     spaced.write_text("two words\n")
-    for path, message in [(empty, "is empty"), (spaced, "contains whitespace")]:
+    for path, message in [(empty, "is empty"), (spaced, "must hold the key alone, on one line, without spaces")]:
+        path.chmod(0o600)
         result = run_router_main("--api-key-file", str(path))
         assert result.returncode == 2 and message in result.stderr and "two words" not in result.stderr
+
+
+def test_the_key_file_gets_the_servers_checks(tmp_path):
+    """The router reads its key as the server does (credentials.read_key): a file others can read is refused."""
+    shared = tmp_path / "key"
+    shared.write_text("rk-secret-value\n")
+    shared.chmod(0o644)
+    result = run_router_main("--api-key-file", str(shared))
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"--api-key-file {shared} can be read by other users (mode 0644); make it private: chmod 600" in result.stderr
+    )
+    assert "rk-secret-value" not in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "dir-key").mkdir()
+    result = run_router_main("--api-key-file", str(tmp_path / "dir-key"))
+    assert result.returncode == 2 and "is a directory; give the file that holds the key" in result.stderr
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path):

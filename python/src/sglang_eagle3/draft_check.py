@@ -43,6 +43,29 @@ DEFAULT_TARGET_ARCH = "KimiK25ForConditionalGeneration"
 # Used only when the draft class is not one this SGLang has (so its source cannot say).
 EAGLE3_WIDTH_FIELDS = ["target_hidden_size", "hidden_size"]
 
+# What SGLang 0.5.9 reads from an EAGLE-3 draft's config when it builds the draft (srt/models/llama_eagle3.py
+# on llama.py's decoder layer), as transformers' LlamaConfig hands it over: a field absent from config.json
+# gets LlamaConfig's default (or, read with hasattr/getattr, SGLang's), a field present keeps its value, null
+# included. So each field present must have the type SGLang uses: field -> (what it must be, test, why).
+# vocab_size, draft_vocab_size, num_hidden_layers and tie_word_embeddings have checks of their own below.
+_POSITIVE_INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+_NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+_NULL_OR = lambda kind: (f"{kind[0]} or null", lambda v: v is None or kind[1](v))  # noqa: E731
+DRAFT_CONFIG_FIELDS = {
+    "hidden_size": (*_POSITIVE_INT, "the draft's embedding, fc output and norms"),
+    "target_hidden_size": (*_POSITIVE_INT, "read whenever present (hasattr): the fc takes 3 x target_hidden_size"),
+    "num_attention_heads": (*_POSITIVE_INT, "the attention's heads"),
+    "num_key_value_heads": (*_NULL_OR(_POSITIVE_INT), "the attention's KV heads (null: num_attention_heads)"),
+    "head_dim": (*_NULL_OR(_POSITIVE_INT), "the attention's head size (null: hidden_size / num_attention_heads)"),
+    "intermediate_size": (*_POSITIVE_INT, "the MLP's width"),
+    "hidden_act": ('"silu"', lambda v: v == "silu", "LlamaMLP raises ValueError for any other activation"),
+    "rms_norm_eps": (*_NUMBER, "the norms' epsilon"),
+    "rope_theta": (*_NUMBER, "the rotary embedding's base"),
+    "max_position_embeddings": (*_POSITIVE_INT, "the rotary embedding's length"),
+    "partial_rotary_factor": (*_NUMBER, "the rotary embedding's share of the head"),
+    "rope_scaling": ("a JSON object or null", lambda v: v is None or isinstance(v, dict), "the rotary scaling"),
+}
+
 __all__ = ["DraftInputError", "DraftReport", "check"]
 
 
@@ -194,6 +217,7 @@ def check(
         _check_vocabulary(report, config, facts)
         return report
     _check_layers(report, config, facts)
+    _check_field_types(config)
     _check_hidden_size(report, config, facts)
     _check_vocabulary(report, config, facts)
     _check_token_mapping(report, config, files.directory)
@@ -221,6 +245,21 @@ def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTre
     return None
 
 
+def _check_field_types(config: Fields) -> None:
+    """Every field the draft's class reads has the type it needs (see DRAFT_CONFIG_FIELDS), else DraftInputError."""
+    config.integer("hidden_size", required=True)
+    wrong = [
+        f"{name} must be {expected}, not {config.data[name]!r} ({why})"
+        for name, (expected, ok, why) in DRAFT_CONFIG_FIELDS.items()
+        if name in config.data and not ok(config.data[name])
+    ]
+    if wrong:
+        raise DraftInputError(
+            f"{config.where}: {'; '.join(wrong)}. SGLang would fail building the draft, after the target has "
+            "loaded; correct the field, or remove it where its default is right"
+        )
+
+
 def _check_layers(report: DraftReport, config: Fields, facts) -> None:
     if facts is None or facts.required_layers is None:
         return
@@ -238,7 +277,8 @@ def _check_layers(report: DraftReport, config: Fields, facts) -> None:
 
 def _check_hidden_size(report: DraftReport, config: Fields, facts) -> None:
     fields = (facts.width_fields if facts else None) or EAGLE3_WIDTH_FIELDS
-    name = next((f for f in fields if f in config.data and config.data[f] is not None), fields[-1])
+    # As SGLang reads it: the first field present (hasattr: null counts), else the last one.
+    name = next((f for f in fields[:-1] if f in config.data), fields[-1])
     read_by = f"read at {facts.width_read[name]}" if facts and facts.width_read else "the field EAGLE-3 drafts use"
     expected = config.integer(name, required=True)
     states = facts.aux_states[0] if facts and facts.aux_states else None

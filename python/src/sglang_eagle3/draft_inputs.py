@@ -85,6 +85,8 @@ class Fields:
     def integer(self, key: str, required: bool = False, minimum: int | None = 1) -> int | None:
         value = self.data.get(key)
         if value is None:
+            if required and key in self.data:  # null: present, so the model class gets None
+                self._fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""))
             if required:
                 raise DraftInputError(f"{self.where} has no {key}; is this a model config.json?")
             return None

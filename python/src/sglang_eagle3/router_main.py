@@ -4,10 +4,12 @@ sglang-router 0.3.2 takes its API key only as ``--api-key KEY``, which any user 
 in the process list. This entry point takes every other argument of
 ``sglang-router launch`` unchanged (parsed by the router's own parser), reads the key
 from ``--api-key-file PATH`` or, under systemd, the credential
-``$CREDENTIALS_DIRECTORY/api-key``, and starts the router in this process.
+``$CREDENTIALS_DIRECTORY/api-key`` (read as the server reads its key: credentials.read_key,
+so a file other users can read is refused), and starts the router in this process.
 
 The router uses that one key both ways: clients must send ``Authorization: Bearer KEY``
-(all but its health endpoints), and it sends the same header to every worker given with
+(all but /health, /liveness, /readiness, /health_generate, /v1/models, /get_server_info and
+/engine_metrics: see the README), and it sends the same header to every worker given with
 ``--worker-urls``. So the GPU hosts behind it must be started with the same key.
 """
 
@@ -17,14 +19,14 @@ import os
 import sys
 from pathlib import Path
 
+from . import credentials
 from .exit_status import ExitStatus
 
 PROG = "sglang-eagle3-router"
-CREDENTIAL = "api-key"
 
 
 class BadInput(Exception):
-    """Wrong command line or key file: the message says what is wrong and how to fix it."""
+    """A wrong command line: the message says what is wrong and how to fix it."""
 
 
 def split_key_file(argv: list[str]) -> tuple[Path | None, list[str]]:
@@ -50,38 +52,16 @@ def split_key_file(argv: list[str]) -> tuple[Path | None, list[str]]:
     return key_file, rest
 
 
-def key_file_from(given: Path | None, environ: dict[str, str]) -> Path | None:
-    """The key's file: the one given, else systemd's credential, else none (no key)."""
-    if given is not None:
-        return given
-    credentials = environ.get("CREDENTIALS_DIRECTORY")
-    if credentials and (Path(credentials) / CREDENTIAL).is_file():
-        return Path(credentials) / CREDENTIAL
-    return None
-
-
-def read_key(path: Path) -> str:
-    try:
-        key = path.read_text().strip()
-    except FileNotFoundError:
-        raise BadInput(f"the API key file {path} does not exist") from None
-    except OSError as err:
-        raise BadInput(f"cannot read the API key file {path}: {err.strerror}") from None
-    if not key:
-        raise BadInput(f"the API key file {path} is empty; write the key into it")
-    if any(c.isspace() for c in key):
-        raise BadInput(f"the API key in {path} contains whitespace; a key is one token (sent as 'Bearer KEY')")
-    return key
-
-
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     environ = dict(os.environ) if environ is None else environ
     try:
         given, router_argv = split_key_file(argv)
-        key_file = key_file_from(given, environ)
-        key = read_key(key_file) if key_file else None
-    except BadInput as err:
+        # The server's own reading (credentials.read_key): a regular file, private to this user, one token.
+        key_file = credentials.key_file(credentials.API_KEY, given, environ)
+        what = "--api-key-file" if given else f"the credential {credentials.API_KEY.credential}"
+        key = credentials.read_key(key_file, what) if key_file else None
+    except (BadInput, credentials.KeyFileError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         sys.exit(ExitStatus.BAD_INPUT)
     try:

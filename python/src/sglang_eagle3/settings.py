@@ -152,9 +152,12 @@ class ServerSettings(BaseModel):
         description="Extra environment variables for the server process.",
         json_schema_extra=LAUNCHER_ONLY,
     )
+    # Two hours: a cold first start reads a 600 GB checkpoint, JIT-compiles FlashInfer's kernels and
+    # captures CUDA graphs (tens of minutes); a timeout restarts the unit, which starts all over again.
     ready_timeout: StrictFloat = Field(
-        3600, gt=0, le=7 * 86400, json_schema_extra=LAUNCHER_ONLY,
-        description="Seconds to wait for /health_generate after start (a 600 GB load takes long).",
+        7200, gt=0, le=7 * 86400, json_schema_extra=LAUNCHER_ONLY,
+        description="Seconds to wait for /health_generate after start (a first start loads 600 GB, "
+        "JIT-compiles FlashInfer kernels and captures CUDA graphs).",
     )  # fmt: skip
     stop_timeout: StrictFloat = Field(
         60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,

@@ -244,7 +244,7 @@ class Fetcher:
             served = f"{size} bytes" if actual is None else f"sha256 {actual}"
             raise ModelsError(
                 "mismatch",
-                f"{f.path}: the hub served {served} at commit {self.lock.commit}, the lock pins "
+                f"the hub served {served} at commit {self.lock.commit}, the lock pins "
                 f"{f.size} bytes with sha256 {f.sha256}; nothing was put in place. The file was replaced "
                 "upstream or corrupted on the way: if the new content is wanted, lock the model again",
             )

@@ -92,6 +92,31 @@ def gated(repo: str, token: str | None) -> ModelsError:
     return ModelsError("gated", message, ExitStatus.BAD_INPUT)
 
 
+def _not_connected(err: BaseException) -> bool:
+    """A requests error raised before any connection was made (refused, no route, no DNS, connect timeout)."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError  # NewConnectionError and NameResolutionError too
+
+    if isinstance(err, requests.ConnectTimeout):
+        return True
+    reason = getattr(err.args[0], "reason", None) if isinstance(err, requests.ConnectionError) and err.args else None
+    return isinstance(reason, ConnectTimeoutError)
+
+
+def unreachable(err: BaseException, token: str | None) -> ModelsError:
+    """The hub (or its CDN) did not answer at all: no other file can succeed either, so the fetch stops."""
+    import requests
+
+    reason = err
+    if isinstance(err, requests.ConnectionError) and err.args and getattr(err.args[0], "reason", None) is not None:
+        reason = err.args[0].reason  # urllib3's, without the retry wrapper: "...: [Errno 111] Connection refused"
+    return ModelsError(
+        "network",
+        f"cannot reach the hub at {endpoint()}: {redact(str(reason), token)[:300]}. Check the network and the "
+        "hub's address (HF_ENDPOINT, if set), then run the same command again",
+    )
+
+
 def translate(
     err: BaseException, *, repo: str, revision: str, path: str | None = None, token: str | None = None
 ) -> ModelsError:
@@ -119,6 +144,12 @@ def translate(
             f"repository {repo} not found on {where}: check the name; if it is private, {access}",
             ExitStatus.BAD_INPUT,
         )
+    if isinstance(err, hf.LocalEntryNotFoundError):  # before EntryNotFoundError: it is a subclass
+        # hf_hub_download's request for the file's metadata got no answer: its error is the cause.
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, (hf.OfflineModeIsEnabled, hf.HfHubHTTPError)):
+            return translate(cause, repo=repo, revision=revision, path=path, token=token)
+        return unreachable(cause or err, token)
     if isinstance(err, hf.EntryNotFoundError):
         return ModelsError("file_not_found", f"{repo} has no file {path} at {revision}; lock it again")
     if isinstance(err, hf.OfflineModeIsEnabled):
@@ -131,15 +162,14 @@ def translate(
             f"disk full while writing {err.filename or what}: free space (or move --dir), then run the same "
             "command again; what was downloaded is kept and resumed",
         )
+    if _not_connected(err):  # before the interrupted downloads: nothing was downloading
+        return unreachable(err, token)
     if isinstance(err, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
         return ModelsError(
             "interrupted",
             f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); what "
             "arrived is kept: run the same command again to resume",
         )
-    if isinstance(err, hf.LocalEntryNotFoundError):
-        cause = err.__cause__ or err.__context__
-        return ModelsError("network", f"cannot reach {where} for {what}: {redact(str(cause or err), token)[:300]}")
     if isinstance(err, hf.HfHubHTTPError):
         status = err.response.status_code if err.response is not None else "?"
         detail = err.server_message or str(err).splitlines()[0]
