@@ -67,7 +67,55 @@ def wait_paused_or_exit(hub, proc: subprocess.Popen, timeout: float = 120) -> bo
 
 
 def sizes_under(directory: Path) -> dict[str, int]:
-    return {str(p): p.stat().st_size for p in directory.rglob("*") if p.is_file()} if directory.exists() else {}
+    """The files under directory and their sizes, now. The fetch being watched creates and removes
+    files and folders meanwhile (its staging .cache/huggingface): os.walk skips a folder that
+    vanished, where Path.rglob raised FileNotFoundError and failed the test on a busy machine."""
+    sizes = {}
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                sizes[os.path.join(root, name)] = os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return sizes
+
+
+def test_sizes_under_skips_a_folder_removed_while_it_looks(tmp_path, monkeypatch):
+    """The race of a busy machine, made certain: the fetch removes its staging folder between
+    the listing of its parent and the look inside it."""
+    (tmp_path / "kept").write_bytes(b"abc")
+    (tmp_path / "stage" / "deep").mkdir(parents=True)
+    (tmp_path / "stage" / "deep" / "part").write_bytes(b"x")
+    real = os.scandir
+
+    class Listing:  # what os.scandir returns: an iterator that is also a context manager
+        def __init__(self, entries):
+            self.entries = iter(entries)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return next(self.entries)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def close(self):
+            pass
+
+    def scandir(path="."):
+        with real(path) as entries:
+            listed = Listing(list(entries))
+        if not isinstance(path, int) and Path(path) == tmp_path / "stage":
+            shutil.rmtree(tmp_path / "stage" / "deep")
+        return listed
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert sizes_under(tmp_path) == {str(tmp_path / "kept"): 3}
 
 
 def wait_quiet(directory: Path, polls: int = 3) -> None:
