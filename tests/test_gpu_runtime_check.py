@@ -1,0 +1,101 @@
+"""nix/scripts/gpu-runtime-check.py: its plan here (no GPU), its real run on a GPU host.
+
+The script is what ran on the lent H200 (docs/gpu-host.md). Here its argument parsing, the
+environments it builds for each child and the nixpkgs-shaped CUDA_HOME it lays out are checked;
+the run itself needs a GPU and is skipped without `nvidia-smi`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+SCRIPT = REPO / "nix" / "scripts" / "gpu-runtime-check.py"
+SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight")
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_runtime_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dry_run(tmp_path, *extra):
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--workdir", str(tmp_path), "--cc", "/wrapper/bin/cc",
+         "--cuda-home", "/cuda", "--libcuda-dir", "/driver/lib", "--arch-list", "9.0 12.0", *extra],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_unknown_section_is_refused(tmp_path):
+    result = dry_run(tmp_path, "--sections", "triton,nccl")
+    assert result.returncode == 2
+    assert "unknown section(s): nccl" in result.stderr
+
+
+def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
+    result = dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for section in SECTIONS:
+        assert f"######## {section}" in out
+    assert "dry run: nothing was run" in out
+    commands = [line for line in out.splitlines() if line.startswith("$ env -i ")]
+    # triton: 4 children; flashinfer: 2 probes + cold + warm; layout: 2; comm: 3; preflight: 2
+    assert len(commands) == 4 + 4 + 2 + 3 + 2
+    triton = [c for c in commands if "/triton-" in c]
+    assert "TRITON_LIBCUDA_PATH=" not in triton[0]  # the failure it shows: ldconfig hidden, no variable
+    assert all("unshare -m" in c and "/sbin/ldconfig" not in c for c in triton)
+    assert "PATH=/nonexistent" in triton[1] and "CC=" not in triton[1]  # no compiler at all
+    assert all("CC=/wrapper/bin/cc" in c and "TRITON_LIBCUDA_PATH=/driver/lib" in c for c in triton[2:])
+    flashinfer = [c for c in commands if "/flashinfer-kernels" in c]
+    assert all("CUDA_HOME=/cuda" in c and "FLASHINFER_CUDA_ARCH_LIST=9.0 12.0" in c for c in flashinfer)
+    assert "FLASHINFER_CUDA_ARCH_LIST" not in next(c for c in commands if "arch_list_unset" in c)
+    comm = [c for c in commands if "/comm-" in c]
+    assert [c.rsplit(" ", 1)[1] for c in comm] == ["stock", "stock", "120a"]
+    assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[0] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[1]
+
+
+def test_path_defaults_to_the_tools_directories():
+    args = load_script().parse_args(["--cc", "/cc-wrapper/bin/cc", "--sections", "triton"])
+    assert args.path.split(":")[0] == "/cc-wrapper/bin"
+    assert args.sections == ["triton"]
+
+
+@pytest.mark.parametrize("link", [True, False])
+def test_nix_layout_has_lib_and_only_optionally_lib64(tmp_path, link):
+    real = tmp_path / "cuda"
+    for d in ("bin", "include", "targets/lib/stubs"):
+        (real / d).mkdir(parents=True)
+    (real / "targets/lib/libcudart.so").write_text("")
+    (real / "lib64").symlink_to("targets/lib")  # the layout of /usr/local/cuda on the H200
+    home = load_script().nix_layout(real, tmp_path / "nix", link)
+    assert (home / "lib" / "libcudart.so").exists() and (home / "lib" / "stubs").is_dir()
+    assert (home / "bin").resolve() == (real / "bin").resolve()
+    assert (home / "lib64").is_symlink() is link
+    if link:
+        assert (home / "lib64" / "libcudart.so").exists()
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs a GPU host: nvidia-smi not found")
+def test_runs_on_a_gpu_host(tmp_path):
+    sections = "triton,preflight" + (",flashinfer" if importlib.util.find_spec("flashinfer") else "")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sections", sections, "--workdir", str(tmp_path),
+         "--kernels", "draft_paged_prefill_fa2,rmsnorm"],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    for section in sections.split(","):
+        assert f"######## {section}" in result.stdout
+    assert "kernel launched, result right" in result.stdout
+    assert "FileNotFoundError" in result.stdout and "/sbin/ldconfig" in result.stdout
+    assert "compute capability" in result.stdout
+    assert "0 failed" in result.stdout
