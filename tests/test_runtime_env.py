@@ -340,3 +340,16 @@ def test_closure_components_group_outputs_and_versions():
         "paths": 2,
         "components": {"x": {"bytes": 100, "paths": 1}, "y": {"bytes": 20, "paths": 1}},
     }
+
+
+def test_gpu_host_doc_shows_the_definition():
+    """docs/gpu-host.md's table is generated from nix/runtime-env.json."""
+    doc = (REPO / "docs" / "gpu-host.md").read_text()
+    script = REPO / "nix" / "scripts" / "runtime-env-doc.py"
+    table = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout.strip()
+    assert f"<!-- runtime-env:start -->\n{table}\n<!-- runtime-env:end -->" in doc, (
+        f"regenerate: {script} --write docs/gpu-host.md"
+    )
+    assert all(
+        f"`{name}`" in table for section in ("programs", "environment", "libraries", "paths") for name in SPEC[section]
+    )

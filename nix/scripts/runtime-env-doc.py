@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The run-time environment (nix/runtime-env.json) as a Markdown table for docs/gpu-host.md.
+
+runtime-env-doc.py            print the table
+runtime-env-doc.py --write F  replace the block between the markers in F
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+SPEC = Path(__file__).resolve().parents[1] / "runtime-env.json"
+START, END = "<!-- runtime-env:start -->", "<!-- runtime-env:end -->"
+WHERE = {
+    "driver": "the host's NVIDIA driver",
+    "cc": "`cudaPackages.backendStdenv.cc`",
+    "cxx": "`cudaPackages.backendStdenv.cc`",
+    "glibc": "glibc (already loaded)",
+    "cuda:toolkit": "the CUDA tree (`nix/cuda.nix`)",
+    "cuda:stubs": "`cuda_cudart`'s stubs",
+    "capabilities:torch": "chosen capabilities only",
+}
+
+
+def table(spec: dict) -> str:
+    rows = ["| kind | name | from | why |", "|---|---|---|---|"]
+    for kind, section, key in (
+        ("on PATH", "programs", "from"),
+        ("variable", "environment", "value"),
+        ("library", "libraries", "from"),
+        ("path", "paths", "from"),
+    ):
+        for name, entry in spec[section].items():
+            source = entry[key]
+            where = WHERE.get(source) or (
+                f"nixpkgs `{source.removeprefix('nixpkgs:')}`" if source.startswith("nixpkgs:") else source
+            )
+            rows.append(f"| {kind} | `{name}` | {where} | {entry['why']} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> int:
+    text = table(json.loads(SPEC.read_text()))
+    if argv[1:2] == ["--write"] and len(argv) == 3:
+        doc = Path(argv[2])
+        pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+        old = doc.read_text()
+        if not pattern.search(old):
+            print(f"runtime-env-doc: {doc} has no {START} ... {END} block", file=sys.stderr)
+            return 2
+        doc.write_text(pattern.sub(lambda _: f"{START}\n{text}\n{END}", old))
+        return 0
+    if len(argv) != 1:
+        print("usage: runtime-env-doc.py [--write FILE]", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
