@@ -16,7 +16,8 @@ from pathlib import Path
 import flake_eval
 import pytest
 from pinned_wheels import fetch_wheel, sha256_of, unpack
-from sglang_eagle3 import patchset, pins
+from sglang_eagle3.source import patchset
+from sglang_eagle3 import pins
 
 REPO = Path(__file__).resolve().parents[1]
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"

@@ -122,7 +122,7 @@ class Router:
         self.log_path = directory / f"router-{self.port}.log"
         self.key = api_key_file.read_text().strip() if api_key_file else None
         self.argv = [
-            sys.executable, "-m", "sglang_eagle3.router_main",
+            sys.executable, "-m", "sglang_eagle3.serving.router_main",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
             "--worker-urls", *[w.url for w in workers],

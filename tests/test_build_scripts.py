@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SERIES_DIR, series_names
-from sglang_eagle3 import patchset, pins
+from sglang_eagle3.source import patchset
+from sglang_eagle3 import pins
 
 SCRIPTS = REPO / "nix" / "scripts"
 # A store path's name: 32 characters of Nix's base-32 alphabet, a dash, the name.

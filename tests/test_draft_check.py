@@ -21,7 +21,9 @@ from draft_fixtures import (
     write_config,
     write_draft,
 )
-from sglang_eagle3 import draft_check, preflight, settings, sglang_source
+from sglang_eagle3.judging import draft_check, preflight
+from sglang_eagle3.serving import settings
+from sglang_eagle3.source import sglang_source
 from test_preflight import fake_nvidia_smi, free_port
 
 KIMI = "KimiK25ForConditionalGeneration"

@@ -21,7 +21,8 @@ import pytest
 from draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3 import draft_check, sglang_source
+from sglang_eagle3.judging import draft_check
+from sglang_eagle3.source import sglang_source
 from test_patch_0004 import run_capture
 
 # SGLang 0.5.9, stated independently of the code under test:

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3 import settings as server_settings
+from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.cli import main
 from sglang_eagle3.exit_status import ExitStatus
 

@@ -17,9 +17,9 @@ import time
 
 import pytest
 from bench_fixtures import FAKE_SGLANG, free_port
-from sglang_eagle3 import launcher
+from sglang_eagle3.serving import launcher
 from sglang_eagle3.exit_status import ExitStatus
-from sglang_eagle3.launch_plan import LaunchPlan
+from sglang_eagle3.serving.launch_plan import LaunchPlan
 
 
 def fake_plan(port: int, **behaviour) -> LaunchPlan:
@@ -108,8 +108,8 @@ def test_signals_are_forwarded_to_the_server(tmp_path, sig):
     script = textwrap.dedent(
         f"""
         import sys
-        from sglang_eagle3 import launcher
-        from sglang_eagle3.launch_plan import LaunchPlan
+        from sglang_eagle3.serving import launcher
+        from sglang_eagle3.serving.launch_plan import LaunchPlan
         plan = LaunchPlan([sys.executable, "-m", "sglang.launch_server", "--port", "{port}"],
                           {{"PYTHONPATH": {str(FAKE_SGLANG)!r}, "FAKE_SGLANG_SIGNAL_LOG": {str(log)!r}}})
         outcome = launcher.serve(plan, "http://127.0.0.1:{port}/health_generate", 60, 10, interval=0.1)

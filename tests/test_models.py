@@ -30,7 +30,8 @@ from models_fixtures import (
     sample_files,
     sha256,
 )  # fmt: skip
-from sglang_eagle3 import preflight, settings
+from sglang_eagle3.judging import preflight
+from sglang_eagle3.serving import settings
 from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.models import fetch, lockfile
 from sglang_eagle3.models.progress import human_bytes

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from models_fixtures import REPO_ID, models_env, run_models, sample_files
-from sglang_eagle3 import preflight, settings
+from sglang_eagle3.judging import preflight
+from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import FakeHub
 from test_nix import NIXPKGS_LIB, verify_unit
 

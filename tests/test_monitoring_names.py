@@ -13,7 +13,8 @@ import yaml
 from bench_fixtures import fake_server
 from conftest import REPO
 from monitoring_queries import PROMETHEUS_SERIES, problems, recorded_series, substitute
-from sglang_eagle3 import metrics_catalog, sglang_source
+from sglang_eagle3 import metrics_catalog
+from sglang_eagle3.source import sglang_source
 
 MONITORING = REPO / "modules" / "monitoring"
 RULE_FILES = [MONITORING / "sglang-eagle3-alerts.yml", MONITORING / "sglang-eagle3-thresholds.yml"]

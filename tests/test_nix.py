@@ -24,7 +24,9 @@ import flake_eval
 import pytest
 import yaml
 from conftest import REPO
-from sglang_eagle3 import SGLANG_VERSION, patchset, pins, settings
+from sglang_eagle3 import SGLANG_VERSION, pins
+from sglang_eagle3.source import patchset
+from sglang_eagle3.serving import settings
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")

@@ -8,7 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from sglang_eagle3 import preflight, settings, sglang_source
+from sglang_eagle3.judging import preflight
+from sglang_eagle3.serving import settings
+from sglang_eagle3.source import sglang_source
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -150,12 +152,12 @@ def test_dry_run_json_masks_secrets_and_keeps_the_key_out_of_argv(run_cli, patch
     assert "sk-very-secret" not in text and "hf_secret" not in text
     assert plan["env"]["HF_TOKEN"] == "***" and plan["env"]["NCCL_DEBUG"] == "INFO"
     assert plan["env"]["SGLANG_EAGLE3_API_KEY_FILE"] == str(key)
-    assert plan["argv"][1:3] == ["-m", "sglang_eagle3.sglang_main"] and "--api-key" not in plan["argv"]
+    assert plan["argv"][1:3] == ["-m", "sglang_eagle3.serving.sglang_main"] and "--api-key" not in plan["argv"]
     assert plan["sglang_argv"][1:3] == ["-m", "sglang.launch_server"]
 
 
 def test_credentials_directory_is_used_under_systemd(tmp_path):
-    from sglang_eagle3 import credentials, launch_plan
+    from sglang_eagle3.serving import credentials, launch_plan
 
     (tmp_path / "api-key").write_text("k")
     plan = launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})

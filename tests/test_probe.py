@@ -6,7 +6,8 @@ import json
 import re
 
 import pytest
-from sglang_eagle3 import probe, sglang_source
+from sglang_eagle3.judging import probe
+from sglang_eagle3.source import sglang_source
 
 KIMI = "KimiK25ForConditionalGeneration"
 

@@ -379,7 +379,7 @@ def urllib_status(url: str) -> int:
 
 def run_router_main(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sglang_eagle3.router_main", *args], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "sglang_eagle3.serving.router_main", *args], capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(SOURCE), **offline(), **(env or {})},
     )  # fmt: skip
 

@@ -1,7 +1,7 @@
 """The API keys never show: not in any output, argv, environment or log, SGLang's own included.
 
 The main test runs the real launch path: `sglang-eagle3 serve` (preflight, launch plan,
-launcher) starts `python -m sglang_eagle3.sglang_main` on SGLang 0.5.9 unpacked from the
+launcher) starts `python -m sglang_eagle3.serving.sglang_main` on SGLang 0.5.9 unpacked from the
 pinned wheel, which parses its arguments, reads the keys from their files and starts the
 server: it logs `server_args=ServerArgs(...)` and spawns its scheduler process, which gets
 as far as building the model on CPU. Everything it printed, and the command line and
@@ -134,12 +134,12 @@ def test_real_launch_keeps_the_keys_out_of_every_output(tmp_path, patched_tree, 
                                 if args[0] == "serve" else [*cli, *args, "--config", str(config)],
                                 capture_output=True, env=env, timeout=120)  # fmt: skip
         outputs += [result.stdout, result.stderr]
-    assert b"sglang_eagle3.sglang_main" in outputs[0]  # the plan starts SGLang through our entry point
+    assert b"sglang_eagle3.serving.sglang_main" in outputs[0]  # the plan starts SGLang through our entry point
 
     code, out, err, processes = run_and_watch([*cli, "serve", "--config", str(config), "--sglang", str(patched_tree)],
                                               env, until="server_args=ServerArgs(")  # fmt: skip
     assert b"server_args=ServerArgs(" in err, err.decode()[-3000:]  # SGLang's own start-up line was reached
-    assert any(b"sglang_eagle3.sglang_main" in c for c, _ in processes.values())
+    assert any(b"sglang_eagle3.serving.sglang_main" in c for c, _ in processes.values())
     assert any(b"multiprocessing" in c for c, _ in processes.values()), "no child of the server was seen"
     everything = b"\n".join([*outputs, out, err, *(c + e for c, e in processes.values())])
     for key in (api, admin):

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 from conftest import REPO
-from sglang_eagle3 import settings, sglang_source
+from sglang_eagle3.serving import settings
+from sglang_eagle3.source import sglang_source
 
 
 def test_defaults_are_the_tuned_configuration():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import STAND_INS
-from sglang_eagle3 import launch_plan, settings
+from sglang_eagle3.serving import launch_plan, settings
 
 DRIVER = Path(__file__).with_name("sglang_parser_driver.py")
 

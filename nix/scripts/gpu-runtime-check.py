@@ -161,7 +161,8 @@ print(json.dumps({"step": mode, "ok": ok, "s": round(time.perf_counter() - t, 1)
 """
 
 PREFLIGHT = r"""
-from sglang_eagle3 import preflight, settings
+from sglang_eagle3.judging import preflight
+from sglang_eagle3.serving import settings
 for g in preflight.query_gpus():
     print(f"gpu {g.index}: {g.name}, compute capability {g.compute_capability}, {g.memory}")
 checks = preflight.run(settings.load(None, ["tp_size=1"], profile="eagle3"))

@@ -8,24 +8,15 @@ from pathlib import Path
 
 import click
 
-from . import (
-    SGLANG_VERSION,
-    __version__,
-    credentials,
-    draft_inputs,
-    launch_plan,
-    launcher,
-    patchset,
-    preflight,
-    probe,
-    settings,
-    sglang_source,
-)
+from . import SGLANG_VERSION, __version__
 from .bench.cli import bench_group
 from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
 from .exit_status import ExitStatus, help_text
+from .judging import preflight, probe
 from .models.cli import models_group
-from .source_index import SourceLayoutError
+from .serving import credentials, launch_plan, launcher, settings
+from .source import draft_inputs, patchset, sglang_source
+from .source.source_index import SourceLayoutError
 
 
 def _tree(target: str | None) -> sglang_source.SGLangTree:

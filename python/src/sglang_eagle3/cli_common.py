@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from . import settings
 from .exit_status import ExitStatus
+from .serving import settings
 
 
 class BadInput(click.ClickException):

@@ -20,8 +20,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sglang_source import SGLangTree
-from .source_index import SourceIndex
+from .source.sglang_source import SGLangTree
+from .source.source_index import SourceIndex
 
 KINDS = ("Counter", "Gauge", "Histogram", "Summary")
 # Labels Prometheus attaches to every scraped series (target labels).
@@ -224,6 +224,6 @@ def render(catalog: Catalog) -> str:
 
 
 def load(target: str | Path | None = None) -> Catalog:
-    from .sglang_source import locate
+    from .source.sglang_source import locate
 
     return read(locate(target))

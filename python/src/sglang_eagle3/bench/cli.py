@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from .. import credentials, preflight
 from ..cli_common import BadInput, FiniteFloat, load_settings, settings_options, writable_file
 from ..exit_status import ExitStatus
+from ..judging import preflight
+from ..serving import credentials
 from . import BenchError
 
 
@@ -257,7 +258,7 @@ def _check_drafts(points, base, drafts, sglang_target) -> bool:
 
     True if at least one draft passed.
     """
-    from .. import sglang_source
+    from ..source import sglang_source
     from .sweep import draft_names
 
     tree = sglang_source.locate(sglang_target)  # the preflight above found it

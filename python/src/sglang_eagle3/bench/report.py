@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
 
-from ..settings import describe
+from ..serving.settings import describe
 from . import BenchError
 from .client import inter_token_latencies_ms
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
-from .. import credentials
+from ..serving import credentials
 from . import BenchError, server_metrics
 from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
 

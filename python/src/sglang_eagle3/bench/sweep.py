@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .. import launch_plan, launcher
-from ..settings import ServerSettings, describe
+from ..serving import launch_plan, launcher
+from ..serving.settings import ServerSettings, describe
 from . import BenchError, report
 from .runner import RunConfig, run
 

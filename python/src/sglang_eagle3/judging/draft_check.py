@@ -23,10 +23,10 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
-from . import draft_inputs, eagle3_source
-from .draft_inputs import DraftInputError, Fields
-from .sglang_source import SGLangTree
-from .source_index import SourceIndex
+from ..source import draft_inputs, eagle3_source
+from ..source.draft_inputs import DraftInputError, Fields
+from ..source.sglang_source import SGLangTree
+from ..source.source_index import SourceIndex
 
 
 class DraftVerdict(enum.StrEnum):

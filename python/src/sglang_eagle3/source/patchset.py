@@ -100,7 +100,7 @@ def read_series(series_file: Path) -> list[str]:
 
 def default_series_dir() -> Path:
     """Where the patch set is: $SGLANG_EAGLE3_PATCHES, the copy inside a built wheel, or the repo."""
-    from . import SGLANG_VERSION
+    from .. import SGLANG_VERSION
 
     candidates = []
     if os.environ.get("SGLANG_EAGLE3_PATCHES"):

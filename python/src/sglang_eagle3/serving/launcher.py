@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .exit_status import ExitStatus
+from ..exit_status import ExitStatus
 from .launch_plan import LaunchPlan
 
 

@@ -20,9 +20,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import SGLANG_VERSION, credentials, draft_check, probe, sglang_source
-from .settings import ServerSettings, field_flag
-from .source_index import SourceLayoutError
+from .. import SGLANG_VERSION
+from ..serving import credentials
+from ..serving.settings import ServerSettings, field_flag
+from ..source import sglang_source
+from ..source.source_index import SourceLayoutError
+from . import draft_check, probe
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]

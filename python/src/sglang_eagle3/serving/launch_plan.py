@@ -1,7 +1,7 @@
 """The launch plan: settings -> the exact SGLang command line and environment.
 
 SGLang's own entry point is ``python -m sglang.launch_server ARGS``. When an API key
-(or the admin key) is configured the launcher starts ``python -m sglang_eagle3.sglang_main
+(or the admin key) is configured the launcher starts ``python -m sglang_eagle3.serving.sglang_main
 ARGS`` instead: the same entry point, which reads the keys from their files, so they never
 appear in argv, in the environment or in logs (see sglang_main.py and credentials.py).
 """
@@ -59,7 +59,7 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
             env[secret.env] = str(path)  # the path, never the key
     if not key_files:
         return LaunchPlan(sglang_argv, env, {}, sglang_argv)
-    return LaunchPlan([python, "-m", "sglang_eagle3.sglang_main", *args], env, key_files, sglang_argv)
+    return LaunchPlan([python, "-m", "sglang_eagle3.serving.sglang_main", *args], env, key_files, sglang_argv)
 
 
 def base_url(settings: ServerSettings) -> str:

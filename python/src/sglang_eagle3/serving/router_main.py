@@ -19,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..exit_status import ExitStatus
 from . import credentials
-from .exit_status import ExitStatus
 
 PROG = "sglang-eagle3-router"
 

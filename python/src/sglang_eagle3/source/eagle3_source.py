@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import patchset
-from .probe import _attribute_class, _defines, _forward_target
+from .classes import attribute_class, defines, forward_target
 from .source_index import SourceIndex, own_expressions, statements_with_conditions
 
 CAPTURE_METHOD = "set_eagle3_layers_to_capture"
@@ -106,7 +106,7 @@ def draft_class_facts(index: SourceIndex, arch: str) -> DraftClassFacts | None:
     path, cls = found
     module = index.module(path)
     facts = DraftClassFacts(location=f"{index.rel(path)}:{cls.lineno}")
-    init = _defines(cls, "__init__")
+    init = defines(cls, "__init__")
     for stmt, conditions in statements_with_conditions(init.body if init else []):
         test = conditions[-1].test if conditions else None
         if (
@@ -175,12 +175,12 @@ def find_method(index: SourceIndex, path: Path, cls: ast.ClassDef, method: str, 
     """(path, class, function) that really runs for ``cls.method``: through bases and forwarding wrappers."""
     if _depth > 12:
         return None
-    found = _defines(cls, method)
+    found = defines(cls, method)
     if isinstance(found, ast.FunctionDef):
-        inner = _forward_target(found, method) if _passes_through(found, method) else None
+        inner = forward_target(found, method) if _passes_through(found, method) else None
         if inner is None:
             return path, cls, found
-        inner_cls = _attribute_class(index, path, cls, inner)
+        inner_cls = attribute_class(index, path, cls, inner)
         return find_method(index, *inner_cls, method, _depth + 1) if inner_cls else None
     for base in cls.bases:
         if isinstance(base, ast.Name):
@@ -242,7 +242,7 @@ def _patch_0004():
 def _method_in(source: str, class_name: str, method: str) -> ast.FunctionDef | None:
     for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
-            found = _defines(node, method)
+            found = defines(node, method)
             return found if isinstance(found, ast.FunctionDef) else None
     return None
 

@@ -1,0 +1,1 @@
+"""Judging a setup from what the source layer read: the probe, the draft checks, preflight."""

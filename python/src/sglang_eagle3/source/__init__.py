@@ -1,0 +1,2 @@
+"""Reading SGLang's source without importing it: where its tree is, what its code says
+(call sites, conditions, all-reduce gates, EAGLE-3 capture), the patch set, a draft's inputs."""
