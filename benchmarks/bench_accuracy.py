@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from bench_fixtures import fake_server  # noqa: E402
 from sglang_eagle3.bench import report  # noqa: E402
 from sglang_eagle3.bench.runner import RunConfig, run  # noqa: E402
+from support.bench_fixtures import fake_server  # noqa: E402
 
 
 def cpu_seconds() -> float:

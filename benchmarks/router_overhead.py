@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import aiohttp  # noqa: E402
-from router_fixtures import cluster  # noqa: E402
+from support.router_fixtures import cluster  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -17,7 +17,7 @@
 #
 # Also: sglang is the wheel with the patch series applied (sglang-wheel.nix); nvidia-ml-py
 # finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); sglang-eagle3 is
-# built with patches/ and nix/pins.json beside python/.
+# built with patches/ beside python/.
 {
   pkgs,
   lib,
@@ -145,7 +145,6 @@ fixed
       fileset = lib.fileset.unions [
         (src + "/python")
         (src + "/patches")
-        (src + "/nix/pins.json")
       ];
     };
     sourceRoot = "source/python";

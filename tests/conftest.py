@@ -13,11 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flake_eval
 import pytest
-from pinned_wheels import fetch_wheel, sha256_of, unpack
 from sglang_eagle3.source import patchset
-from sglang_eagle3 import pins
+from support import flake_eval, pins
+from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
@@ -131,3 +130,11 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+@pytest.fixture
+def exe_stub(tmp_path):
+    exe = tmp_path / "sglang-eagle3"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return exe

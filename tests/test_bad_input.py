@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from conftest import snapshot
 from sglang_eagle3.bench import report
 from sglang_eagle3.exit_status import ExitStatus
-from test_preflight import fake_nvidia_smi
+from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
+from support.gpus import fake_nvidia_smi
 
 
 def clean(result) -> str:

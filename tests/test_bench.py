@@ -19,10 +19,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from threading import Thread
 
 import pytest
-from bench_fixtures import fake_server, free_port
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
 from sglang_eagle3.exit_status import ExitStatus
+from support.bench_fixtures import fake_server, free_port
 
 
 def test_openai_api_with_usage_counts(tmp_path):

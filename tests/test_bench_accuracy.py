@@ -24,9 +24,9 @@ import subprocess
 import sys
 
 import pytest
-from bench_fixtures import fake_server
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
+from support.bench_fixtures import fake_server
 
 pytestmark = pytest.mark.timing
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SERIES_DIR, series_names
 from sglang_eagle3.source import patchset
-from sglang_eagle3 import pins
+from support import pins
 
 SCRIPTS = REPO / "nix" / "scripts"
 # A store path's name: 32 characters of Nix's base-32 alphabet, a dash, the name.

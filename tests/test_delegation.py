@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import STAND_INS
 
-DRIVER = Path(__file__).with_name("kimi_cpu_driver.py")
+DRIVER = Path(__file__).parent / "support" / "drivers" / "kimi_cpu_driver.py"
 NUM_LAYERS = 8  # TEXT_CONFIG["num_hidden_layers"] in the driver
 
 

@@ -12,7 +12,11 @@ import re
 import shutil
 
 import pytest
-from draft_fixtures import (
+from sglang_eagle3.judging import draft_check, preflight
+from sglang_eagle3.serving import settings
+from sglang_eagle3.source import sglang_source
+from support.bench_fixtures import free_port
+from support.draft_fixtures import (
     KIMI_HIDDEN,
     KIMI_VOCAB,
     eagle3_draft_config,
@@ -21,10 +25,7 @@ from draft_fixtures import (
     write_config,
     write_draft,
 )
-from sglang_eagle3.judging import draft_check, preflight
-from sglang_eagle3.serving import settings
-from sglang_eagle3.source import sglang_source
-from test_preflight import fake_nvidia_smi, free_port
+from support.gpus import fake_nvidia_smi
 
 KIMI = "KimiK25ForConditionalGeneration"
 DEEPSEEK = "DeepseekV3ForCausalLM"  # the pristine KimiK25 wrapper lacks the method; its inner model has it
@@ -397,7 +398,7 @@ def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, prist
         "two_layers": eagle3_draft_config((1, 3, 5), draft_vocab=128, num_hidden_layers=2, **tiny),
     }
     dirs = {name: write_draft(tmp_path / name, config, d2t_rows=128) for name, config in drafts.items()}
-    driver = Path(__file__).with_name("eagle3_draft_driver.py")
+    driver = Path(__file__).parent / "support" / "drivers" / "eagle3_draft_driver.py"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pristine_tree), str(STAND_INS)])}
     result = subprocess.run([sys.executable, str(driver), json.dumps([str(d) for d in dirs.values()])],
                             capture_output=True, text=True, env=env, timeout=600)  # fmt: skip

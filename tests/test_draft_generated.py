@@ -18,12 +18,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check
 from sglang_eagle3.source import sglang_source
-from test_patch_0004 import run_capture
+from support.capture import run_capture
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 
 # SGLang 0.5.9, stated independently of the code under test:
 EAGLE3_DRAFTS = {"LlamaForCausalLMEagle3"}  # srt/models/llama_eagle3.py, its only EAGLE-3 draft class

@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from flake_eval import REPO, REQUIRED, Workspace, unavailable
-from sglang_eagle3 import pins
+from support import pins
+from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
 
 SYSTEM = "x86_64-linux"
 reason = unavailable()
@@ -120,8 +120,8 @@ def test_fetch_model_builds_a_model_directory_from_a_lock(ws, tmp_path):
     (the stand-in's fetchurl downloads with this host's curl), joined by linkFarm."""
     if shutil.which("curl") is None:
         pytest.skip("needs curl")
-    from models_fixtures import REPO_ID, models_env, run_models, sample_files
     from stand_ins.fake_hub import FakeHub
+    from support.models_fixtures import REPO_ID, models_env, run_models, sample_files
 
     with FakeHub() as hub:
         hub.commit(REPO_ID, sample_files())

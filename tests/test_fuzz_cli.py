@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.cli import main
 from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.serving import settings as server_settings
 
 NUMBERS = ["nan", "inf", "-inf", "-1", "0", "1e400", "99999999999999999999999999", "1.5", "abc", "", "0x10"]
 URLS = ["http://[::1", ":abc", "http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://exa mple.com:1", "https://",

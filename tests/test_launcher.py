@@ -16,10 +16,10 @@ import textwrap
 import time
 
 import pytest
-from bench_fixtures import FAKE_SGLANG, free_port
-from sglang_eagle3.serving import launcher
 from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.serving import launcher
 from sglang_eagle3.serving.launch_plan import LaunchPlan
+from support.bench_fixtures import FAKE_SGLANG, free_port
 
 
 def fake_plan(port: int, **behaviour) -> LaunchPlan:

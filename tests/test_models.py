@@ -19,7 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
-from models_fixtures import (
+from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.judging import preflight
+from sglang_eagle3.models import fetch, lockfile
+from sglang_eagle3.models.progress import human_bytes
+from sglang_eagle3.serving import settings
+from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+from support.models_fixtures import (
     REPO_ID,
     MiB,
     hub_with_model,
@@ -30,12 +36,6 @@ from models_fixtures import (
     sample_files,
     sha256,
 )  # fmt: skip
-from sglang_eagle3.judging import preflight
-from sglang_eagle3.serving import settings
-from sglang_eagle3.exit_status import ExitStatus
-from sglang_eagle3.models import fetch, lockfile
-from sglang_eagle3.models.progress import human_bytes
-from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
 
 
 @pytest.fixture

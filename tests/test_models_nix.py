@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from models_fixtures import REPO_ID, models_env, run_models, sample_files
 from sglang_eagle3.judging import preflight
 from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import FakeHub
-from test_nix import NIXPKGS_LIB, verify_unit
+from support.models_fixtures import REPO_ID, models_env, run_models, sample_files
+from support.nix_harness import NIXPKGS_LIB, evaluate_module, evaluate_module_error, verify_unit
 
 NIX = shutil.which("nix-instantiate")
 needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
@@ -36,7 +36,6 @@ needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB), reason="needs NIXPKGS_LIB=<path to nixpkgs' lib/ directory> to evaluate the module"
 )
 FETCH_MODEL = REPO / "nix" / "fetch-model.nix"
-HARNESS = REPO / "tests" / "nix" / "module-harness.nix"
 # Stand-ins for nixpkgs' fetchurl and linkFarm that record what they are given.
 TINY_NIXPKGS = """
   fetchurl = args: { fetchurlArgs = args; };
@@ -47,7 +46,7 @@ TINY_NIXPKGS = """
 """
 
 
-def nix_eval(expr: str) -> subprocess.CompletedProcess:
+def nix_eval_result(expr: str) -> subprocess.CompletedProcess:
     return subprocess.run([NIX, "--eval", "--strict", "--json", "-E", expr], capture_output=True, text=True)
 
 
@@ -56,7 +55,7 @@ def fetch_model(lock_file: Path, endpoint: str) -> subprocess.CompletedProcess:
         f"let {TINY_NIXPKGS} in import {FETCH_MODEL} {{ inherit fetchurl linkFarm; }} "
         f'{{ lockFile = {lock_file}; endpoint = "{endpoint}"; }}'
     )
-    return nix_eval(expr)
+    return nix_eval_result(expr)
 
 
 @pytest.fixture
@@ -129,9 +128,7 @@ def evaluate_host(models: str, extra: str = "") -> dict:
         models = {models};
       }} // {extra or "{ }"};
     }}"""
-    result = nix_eval(f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = ({config}); }}")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return evaluate_module(config)
 
 
 @pytest.fixture
@@ -257,9 +254,9 @@ def test_module_assertions_for_models(two_locks):
     # A host that also sets the model path by hand gets the module system's conflict, naming both files.
     example = REPO / "modules" / "examples" / "8-gpu-host.nix"
     config = f"{{ imports = [ {example} ]; services.sglang-eagle3.models.target.lockFile = {target_lock}; }}"
-    result = nix_eval(f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}")
-    assert result.returncode != 0 and "settings.model_path' has conflicting definition values" in result.stderr
-    assert "8-gpu-host.nix" in result.stderr and "sglang-eagle3-models.nix" in result.stderr
+    error = evaluate_module_error(config)
+    assert "settings.model_path' has conflicting definition values" in error
+    assert "8-gpu-host.nix" in error and "sglang-eagle3-models.nix" in error
     # Without locks the module changes nothing: no models unit, the server as before.
     out = evaluate_host("{ }")
     assert "sglang-eagle3-models" not in out["services"]

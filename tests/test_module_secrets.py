@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 
 from conftest import REPO
-from test_nix import HARNESS, NIXPKGS_LIB, needs_lib, nix_eval
+from support.nix_harness import evaluate_module, needs_lib
 
 EXAMPLE = REPO / "modules" / "examples" / "8-gpu-host.nix"
 
 
 def evaluate(extra: str) -> dict:
     config = f"({{ lib, ... }}: {{ imports = [ {EXAMPLE} ]; }} // ({extra}))"
-    return nix_eval(f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}")
+    return evaluate_module(config)
 
 
 @needs_lib

@@ -11,12 +11,12 @@ import sys
 import urllib.parse
 
 import pytest
-from bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from conftest import REPO
-from monitoring_queries import substitute
-from monitoring_stack import PROMETHEUS, get, process, prometheus, query, router, wait_for
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
+from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
+from support.monitoring_queries import substitute
+from support.monitoring_stack import PROMETHEUS, get, process, prometheus, query, router, wait_for
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs prometheus (Debian: apt-get install prometheus)")
 MONITORING = REPO / "modules" / "monitoring"

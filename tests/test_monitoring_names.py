@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bench_fixtures import fake_server
 from conftest import REPO
-from monitoring_queries import PROMETHEUS_SERIES, problems, recorded_series, substitute
-from sglang_eagle3 import metrics_catalog
 from sglang_eagle3.source import sglang_source
+from support import metrics_catalog
+from support.bench_fixtures import fake_server
+from support.monitoring_queries import PROMETHEUS_SERIES, problems, recorded_series, substitute
 
 MONITORING = REPO / "modules" / "monitoring"
 RULE_FILES = [MONITORING / "sglang-eagle3-alerts.yml", MONITORING / "sglang-eagle3-thresholds.yml"]
@@ -41,7 +41,7 @@ def sglang_catalog(pristine_tree) -> metrics_catalog.Catalog:
 @pytest.fixture(scope="session")
 def router_catalog() -> metrics_catalog.Catalog:
     pytest.importorskip("sglang_router", reason="needs the sglang-router wheel (pip install sglang-router==0.3.2)")
-    from monitoring_stack import get, router
+    from support.monitoring_stack import get, router
 
     with fake_server() as server, tempfile.TemporaryDirectory() as tmp, router([server.url], Path(tmp)) as url:
         return metrics_catalog.from_exposition(get(url))

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 from conftest import REPO
-from test_monitoring_rules import render_thresholds
-from test_nix import evaluate_module, needs_lib
+from support.nix_harness import evaluate_module, needs_lib
+from support.thresholds import render_thresholds
 
 HOST = REPO / "modules" / "examples" / "8-gpu-host.nix"
 # nixpkgs' Grafana module has no default secret key any more (2026): every host sets one.

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import yaml
 from conftest import REPO
+from support.thresholds import render_thresholds
 
 MONITORING = REPO / "modules" / "monitoring"
 ALERTS = MONITORING / "sglang-eagle3-alerts.yml"
@@ -23,15 +24,6 @@ needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debia
 
 def alert_names() -> list[str]:
     return [r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"] if "alert" in r]
-
-
-def render_thresholds(**settings) -> dict:
-    """thresholds.nix's rule file for the defaults overridden by ``settings``."""
-    override = " ".join(f"{k} = {json.dumps(v)};" for k, v in settings.items())
-    expr = f"let t = import {MONITORING / 'thresholds.nix'}; in t.rules (t.defaults // {{ {override} }})"
-    result = subprocess.run([NIX, "--eval", "--strict", "--json", "-E", expr], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @needs_promtool

@@ -20,39 +20,30 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-import flake_eval
 import pytest
 import yaml
 from conftest import REPO
-from sglang_eagle3 import SGLANG_VERSION, pins
-from sglang_eagle3.source import patchset
+from sglang_eagle3 import SGLANG_VERSION
 from sglang_eagle3.serving import settings
-
-NIX = shutil.which("nix-instantiate")
-needs_nix = pytest.mark.skipif(NIX is None, reason="needs nix-instantiate (Debian: apt-get install nix-bin)")
-# nixpkgs' real lib, and the locked uv2nix / pyproject.nix trees: the same staged inputs the
-# flake evaluation uses (tests/flake_eval.py), or given explicitly.
-_lib_tree = flake_eval.input_tree("nixpkgs.lib")
-NIXPKGS_LIB = os.environ.get("NIXPKGS_LIB") or (str(_lib_tree / "lib") if _lib_tree else None)
-UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix") or "")
-PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject-nix") or "")
-if flake_eval.REQUIRED and not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC):
-    raise RuntimeError(
-        f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}"
-    )
-needs_lib = pytest.mark.skipif(
-    not (NIX and NIXPKGS_LIB),
-    reason=f"needs nixpkgs' lib/: {flake_eval.HOW_TO_STAGE} (or set NIXPKGS_LIB=<nixpkgs>/lib)",
+from sglang_eagle3.source import patchset
+from support import flake_eval, pins
+from support.nix_harness import (
+    NIX,
+    NIXPKGS_LIB,
+    PYPROJECT_NIX_SRC,
+    UV2NIX_SRC,
+    evaluate_module,
+    evaluate_module_error,
+    needs_lib,
+    needs_nix,
+    nix_eval,
+    ollama_exposure,
+    verify_unit,
 )
+
 NIX_FILES = sorted(p for p in REPO.rglob("*.nix") if ".venv" not in p.parts and ".git" not in p.parts)
 PINS = pins.pins()
 LOCK = tomllib.loads((REPO / "python" / "uv.lock").read_text())
-
-
-def nix_eval(expr: str, cwd: Path = REPO) -> object:
-    result = subprocess.run([NIX, "--eval", "--strict", "--json", "-E", expr], capture_output=True, text=True, cwd=cwd)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def locked(name: str) -> dict:
@@ -199,56 +190,6 @@ def test_no_placeholder_hashes_anywhere():
 
 # -- the NixOS module, with nixpkgs' lib only ------------------------------------------------
 
-HARNESS = REPO / "tests" / "nix" / "module-harness.nix"
-STANDIN_NIXOS = REPO / "tests" / "nix" / "nixpkgs" / "nixos" / "eval-config.nix"
-
-
-def evaluate_module(config: str) -> dict:
-    expr = f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}"
-    return nix_eval(expr)
-
-
-STORE_PROGRAM = re.compile(r"/nix/store/[a-z0-9]{32}-[^/\s]+/bin/[^\s\"]+")
-# Keys NixOS's systemd knows and Debian 12's systemd 252 does not (they arrived in 254).
-NEWER_THAN_252 = re.compile(r"^(RestartSteps|RestartMaxDelaySec)=.*\n", re.MULTILINE)
-
-
-def render_unit(unit_text: str, exe_stub: Path) -> str:
-    """A unit file as NixOS wrote it (the harness's `units`), its programs replaced by a stub.
-
-    systemd-analyze verify checks that every Exec*= program exists; the packages here are
-    stubs, so their store paths are pointed at an executable file. Nothing else changes.
-    """
-    lines = [
-        STORE_PROGRAM.sub(str(exe_stub), line) if line.startswith("Exec") else line
-        for line in unit_text.splitlines(keepends=True)
-    ]
-    text = "".join(lines)
-    return text if systemd_version() >= 254 else NEWER_THAN_252.sub("", text)
-
-
-def verify_unit(unit_text: str, name: str, tmp_path: Path, exe_stub: Path) -> float:
-    """nix/scripts/verify-units.sh on the unit (what the flake's module checks run): its exposure."""
-    unit = tmp_path / name
-    unit.write_text(render_unit(unit_text, exe_stub))
-    script = REPO / "nix" / "scripts" / "verify-units.sh"
-    result = subprocess.run(["bash", str(script), str(unit)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return float(re.search(rf"{re.escape(name)}: exposure ([0-9.]+)", result.stdout).group(1))
-
-
-def systemd_version() -> int:
-    out = subprocess.run(["systemd-analyze", "--version"], capture_output=True, text=True).stdout
-    return int(re.match(r"systemd (\d+)", out).group(1))
-
-
-@pytest.fixture
-def exe_stub(tmp_path):
-    exe = tmp_path / "sglang-eagle3"
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    return exe
-
 
 @needs_lib
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze (Debian: systemd)")
@@ -292,22 +233,6 @@ def test_module_8_gpu_host(tmp_path, exe_stub):
         assert exposure <= reference
 
 
-def ollama_exposure(module: Path, tmp_path: Path, exe_stub: Path) -> float:
-    """nixpkgs' ollama unit, rendered by the same NixOS stand-in as ours."""
-    expr = f"""
-      let lib = import {NIXPKGS_LIB};
-          stub = {{ type = "derivation"; name = "ollama"; meta.mainProgram = "ollama"; override = _: stub;
-                   outPath = "/nix/store/7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a-ollama"; }};
-          host = import {STANDIN_NIXOS} {{
-            inherit lib; system = "x86_64-linux";
-            modules = [ {module} {{ services.ollama.enable = true; services.ollama.package = stub;
-              fileSystems."/".device = "/dev/sda1"; boot.loader.grub.device = "nodev"; }} ];
-          }};
-      in host.config.systemd.units."ollama.service".text
-    """
-    return verify_unit(nix_eval(expr), "ollama.service", tmp_path, exe_stub)
-
-
 @needs_lib
 def test_module_two_node_rank_0(tmp_path):
     out = evaluate_module(str(REPO / "modules" / "examples" / "two-node.nix"))
@@ -338,13 +263,8 @@ def test_module_assertions_fire(override, message):
 
 @needs_lib
 def test_module_rejects_an_api_key_given_as_a_store_path():
-    result = subprocess.run(
-        [NIX, "--eval", "--strict", "--json", "-E",
-         f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {{ services.sglang-eagle3 = {{ enable = true; "
-         'apiKeyFile = "relative/key"; }; }; }'],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert result.returncode != 0 and "apiKeyFile" in result.stderr
+    error = evaluate_module_error('{ services.sglang-eagle3 = { enable = true; apiKeyFile = "relative/key"; }; }')
+    assert "apiKeyFile" in error
 
 
 @pytest.mark.skipif(

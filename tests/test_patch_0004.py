@@ -9,27 +9,10 @@ convention names [1, n//2-1, n-4] and must get those layers' outputs (the same s
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from conftest import STAND_INS
+from support.capture import run_capture
 
-DRIVER = Path(__file__).with_name("eagle3_capture_driver.py")
 N = 8  # layers of the tiny model
-
-
-def run_capture(tree: Path, num_layers: int, cases: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(STAND_INS), str(DRIVER.parent)])}
-    request = json.dumps({"num_hidden_layers": num_layers, "cases": cases})
-    result = subprocess.run(
-        [sys.executable, str(DRIVER), request], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert result.returncode == 0, f"driver failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 CASES = {

@@ -4,38 +4,20 @@ from __future__ import annotations
 
 import json
 import socket
-import stat
 from pathlib import Path
 
 import pytest
 from sglang_eagle3.judging import preflight
 from sglang_eagle3.serving import settings
 from sglang_eagle3.source import sglang_source
+from support.bench_fixtures import free_port
+from support.gpus import fake_nvidia_smi
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
 
-def fake_nvidia_smi(tmp_path: Path, recording: str | None) -> str:
-    """An executable that prints a recorded `nvidia-smi --query-gpu=...` output."""
-    script = tmp_path / "nvidia-smi"
-    if recording is None:
-        script.write_text(
-            "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n"
-        )
-    else:
-        script.write_text(f"#!/bin/sh\ncat {DATA / recording}\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script)
-
-
 def checks(report):
     return {c.name: c for c in report.checks}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(tmp_path, tree, recording, **overrides):

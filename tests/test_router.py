@@ -20,10 +20,10 @@ import urllib.request
 
 import aiohttp
 import pytest
-from bench_fixtures import free_port
-from router_fixtures import SOURCE, Router, StandIn, cluster, generate, get_json, offline, wait_until
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import load_prompts
+from support.bench_fixtures import free_port
+from support.router_fixtures import SOURCE, Router, StandIn, cluster, generate, get_json, offline, wait_until
 
 # Fast health checks and short circuit-breaker pauses, so a test sees a worker leave and
 # come back within seconds (production defaults: 60 s each).

@@ -18,22 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_nix import HARNESS, NIX, NIXPKGS_LIB, needs_lib, nix_eval, verify_unit
+from support.nix_harness import NIXPKGS_LIB, evaluate_module, evaluate_module_error, needs_lib, nix_eval, verify_unit
 
 CLUSTER = REPO / "modules" / "examples" / "cluster.nix"
 VM_TEST = REPO / "nix" / "tests" / "router-vm.nix"
 needs_systemd = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
-
-
-def evaluate(config: str) -> dict:
-    return nix_eval(f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}")
-
-
-def evaluate_error(config: str) -> str:
-    expr = f"import {HARNESS} {{ libPath = {NIXPKGS_LIB}; config = {config}; }}"
-    result = subprocess.run([NIX, "--eval", "--strict", "--json", "-E", expr], capture_output=True, text=True)
-    assert result.returncode != 0, result.stdout
-    return result.stderr
 
 
 def cluster_host(name: str, args: str = "{ }") -> str:
@@ -51,7 +40,7 @@ def router_args(service: dict):
 
 @needs_lib
 def test_cluster_router_host_renders_what_the_router_accepts():
-    out = evaluate(cluster_host("router"))
+    out = evaluate_module(cluster_host("router"))
     assert out["failedAssertions"] == [] and out["warnings"] == []
     service = out["services"]["sglang-router"]
     args = router_args(service)
@@ -81,7 +70,7 @@ def test_router_options_render_to_the_flags_the_router_reads():
         healthCheck = { endpoint = "/health_generate"; intervalSec = 7; timeoutSec = 3; };
         requestTimeoutSec = 99; logLevel = "warn"; extraArgs = [ "--queue-size" "7" ];
         metrics = { port = 9100; openFirewall = true; }; openFirewall = true; }; }"""
-    out = evaluate(config)
+    out = evaluate_module(config)
     assert out["failedAssertions"] == []
     args = router_args(out["services"]["sglang-router"])
     assert args.worker_urls == ["http://a:1", "https://b:2/"] and args.policy == "power_of_two"
@@ -107,12 +96,12 @@ def test_router_options_render_to_the_flags_the_router_reads():
 def test_cluster_gpu_hosts_are_the_routers_workers(args, hosts):
     names = nix_eval(f"builtins.attrNames (import {CLUSTER} {args})")
     assert sorted(names) == sorted(["router", *hosts])
-    router = evaluate(cluster_host("router", args))
+    router = evaluate_module(cluster_host("router", args))
     workers = router_args(router["services"]["sglang-router"]).worker_urls
     router_credential = router["services"]["sglang-router"]["serviceConfig"]["LoadCredential"]
     expected = []
     for name, address in hosts.items():
-        gpu = evaluate(cluster_host(name, args))
+        gpu = evaluate_module(cluster_host(name, args))
         assert gpu["failedAssertions"] == []
         settings = gpu["settings"]
         assert settings["host"] == "0.0.0.0" and settings["tp_size"] == 8  # a whole replica per host
@@ -147,7 +136,7 @@ BROKEN = [
 @pytest.mark.parametrize("override, message", BROKEN, ids=[m for _, m in BROKEN])
 def test_router_assertions_fire(override, message):
     config = f"{{ lib, ... }}: {{ imports = [ {cluster_host('router')} ]; services.sglang-router = {{ {override} }}; }}"
-    failed = evaluate(f"({config})")["failedAssertions"]
+    failed = evaluate_module(f"({config})")["failedAssertions"]
     assert any(message in m for m in failed), failed
 
 
@@ -166,21 +155,23 @@ def test_router_assertions_fire(override, message):
 )
 def test_router_rejects_bad_values_by_type(value, option):
     base = '{ services.sglang-router = { enable = true; workers = [ "http://a:1" ]; }; }'
-    stderr = evaluate_error(f"{{ imports = [ {base} ]; services.sglang-router.{value} }}")
+    stderr = evaluate_module_error(f"{{ imports = [ {base} ]; services.sglang-router.{value} }}")
     assert option in stderr and "is not of type" in stderr
 
 
 @needs_lib
 def test_an_open_router_without_a_key_is_warned_about():
-    out = evaluate('{ services.sglang-router = { enable = true; host = "0.0.0.0"; workers = [ "http://a:1" ]; }; }')
+    out = evaluate_module(
+        '{ services.sglang-router = { enable = true; host = "0.0.0.0"; workers = [ "http://a:1" ]; }; }'
+    )
     assert out["failedAssertions"] == []
     assert len(out["warnings"]) == 1 and "without an API key" in out["warnings"][0]
-    assert evaluate(cluster_host("router"))["warnings"] == []
+    assert evaluate_module(cluster_host("router"))["warnings"] == []
 
 
 @needs_lib
 def test_every_router_option_is_documented_and_in_the_readme():
-    options = evaluate("{ }")["routerOptions"]
+    options = evaluate_module("{ }")["routerOptions"]
 
     def leaves(tree, prefix=""):
         for name, value in tree.items():
@@ -202,14 +193,14 @@ def test_every_router_option_is_documented_and_in_the_readme():
 @needs_lib
 @needs_systemd
 def test_router_unit_verifies_and_its_exposure_is_printed(tmp_path):
-    out = evaluate(cluster_host("router"))
+    out = evaluate_module(cluster_host("router"))
     service = out["services"]["sglang-router"]
     exe = tmp_path / "sglang-eagle3-router"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     router_exposure = verify_unit(out["units"]["sglang-router.service"], "sglang-router.service", tmp_path, exe)
     # The GPU server's unit, rendered the same way: the router needs less, so it must expose no more.
-    server = evaluate(cluster_host("gpu-1"))["units"]["sglang-eagle3.service"]
+    server = evaluate_module(cluster_host("gpu-1"))["units"]["sglang-eagle3.service"]
     server_exposure = verify_unit(server, "sglang-eagle3.service", tmp_path, exe)
     print(f"\nsglang-router.service exposure: {router_exposure} (sglang-eagle3.service: {server_exposure})")
     assert router_exposure <= server_exposure
@@ -217,7 +208,7 @@ def test_router_unit_verifies_and_its_exposure_is_printed(tmp_path):
     assert sc["PrivateDevices"] is True and sc["MemoryDenyWriteExecute"] is True
     assert sc["CapabilityBoundingSet"] == [""] and sc["ProtectSystem"] == "strict"
     if os.environ.get("OLLAMA_MODULE"):
-        from test_nix import ollama_exposure
+        from support.nix_harness import ollama_exposure
 
         reference = ollama_exposure(Path(os.environ["OLLAMA_MODULE"]), tmp_path, exe)
         print(f"nixpkgs ollama.service exposure: {reference}")
@@ -246,7 +237,7 @@ def vm_test(attr: str) -> str:
 def test_vm_test_router_node_is_a_valid_router_host():
     # The node as a module; the harness's stub package stands in for the flake's router package.
     node = vm_test('{ imports = [ test.nodes.router ]; services.sglang-router.package = lib.mkForce (stub "r"); }')
-    out = evaluate(f"({node})")
+    out = evaluate_module(f"({node})")
     assert out["failedAssertions"] == [] and out["warnings"] == []
     service = out["services"]["sglang-router"]
     args = router_args(service)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from flake_eval import Workspace, unavailable
+from support.flake_eval import Workspace, unavailable
 
 SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 import sglang_eagle3
-from bench_fixtures import fake_server, free_port
 from conftest import STAND_INS
-from processes import descendants
-from test_preflight import fake_nvidia_smi
+from support.bench_fixtures import fake_server, free_port
+from support.gpus import fake_nvidia_smi
+from support.processes import descendants
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256, "hidden_size": 64,

@@ -12,7 +12,7 @@ import pytest
 from conftest import STAND_INS
 from sglang_eagle3.serving import launch_plan, settings
 
-DRIVER = Path(__file__).with_name("sglang_parser_driver.py")
+DRIVER = Path(__file__).parent / "support" / "drivers" / "sglang_parser_driver.py"
 
 # One case per field (or group of fields that must change together), each away from its default.
 CASES: dict[str, dict] = {

@@ -19,10 +19,10 @@ import time
 import urllib.request
 
 import pytest
-from bench_fixtures import FAKE_SGLANG, free_port
-from processes import alive, descendants
 from sglang_eagle3.exit_status import ExitStatus
-from test_preflight import fake_nvidia_smi
+from support.bench_fixtures import FAKE_SGLANG, free_port
+from support.gpus import fake_nvidia_smi
+from support.processes import alive, descendants
 
 GRACE = 2.0
 SLACK = 5.0  # the bar: gone within grace + 5 s of the launcher's signal

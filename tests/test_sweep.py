@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from bench_fixtures import FAKE_SGLANG, free_port
 from sglang_eagle3.bench import report
-from test_preflight import fake_nvidia_smi
+from support.bench_fixtures import FAKE_SGLANG, free_port
+from support.gpus import fake_nvidia_smi
 
 
 def test_sweep_finds_the_fastest_point_and_its_gain(tmp_path, patched_tree):
@@ -45,7 +45,7 @@ def test_sweep_finds_the_fastest_point_and_its_gain(tmp_path, patched_tree):
 
 
 def test_sweep_across_drafts_reports_each_drafts_accept_length_and_speed(tmp_path, patched_tree):
-    from draft_fixtures import eagle3_draft_config, write_draft
+    from support.draft_fixtures import eagle3_draft_config, write_draft
 
     good, weak = (write_draft(tmp_path / name, eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
                   for name in ("draft-good", "draft-weak"))  # fmt: skip

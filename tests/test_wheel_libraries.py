@@ -27,7 +27,7 @@ import tomllib
 
 import pytest
 from conftest import REPO
-from flake_eval import Workspace, unavailable
+from support.flake_eval import Workspace, unavailable
 
 DATA = json.loads((REPO / "nix" / "wheel-libraries.json").read_text())
 POLICY = json.loads((REPO / "nix" / "wheel-closure.json").read_text())

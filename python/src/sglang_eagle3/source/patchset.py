@@ -105,9 +105,9 @@ def default_series_dir() -> Path:
     candidates = []
     if os.environ.get("SGLANG_EAGLE3_PATCHES"):
         candidates.append(Path(os.environ["SGLANG_EAGLE3_PATCHES"]))
-    here = Path(__file__).resolve().parent
-    candidates.append(here / "patches" / f"sglang-{SGLANG_VERSION}")  # wheel (force-include)
-    candidates.append(here.parents[2] / "patches" / f"sglang-{SGLANG_VERSION}")  # repo checkout
+    package = Path(__file__).resolve().parents[1]
+    candidates.append(package / "patches" / f"sglang-{SGLANG_VERSION}")  # wheel (force-include)
+    candidates.append(package.parents[2] / "patches" / f"sglang-{SGLANG_VERSION}")  # repo checkout
     for candidate in candidates:
         if (candidate / "series").is_file():
             return candidate

@@ -27,7 +27,7 @@ import tarfile
 from functools import cached_property
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "nix" / "nixpkgs"
 DEFAULT_INPUTS = Path.home() / ".cache" / "sglang-eagle3" / "nix-inputs"
 INPUTS = Path(os.environ.get("SGLANG_EAGLE3_NIX_INPUTS") or DEFAULT_INPUTS)

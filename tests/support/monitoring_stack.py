@@ -15,7 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from bench_fixtures import free_port
+
+from support.bench_fixtures import free_port
 
 PROMETHEUS = shutil.which("prometheus")
 

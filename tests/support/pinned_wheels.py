@@ -12,7 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from sglang_eagle3.pins import PinError, pins
+from support.pins import PinError, pins
 
 
 def sha256_of(path: Path) -> str:

@@ -12,11 +12,7 @@ class PinError(Exception):
 
 
 def pins_file() -> Path:
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "nix" / "pins.json", here.parents[2] / "nix" / "pins.json"):
-        if candidate.is_file():
-            return candidate
-    raise PinError("cannot find nix/pins.json (neither in the installed package nor in a repo checkout)")
+    return Path(__file__).resolve().parents[2] / "nix" / "pins.json"
 
 
 @cache

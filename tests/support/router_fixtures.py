@@ -21,10 +21,11 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
-from bench_fixtures import FAKE_SGLANG, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
+from support.bench_fixtures import FAKE_SGLANG, free_port
+
+REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "python" / "src"
 
 

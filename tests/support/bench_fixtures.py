@@ -11,11 +11,11 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-from sglang_eagle3.serving import launcher
 from sglang_eagle3.bench.runner import load_prompts
+from sglang_eagle3.serving import launcher
 from sglang_eagle3.serving.launch_plan import LaunchPlan
 
-FAKE_SGLANG = Path(__file__).parent / "stand_ins" / "fake_sglang"
+FAKE_SGLANG = Path(__file__).resolve().parents[1] / "stand_ins" / "fake_sglang"
 
 
 def free_port() -> int:
