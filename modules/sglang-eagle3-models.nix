@@ -11,6 +11,8 @@ let
   cfg = top.models;
   modelsDir = "/var/lib/sglang-eagle3/models";
   staticUser = top.user != null;
+  # The server's sandbox (the same program runs here), with PrivateDevices: no GPU needed.
+  hardening = import ./hardening.nix;
 
   modelOption =
     role: example:
@@ -142,7 +144,8 @@ in
         HF_HOME = "/var/cache/sglang-eagle3/huggingface";
       };
       serviceConfig =
-        top.hardening
+        hardening.base
+        // hardening.cuda
         // {
           Type = "oneshot";
           # Stays active: the server Requires= it, and a new lock restarts both.
@@ -155,7 +158,6 @@ in
           StateDirectory = "sglang-eagle3/models";
           CacheDirectory = "sglang-eagle3";
           LoadCredential = lib.optional (cfg.tokenFile != null) "hf-token:${cfg.tokenFile}";
-          PrivateDevices = true;
           # A first download of 600 GB takes hours; huggingface_hub's read timeouts end a stalled one.
           TimeoutStartSec = "infinity";
         }

@@ -87,48 +87,8 @@ let
   driverPath = lib.optional (driverPrograms != { }) "/run/current-system/sw";
   staticUser = cfg.user != null;
 
-  # Shared by the server and the benchmark unit. Everything is locked down except
-  # what CUDA, NCCL and Triton need; each relaxation says why.
-  hardening = {
-    CapabilityBoundingSet = [ "" ];
-    LockPersonality = true;
-    NoNewPrivileges = true;
-    PrivateTmp = true;
-    PrivateMounts = true;
-    PrivateUsers = true;
-    PrivateIPC = true;
-    ProtectClock = true;
-    ProtectControlGroups = true;
-    ProtectHome = true;
-    ProtectHostname = true;
-    ProtectKernelLogs = true;
-    ProtectKernelModules = true;
-    ProtectKernelTunables = true;
-    ProtectProc = "invisible";
-    # psutil and torch read /proc/meminfo and /proc/cpuinfo.
-    ProcSubset = "all";
-    ProtectSystem = "strict";
-    RemoveIPC = true;
-    RestrictNamespaces = true;
-    RestrictRealtime = true;
-    RestrictSUIDSGID = true;
-    # AF_NETLINK: NCCL finds its network interfaces with getifaddrs(), which uses netlink.
-    RestrictAddressFamilies = [
-      "AF_INET"
-      "AF_INET6"
-      "AF_UNIX"
-      "AF_NETLINK"
-    ];
-    SystemCallArchitectures = "native";
-    # @resources: CUDA and NCCL set NUMA policies and CPU affinity (mbind, sched_setaffinity).
-    SystemCallFilter = [
-      "@system-service @resources"
-      "~@privileged"
-    ];
-    UMask = "0077";
-    # No MemoryDenyWriteExecute: PyTorch, Triton and FlashInfer JIT-compile kernels and
-    # need writable executable memory.
-  };
+  # The sandbox every unit of these modules starts from, and what the server's units relax.
+  hardening = import ./hardening.nix;
 in
 {
   imports = [
@@ -284,14 +244,6 @@ in
       '';
     };
 
-    hardening = mkOption {
-      type = types.attrsOf types.anything;
-      internal = true;
-      readOnly = true;
-      default = hardening;
-      description = "The sandboxing every unit of this module starts from (the models unit too).";
-    };
-
     renderedSettings = mkOption {
       type = settingsFormat.type;
       internal = true;
@@ -431,7 +383,9 @@ in
               CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
             };
           serviceConfig =
-            hardening
+            hardening.base
+            // hardening.cuda
+            // hardening.gpu
             // lib.optionalAttrs staticUser {
               User = cfg.user;
               Group = cfg.group;
@@ -457,17 +411,6 @@ in
               RestartSec = "30s";
               RestartSteps = 5;
               RestartMaxDelaySec = "10min";
-              # NCCL pins host buffers for GPU transfers.
-              LimitMEMLOCK = "infinity";
-              # GPUs: PrivateDevices would hide /dev/nvidia*; allow only NVIDIA's devices.
-              PrivateDevices = false;
-              DevicePolicy = "closed";
-              DeviceAllow = [
-                "char-nvidiactl"
-                "char-nvidia-caps"
-                "char-nvidia-frontend"
-                "char-nvidia-uvm"
-              ];
             };
         };
 
@@ -506,14 +449,16 @@ in
               ${exe} bench compare "$STATE_DIRECTORY/baseline-$stamp.jsonl" "$STATE_DIRECTORY/eagle3-$stamp.jsonl" \
                 | tee "$STATE_DIRECTORY/verdict-$stamp.txt"
             '';
-          serviceConfig = hardening // {
-            Type = "oneshot";
-            DynamicUser = true;
-            StateDirectory = "sglang-eagle3-bench";
-            PrivateDevices = true;
-            # The server's key, for `bench` ($CREDENTIALS_DIRECTORY/api-key, sent as a Bearer token).
-            LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
-          };
+          serviceConfig =
+            hardening.base
+            // hardening.cuda
+            // {
+              Type = "oneshot";
+              DynamicUser = true;
+              StateDirectory = "sglang-eagle3-bench";
+              # The server's key, for `bench` ($CREDENTIALS_DIRECTORY/api-key, sent as a Bearer token).
+              LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
+            };
         };
       })
 

@@ -16,6 +16,7 @@ let
   inherit (lib) mkOption types literalExpression;
   cfg = config.services.sglang-router;
 
+  hardening = import ./hardening.nix;
   cacheDir = "/var/cache/sglang-router";
   num = x: toString x;
 
@@ -441,55 +442,22 @@ in
         # tokenize endpoints (routing does not need it); without network it logs a warning.
         HF_HOME = "${cacheDir}/huggingface";
       };
-      serviceConfig = {
-        Type = "exec";
-        ExecStart = "${lib.getExe' cfg.package "sglang-eagle3-router"} ${lib.escapeShellArgs routerArgs}";
-        DynamicUser = true;
-        CacheDirectory = "sglang-router";
-        WorkingDirectory = cacheDir;
-        LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
-        Restart = "on-failure";
-        RestartSec = "5s";
-        # SIGTERM: the router stops accepting and lets requests in flight finish.
-        TimeoutStopSec = cfg.shutdownGracePeriodSec + 15;
-
-        # A network proxy with no devices, no GPUs and no JIT: everything locked down.
-        CapabilityBoundingSet = [ "" ];
-        DevicePolicy = "closed";
-        LockPersonality = true;
-        MemoryDenyWriteExecute = true;
-        NoNewPrivileges = true;
-        PrivateDevices = true;
-        PrivateIPC = true;
-        PrivateMounts = true;
-        PrivateTmp = true;
-        PrivateUsers = true;
-        ProcSubset = "pid";
-        ProtectClock = true;
-        ProtectControlGroups = true;
-        ProtectHome = true;
-        ProtectHostname = true;
-        ProtectKernelLogs = true;
-        ProtectKernelModules = true;
-        ProtectKernelTunables = true;
-        ProtectProc = "invisible";
-        ProtectSystem = "strict";
-        RemoveIPC = true;
-        RestrictAddressFamilies = [
-          "AF_INET"
-          "AF_INET6"
-          "AF_UNIX"
-        ];
-        RestrictNamespaces = true;
-        RestrictRealtime = true;
-        RestrictSUIDSGID = true;
-        SystemCallArchitectures = "native";
-        SystemCallFilter = [
-          "@system-service"
-          "~@privileged @resources"
-        ];
-        UMask = "0077";
-      };
+      # A network proxy with no devices, no GPUs and no JIT: the shared base, tightened.
+      serviceConfig =
+        hardening.base
+        // hardening.router
+        // {
+          Type = "exec";
+          ExecStart = "${lib.getExe' cfg.package "sglang-eagle3-router"} ${lib.escapeShellArgs routerArgs}";
+          DynamicUser = true;
+          CacheDirectory = "sglang-router";
+          WorkingDirectory = cacheDir;
+          LoadCredential = lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}";
+          Restart = "on-failure";
+          RestartSec = "5s";
+          # SIGTERM: the router stops accepting and lets requests in flight finish.
+          TimeoutStopSec = cfg.shutdownGracePeriodSec + 15;
+        };
     };
 
     networking.firewall.allowedTCPPorts =
