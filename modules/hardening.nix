@@ -66,8 +66,9 @@ rec {
 
   # Relaxations for the server, which drives the GPUs.
   gpu = {
-    # PrivateDevices would hide /dev/nvidia*; base's DevicePolicy=closed then allows only these.
+    # PrivateDevices would hide /dev/nvidia*.
     PrivateDevices = false;
+    # Under base's DevicePolicy=closed, NVIDIA's devices only.
     DeviceAllow = [
       "char-nvidiactl"
       "char-nvidia-caps"
