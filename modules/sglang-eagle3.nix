@@ -70,7 +70,7 @@ let
     };
 
   settingsFormat = pkgs.formats.json { };
-  settingsFile = settingsFormat.generate "sglang-eagle3-settings.json" cfg.renderedSettings;
+  settingsFile = settingsFormat.generate "sglang-eagle3-settings.json" (import ./settings-file.nix cfg);
 
   stateDir = "/var/lib/sglang-eagle3";
   cacheDir = "/var/cache/sglang-eagle3";
@@ -244,13 +244,6 @@ in
       '';
     };
 
-    renderedSettings = mkOption {
-      type = settingsFormat.type;
-      internal = true;
-      readOnly = true;
-      description = "The settings file's content: `settings` plus the options that own launcher fields.";
-    };
-
     benchmark = {
       enable = lib.mkEnableOption "a throughput benchmark run each time the server becomes ready";
       baselineUrl = mkOption {
@@ -316,15 +309,6 @@ in
       }
 
       {
-        services.sglang-eagle3.renderedSettings = cfg.settings // {
-          nnodes = cfg.nnodes;
-          node_rank = cfg.nodeRank;
-          dist_init_addr = cfg.distInitAddr;
-          extra_args = cfg.extraArgs;
-          # The launcher waits this long for /health_generate; systemd a little longer.
-          ready_timeout = cfg.startTimeoutSec;
-        };
-
         assertions = [
           {
             assertion = config.hardware.nvidia.enabled;

@@ -48,6 +48,8 @@ let
     };
   failedAssertions = host: map (a: a.message) (lib.filter (a: !a.assertion) host.config.assertions);
   unit = host: name: host.config.systemd.units.${name}.unit;
+  # The server's settings file content (modules/settings-file.nix, as the module writes it).
+  settingsOf = host: import ../modules/settings-file.nix host.config.services.sglang-eagle3;
 
   # Evaluation-time expectations: [ { ok; what; } ] -> true, or a throw naming every miss.
   expect =
@@ -173,7 +175,7 @@ let
   };
 
   sc8 = host8.config.systemd.services.sglang-eagle3.serviceConfig;
-  settings8 = host8.config.services.sglang-eagle3.renderedSettings;
+  settings8 = settingsOf host8;
   bench8 = host8.config.systemd.services.sglang-eagle3-bench;
 in
 {
@@ -225,6 +227,16 @@ in
       }
       {
         ok =
+          let
+            file = (host8.pkgs.formats.json { }).generate "sglang-eagle3-settings.json" settings8;
+          in
+          lib.hasInfix (builtins.unsafeDiscardStringContext " --config ${file}") (
+            builtins.unsafeDiscardStringContext sc8.ExecStart
+          );
+        what = "the server reads the settings file settingsOf renders";
+      }
+      {
+        ok =
           settings8.tp_size == 8
           && settings8.speculative_algorithm == "EAGLE3"
           && settings8.model_path == "/var/lib/models/Kimi-K2.5-NVFP4"
@@ -239,7 +251,7 @@ in
 
   module-two-node =
     let
-      settings = twoNode.config.services.sglang-eagle3.renderedSettings;
+      settings = settingsOf twoNode;
     in
     assert expect "module-two-node" [
       (noFailedAssertions twoNode)
@@ -309,7 +321,7 @@ in
     let
       server = pinned.config.systemd.services.sglang-eagle3;
       models = pinned.config.systemd.services.sglang-eagle3-models;
-      settings = pinned.config.services.sglang-eagle3.renderedSettings;
+      settings = settingsOf pinned;
     in
     assert expect "module-models" [
       (noFailedAssertions pinned)

@@ -48,7 +48,20 @@ let
   ruleFile = f: if lib.isDerivation f then { inherit (f) name text; } else toString f;
 in
 {
-  settings = if c.services.sglang-eagle3.enable then c.services.sglang-eagle3.renderedSettings else null;
+  # The settings file's content (modules/settings-file.nix); the server's ExecStart names
+  # exactly the file that content renders to.
+  settings =
+    if c.services.sglang-eagle3.enable then
+      let
+        rendered = import ../../modules/settings-file.nix c.services.sglang-eagle3;
+        file = (evaluated.pkgs.formats.json { }).generate "sglang-eagle3-settings.json" rendered;
+      in
+      assert lib.hasInfix (builtins.unsafeDiscardStringContext " --config ${file}") (
+        builtins.unsafeDiscardStringContext c.systemd.services.sglang-eagle3.serviceConfig.ExecStart
+      );
+      rendered
+    else
+      null;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
   services = lib.mapAttrs (
     _: s:

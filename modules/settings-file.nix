@@ -1,0 +1,14 @@
+# The content of the server's settings file (`sglang-eagle3 serve --config`): `settings` plus
+# the launcher fields that have their own options. A function of the evaluated
+# services.sglang-eagle3 configuration: sglang-eagle3.nix writes the file with it, and the
+# module checks and the test harness read with it what the file holds.
+cfg:
+cfg.settings
+// {
+  nnodes = cfg.nnodes;
+  node_rank = cfg.nodeRank;
+  dist_init_addr = cfg.distInitAddr;
+  extra_args = cfg.extraArgs;
+  # The launcher waits this long for /health_generate; systemd a little longer.
+  ready_timeout = cfg.startTimeoutSec;
+}
