@@ -107,13 +107,12 @@ def run_cli():
 # for: `tests/run -m timing` (or any -m expression naming them).
 
 
-_FLAKE_TESTS = pytest.StashKey[bool]()
-
-
 def pytest_terminal_summary(terminalreporter, config):
-    """A run that skipped the flake evaluation says so in one line, just above the final count."""
-    why = flake_eval.unavailable() if config.stash.get(_FLAKE_TESTS, False) else None
-    if why:
+    """A run that skipped the flake evaluation says so in one line, just above the final count
+    (read from the skip reports, which reach the controller of a pytest-xdist run too)."""
+    why = flake_eval.unavailable()
+    skipped = terminalreporter.stats.get("skipped", [])
+    if why and any(why in str(report.longrepr) for report in skipped):
         terminalreporter.write_line(f"NOTE: the flake was NOT evaluated: {why}", yellow=True, bold=True)
 
 
@@ -122,7 +121,6 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    config.stash[_FLAKE_TESTS] = any(Path(str(item.fspath)).name == "test_flake.py" for item in items)
     if config.option.markexpr:
         return  # the caller chose with -m
     kept = [item for item in items if "timing" not in item.keywords]

@@ -30,7 +30,7 @@ PINNED_HOST = f"""{{
     tokenFile = "/run/secrets/hf-token";
   }};
 }}"""
-ROUTER_HOST = f'(import {REPO / "modules" / "examples" / "cluster.nix"} {{ }}).router'
+ROUTER_HOST = f"(import {REPO / 'modules' / 'examples' / 'cluster.nix'} {{ }}).router"
 
 # unit -> (host, the layers of hardening.nix it is built from, in order; base first).
 UNITS = {
@@ -72,7 +72,9 @@ def test_each_unit_is_the_shared_base_with_its_layers(unit, layers, rendered):
     sc = rendered[unit]["services"][unit]["serviceConfig"]
     # Every key any layer sets: the unit has exactly the value its layers give, or none.
     for key in set().union(*layers.values()):
-        assert sc.get(key) == expected.get(key), f"{unit}: {key} = {sc.get(key)!r}, hardening.nix gives {expected.get(key)!r}"
+        assert sc.get(key) == expected.get(key), (
+            f"{unit}: {key} = {sc.get(key)!r}, hardening.nix gives {expected.get(key)!r}"
+        )
 
 
 @needs_lib
@@ -91,7 +93,9 @@ def test_the_layers_relax_or_tighten_only_what_they_say(layers):
     cuda_allowed, cuda_denied = syscall_groups(layers["cuda"]["SystemCallFilter"])
     assert cuda_allowed > base_allowed and cuda_denied == base_denied
     # The server alone sees devices: base's closed device policy, with NVIDIA's devices allowed.
-    assert layers["gpu"]["PrivateDevices"] is False and base["DevicePolicy"] == "closed" and layers["gpu"]["DeviceAllow"]
+    assert (
+        layers["gpu"]["PrivateDevices"] is False and base["DevicePolicy"] == "closed" and layers["gpu"]["DeviceAllow"]
+    )
 
 
 def test_every_relaxation_and_tightening_says_why():
@@ -116,7 +120,8 @@ def test_exposures_follow_the_layers(rendered, tmp_path):
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     exposure = {
-        unit: verify_unit(rendered[unit]["units"][f"{unit}.service"], f"{unit}.service", tmp_path, exe) for unit in UNITS
+        unit: verify_unit(rendered[unit]["units"][f"{unit}.service"], f"{unit}.service", tmp_path, exe)
+        for unit in UNITS
     }
     print(f"\nexposure: {exposure}")
     # Tighter layers, no more exposure: router <= bench = models (base // cuda) <= server (+ gpu).

@@ -98,11 +98,15 @@ def input_tree(node: str) -> Path | None:
     cache = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
     target = cache / "inputs" / tarball.name.removesuffix(".tar.gz")
     if not target.is_dir():
-        staging = target.with_name(target.name + ".partial")
+        # Test workers (pytest-xdist) may unpack at once: each into its own folder, the first rename wins.
+        staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         _extract(tarball, staging)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging)
     (top,) = [p for p in target.iterdir() if p.is_dir()]
     return top
 

@@ -6,6 +6,7 @@ build start from byte-identical files.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import subprocess
 import sys
@@ -27,13 +28,16 @@ def fetch_wheel(name: str, cache_dir: Path) -> Path:
     """The pinned wheel of ``name`` in ``cache_dir``, downloaded with pip if missing; sha256 checked."""
     pin = pins()[name]
     wheel = cache_dir / pin["wheel"]
-    if not wheel.is_file():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-             "-d", str(cache_dir), f"{name}=={pin['version']}"],
-            check=True,
-        )  # fmt: skip
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest-xdist) share the cache: one downloads, the others wait for it.
+    with (cache_dir / ".download.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not wheel.is_file():
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                 "-d", str(cache_dir), f"{name}=={pin['version']}"],
+                check=True,
+            )  # fmt: skip
     actual = sha256_of(wheel)
     if actual != pin["sha256"]:
         raise PinError(f"{wheel} has sha256 {actual}, but nix/pins.json pins {pin['sha256']}")
