@@ -120,7 +120,8 @@ def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
     """What SGLang does with an all-reduce flag: FAIL if it crashes the server, WARN with a warning, else OK."""
     if flag.effect is allreduce_gates.Effect.CRASH:
         return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
-    message = f"{flag.effect}: {flag.detail}" if flag.detail else str(flag.effect)
+    effect = str(flag.effect)
+    message = flag.detail if flag.detail.startswith(effect) else f"{effect}: {flag.detail}" if flag.detail else effect
     if flag.warning and flag.effect is not allreduce_gates.Effect.IGNORED:  # an ignored flag's detail says it
         message += f"; {flag.warning}"
     return Finding(flag.flag, WARN if flag.warning else OK, message)
