@@ -138,14 +138,17 @@ def test_compare_gate_and_reference_numbers(tmp_path, run_cli):
     fast = write_results(tmp_path / "fast.jsonl", "eagle3", [95.0, 96.1, 97.0])
     slow = write_results(tmp_path / "slow.jsonl", "eagle3", [53.0, 54.1, 55.0])
     result = run_cli("bench", "compare", str(base), str(fast))
-    assert result.returncode == 0 and "PASS" in result.stdout
+    assert result.returncode == 0 and "Verdict: OK" in result.stdout
+    assert "[ OK ] speed-up: EAGLE-3 96.1 tok/s is 1.038x the baseline's 92.6" in result.stdout
     for ref in ("89.5", "92.6", "54.1", "96.1"):
         assert ref in result.stdout
     result = run_cli("bench", "compare", str(base), str(slow))
-    assert result.returncode == 1 and "FAIL: EAGLE-3 54.1 tok/s is 0.584x the baseline's 92.6" in result.stdout
+    assert result.returncode == 1 and "Verdict: FAIL (1 fail)" in result.stdout
+    assert "[FAIL] speed-up: EAGLE-3 54.1 tok/s is 0.584x the baseline's 92.6" in result.stdout
     assert run_cli("bench", "compare", str(base), str(fast), "--threshold", "1.1").returncode == 1
     result = run_cli("bench", "compare", str(base), str(fast), "--floor", "100")
-    assert result.returncode == 1 and "below the floor 100 tok/s" in result.stdout
+    assert result.returncode == 1 and "[FAIL] floor: EAGLE-3 96.1 tok/s is below the floor 100 tok/s" in result.stdout
+    assert "[ OK ] speed-up:" in result.stdout and "Verdict: FAIL (1 fail, 1 ok)" in result.stdout
 
 
 def test_compare_against_live_urls(run_cli, tmp_path):

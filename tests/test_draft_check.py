@@ -32,7 +32,7 @@ DEEPSEEK = "DeepseekV3ForCausalLM"  # the pristine KimiK25 wrapper lacks the met
 
 
 def verdicts(report: draft_check.DraftReport) -> dict[str, str]:
-    return {r.check: r.verdict for r in report.results}
+    return {f.name: f.status for f in report.findings}
 
 
 def run(tree, draft, target, arch=None):
@@ -51,7 +51,7 @@ def test_output_convention_draft_is_ready_on_both_trees(tmp_path, target, patche
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
     for tree, arch in ((patched_tree, KIMI), (pristine_tree, DEEPSEEK)):
         report = run(tree, draft, target, arch)
-        assert set(verdicts(report).values()) == {"READY"}, report.results
+        assert set(verdicts(report).values()) == {"ok"}, report.findings
         c = report.capture
         assert c.intended == c.captured == c.with_0004 == c.without_0004 == [2, 30, 58]
 
@@ -59,32 +59,32 @@ def test_output_convention_draft_is_ready_on_both_trees(tmp_path, target, patche
 def test_input_convention_draft_is_off_by_one_without_patch_0004(tmp_path, target, patched_tree, pristine_tree):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((2, 30, 58)), d2t_rows=32000)
     report = run(patched_tree, draft, target, KIMI)
-    assert report.verdict == "READY" and report.capture.patch_0004 == "applied"
+    assert report.verdict == "ok" and report.capture.patch_0004 == "applied"
     assert report.capture.captured == report.capture.intended == [2, 30, 58]
     assert report.capture.without_0004 == [3, 31, 59]  # read from the tree with 0004 reversed
 
     report = run(pristine_tree, draft, target, DEEPSEEK)
-    result = report.result("captured layers")
-    assert result.verdict == "WARN" and report.capture.patch_0004 == "not applied"
+    result = report.finding("captured layers")
+    assert result.status == "warn" and report.capture.patch_0004 == "not applied"
     assert report.capture.captured == [3, 31, 59] and report.capture.with_0004 == [2, 30, 58]
-    assert "off by +1" in result.evidence and "apply patch 0004" in result.evidence
-    assert "srt/models/deepseek_v2.py:2963" in result.evidence  # where the rule that runs lives
+    assert "off by +1" in result.message and "apply patch 0004" in result.message
+    assert "srt/models/deepseek_v2.py:2963" in result.message  # where the rule that runs lives
 
 
 def test_the_last_layers_input_is_lost_without_the_patch(tmp_path, target, pristine_tree, patched_tree):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((2, 30, 60)), d2t_rows=32000)
     report = run(pristine_tree, draft, target, DEEPSEEK)
-    result = report.result("captured layers")
-    assert result.verdict == "NOT READY" and "the output of the last layer 60" in result.evidence
-    assert "the draft gets 2 states, its fc takes 3" in result.evidence
-    assert run(patched_tree, draft, target, KIMI).verdict == "READY"
+    result = report.finding("captured layers")
+    assert result.status == "fail" and "the output of the last layer 60" in result.message
+    assert "the draft gets 2 states, its fc takes 3" in result.message
+    assert run(patched_tree, draft, target, KIMI).verdict == "ok"
 
 
 def test_a_draft_that_names_no_layers_gets_sglangs_default(tmp_path, target, patched_tree):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config(None), d2t_rows=32000)
     report = run(patched_tree, draft, target, KIMI)
     assert report.capture.captured == [2, 30, 58] and report.capture.intended is None
-    assert verdicts(report)["aux layer ids"] == "WARN" and "does not name" in report.result("aux layer ids").evidence
+    assert verdicts(report)["aux layer ids"] == "warn" and "does not name" in report.finding("aux layer ids").message
 
 
 def test_patch_state_is_read_from_the_tree(tmp_path, target, patched_tree, tree_copy):
@@ -103,10 +103,10 @@ def test_patch_state_is_read_from_the_tree(tmp_path, target, patched_tree, tree_
 def test_mla_draft_is_not_registered_in_0_5_9(tmp_path, target, patched_tree):
     config = eagle3_draft_config((2, 30, 58), architectures=["Eagle3DeepseekV2ForCausalLM"], draft_vocab=KIMI_VOCAB)
     report = run(patched_tree, write_draft(tmp_path / "mla", config), target, KIMI)
-    result = report.result("architecture")
-    assert result.verdict == "NOT READY"
-    assert "no class Eagle3DeepseekV2ForCausalLM" in result.evidence
-    assert "LlamaForCausalLMEagle3 (srt/models/llama_eagle3.py:186)" in result.evidence
+    result = report.finding("architecture")
+    assert result.status == "fail"
+    assert "no class Eagle3DeepseekV2ForCausalLM" in result.message
+    assert "LlamaForCausalLMEagle3 (srt/models/llama_eagle3.py:186)" in result.message
     # The layer checks still run: the convention is worth knowing for a newer SGLang.
     assert report.capture.intended == [2, 30, 58]
 
@@ -117,28 +117,27 @@ def test_registered_drafts_come_from_the_source_not_a_list(tmp_path, target, pat
     module.write_text("class Eagle3DeepseekV2ForCausalLM:\n    pass\n\n\nEntryClass = [Eagle3DeepseekV2ForCausalLM]\n")
     config = eagle3_draft_config((2, 30, 58), architectures=["Eagle3DeepseekV2ForCausalLM"], draft_vocab=KIMI_VOCAB)
     report = run(tree, write_draft(tmp_path / "mla", config), target, KIMI)
-    assert verdicts(report)["architecture"] == "READY"
-    assert "srt/models/deepseek_eagle3.py:1" in report.result("architecture").evidence
+    assert verdicts(report)["architecture"] == "ok"
+    assert "srt/models/deepseek_eagle3.py:1" in report.finding("architecture").message
 
 
 def test_a_model_class_that_is_not_a_draft(tmp_path, target, patched_tree):
     config = eagle3_draft_config((1, 29, 57), architectures=["LlamaForCausalLM"])
-    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).result("architecture")
-    assert result.verdict == "NOT READY" and "is a model class here (srt/models/llama.py:" in result.evidence
+    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).finding("architecture")
+    assert result.status == "fail" and "is a model class here (srt/models/llama.py:" in result.message
 
 
 def test_hidden_size_the_draft_expects_is_target_hidden_size_when_given(tmp_path, target, patched_tree):
     config = eagle3_draft_config((1, 29, 57), hidden=4096, target_hidden_size=KIMI_HIDDEN)
     report = run(patched_tree, write_draft(tmp_path / "ok", config, 32000), target, KIMI)
-    assert verdicts(report)["hidden size"] == "READY"
-    assert "target_hidden_size, read at srt/models/llama_eagle3.py:131" in report.result("hidden size").evidence
+    assert verdicts(report)["hidden size"] == "ok"
+    assert "target_hidden_size, read at srt/models/llama_eagle3.py:131" in report.finding("hidden size").message
     config = eagle3_draft_config((1, 29, 57), hidden=4096)
-    result = run(patched_tree, write_draft(tmp_path / "bad", config, 32000), target, KIMI).result("hidden size")
+    result = run(patched_tree, write_draft(tmp_path / "bad", config, 32000), target, KIMI).finding("hidden size")
     assert (
-        result.verdict == "NOT READY"
-        and "width 4096 (hidden_size, read at srt/models/llama_eagle3.py:133)" in result.evidence
+        result.status == "fail" and "width 4096 (hidden_size, read at srt/models/llama_eagle3.py:133)" in result.message
     )
-    assert "target's hidden size is 7168" in result.evidence and "takes 3 x 4096" in result.evidence
+    assert "target's hidden size is 7168" in result.message and "takes 3 x 4096" in result.message
 
 
 @pytest.mark.parametrize(
@@ -183,33 +182,33 @@ def test_every_config_field_the_draft_class_reads_is_type_checked(pristine_tree)
 def test_token_mapping(tmp_path, target, patched_tree):
     def mapping(name, **kwargs):
         draft = write_draft(tmp_path / name, eagle3_draft_config((1, 29, 57)), **kwargs)
-        return run(patched_tree, draft, target, KIMI).result("token mapping")
+        return run(patched_tree, draft, target, KIMI).finding("token mapping")
 
-    assert mapping("single", d2t_rows=32000).verdict == "READY"
+    assert mapping("single", d2t_rows=32000).status == "ok"
     sharded = mapping("sharded", d2t_rows=32000, index=True)
-    assert sharded.verdict == "READY" and "model.safetensors.index.json" in sharded.evidence
+    assert sharded.status == "ok" and "model.safetensors.index.json" in sharded.message
     missing = mapping("missing", d2t_rows=None)
-    assert missing.verdict == "NOT READY" and "no d2t tensor" in missing.evidence
+    assert missing.status == "fail" and "no d2t tensor" in missing.message
     wrong = mapping("wrong", d2t_rows=1000)
-    assert wrong.verdict == "NOT READY" and "[1000], expected [32000]" in wrong.evidence
+    assert wrong.status == "fail" and "[1000], expected [32000]" in wrong.message
     config_only = write_config(tmp_path / "config-only", eagle3_draft_config((1, 29, 57)))
-    result = run(patched_tree, config_only, target, KIMI).result("token mapping")
-    assert result.verdict == "WARN" and "no weight files" in result.evidence
+    result = run(patched_tree, config_only, target, KIMI).finding("token mapping")
+    assert result.status == "warn" and "no weight files" in result.message
 
 
 def test_vocabulary(tmp_path, target, patched_tree):
     def vocabulary(name, **kwargs):
         draft = write_draft(tmp_path / name, eagle3_draft_config((1, 29, 57), **kwargs), d2t_rows=32000)
-        return run(patched_tree, draft, target, KIMI).result("vocabulary")
+        return run(patched_tree, draft, target, KIMI).finding("vocabulary")
 
     # 0.5.9's LlamaForCausalLMEagle3 reads config.draft_vocab_size unguarded (tied or not).
     missing = vocabulary("missing", draft_vocab=...)
-    assert missing.verdict == "NOT READY" and "srt/models/llama_eagle3.py:210" in missing.evidence
+    assert missing.status == "fail" and "srt/models/llama_eagle3.py:210" in missing.message
     tied = vocabulary("tied", draft_vocab=..., tie_word_embeddings=True)
-    assert tied.verdict == "NOT READY" and "srt/models/llama_eagle3.py:222" in tied.evidence
-    assert vocabulary("null", draft_vocab=None).verdict == "READY"
+    assert tied.status == "fail" and "srt/models/llama_eagle3.py:222" in tied.message
+    assert vocabulary("null", draft_vocab=None).status == "ok"
     other = vocabulary("other-tokenizer", vocab=128256)
-    assert other.verdict == "NOT READY" and "differs from the target's 163840" in other.evidence
+    assert other.status == "fail" and "differs from the target's 163840" in other.message
 
 
 @pytest.mark.parametrize(
@@ -225,22 +224,22 @@ def test_vocabulary(tmp_path, target, patched_tree):
 )
 def test_aux_layer_ids_the_target_cannot_serve(tmp_path, target, patched_tree, layer_ids, message):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config(layer_ids), d2t_rows=32000)
-    result = run(patched_tree, draft, target, KIMI).result("aux layer ids")
-    assert result.verdict in ("NOT READY", "WARN") and message in result.evidence
-    assert result.verdict == ("WARN" if layer_ids[0] == 0 else "NOT READY")
+    result = run(patched_tree, draft, target, KIMI).finding("aux layer ids")
+    assert result.status in ("fail", "warn") and message in result.message
+    assert result.status == ("warn" if layer_ids[0] == 0 else "fail")
 
 
 def test_first_id_zero_is_the_input_of_layer_zero_with_the_patch(tmp_path, target, patched_tree):
     # Patch 0004 (like upstream) takes ids not starting at 1 as they are: layer 0's input does not exist.
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((0, 29, 57)), d2t_rows=32000)
-    result = run(patched_tree, draft, target, KIMI).result("captured layers")
-    assert result.verdict == "NOT READY" and "TypeError" in result.evidence
+    result = run(patched_tree, draft, target, KIMI).finding("captured layers")
+    assert result.status == "fail" and "TypeError" in result.message
 
 
 def test_draft_layers(tmp_path, target, patched_tree):
     config = eagle3_draft_config((1, 29, 57), num_hidden_layers=2)
-    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).result("layers")
-    assert result.verdict == "NOT READY" and "accepts 1" in result.evidence and "llama_eagle3.py:198" in result.evidence
+    result = run(patched_tree, write_draft(tmp_path / "d", config, 32000), target, KIMI).finding("layers")
+    assert result.status == "fail" and "accepts 1" in result.message and "llama_eagle3.py:198" in result.message
 
 
 # -- the command line, hub ids, bad input ---------------------------------------------------------
@@ -251,15 +250,19 @@ def test_probe_draft_text_and_json(tmp_path, target, patched_tree, run_cli):
     args = ("probe", "--target", str(patched_tree), "--model", str(target), "--draft", str(draft))
     result = run_cli(*args)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[READY]     captured layers: the inputs of layers [2, 30, 58]" in result.stdout
+    assert "[ OK ] captured layers: the inputs of layers [2, 30, 58]" in result.stdout
     assert "without patch 0004   [3, 31, 59]" in result.stdout
     data = json.loads(run_cli(*args, "--json").stdout)
-    assert data["ready"] and data["draft"]["verdict"] == "READY" and data["draft"]["capture"]["captured"] == [2, 30, 58]
+    assert data["verdict"] == "warn"  # the all-reduce flags on 12.0 warn; nothing fails
+    assert data["draft"]["verdict"] == "ok" and data["draft"]["capture"]["captured"] == [2, 30, 58]
+    assert any(f["name"] == "draft layers" and f["status"] == "ok" for f in data["findings"])
     assert data["draft"]["target"]["num_layers"] == 61 and data["arch"] == KIMI  # from --model's config.json
 
     bad = write_draft(tmp_path / "bad", eagle3_draft_config((1, 29, 57), hidden=4096), d2t_rows=32000)
     result = run_cli("probe", "--target", str(patched_tree), "--model", str(target), "--draft", str(bad))
-    assert result.returncode == 1 and "NOT READY" in result.stdout and "- draft hidden size:" in result.stdout
+    assert (
+        result.returncode == 1 and "Verdict: FAIL" in result.stdout and "  [FAIL] draft hidden size:" in result.stdout
+    )
 
 
 def test_hub_ids_are_read_from_the_local_cache(tmp_path, patched_tree, run_cli):
@@ -272,13 +275,13 @@ def test_hub_ids_are_read_from_the_local_cache(tmp_path, patched_tree, run_cli):
     env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     result = run_cli("probe", "--target", str(patched_tree), "--draft", "someone/kimi-eagle3", "--json", env=env)
     data = json.loads(result.stdout)
-    assert data["draft"]["draft_source"] == "Hugging Face cache" and data["draft"]["verdict"] == "READY"
+    assert data["draft"]["draft_source"] == "Hugging Face cache" and data["draft"]["verdict"] == "ok"
     assert data["draft"]["target"]["given"] == "nvidia/Kimi-K2.5-NVFP4"  # the launcher's default model_path
     assert data["draft"]["target"]["num_layers"] == 61
 
     result = run_cli("probe", "--target", str(patched_tree), "--draft", "someone/not-downloaded", env=env)
     assert result.returncode == 0  # a warning, not a failure: the check happens after download
-    assert "[WARN]      files: someone/not-downloaded is not in the local Hugging Face cache" in result.stdout
+    assert "[WARN] files: someone/not-downloaded is not in the local Hugging Face cache" in result.stdout
     assert "checked only after download" in result.stdout
 
 
@@ -335,14 +338,14 @@ def test_bad_target_input_is_exit_2(tmp_path, patched_tree, run_cli, target_conf
 def preflight_checks(tmp_path, tree, **overrides):
     s = settings.ServerSettings(port=free_port(), **overrides)
     report = preflight.run(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
-    return report, {c.name: c for c in report.checks}
+    return report, {f.name: f for f in report.findings}
 
 
 def test_preflight_runs_the_draft_checks(tmp_path, target, patched_tree):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((2, 30, 58)), d2t_rows=32000)
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path=str(draft))  # fmt: skip
-    assert report.ok, report.checks
+    assert report.passed, report.findings
     assert checks["draft captured layers"].status == "ok" and "[2, 30, 58]" in checks["draft captured layers"].message
     assert checks["draft token mapping"].status == "ok"
 
@@ -350,7 +353,7 @@ def test_preflight_runs_the_draft_checks(tmp_path, target, patched_tree):
     write_draft(draft, eagle3_draft_config((2, 30, 58), hidden=4096), d2t_rows=32000)
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path=str(draft))  # fmt: skip
-    assert not report.ok and checks["draft hidden size"].status == "fail"
+    assert not report.passed and checks["draft hidden size"].status == "fail"
 
 
 def test_preflight_reports_bad_draft_config_and_uncached_hub_ids(tmp_path, target, patched_tree, monkeypatch):
@@ -362,7 +365,7 @@ def test_preflight_reports_bad_draft_config_and_uncached_hub_ids(tmp_path, targe
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     report, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
                                       speculative_draft_model_path="someone/kimi-eagle3")  # fmt: skip
-    assert report.ok and checks["draft files"].status == "warn"
+    assert report.passed and checks["draft files"].status == "warn"
 
     report, checks = preflight_checks(tmp_path, patched_tree, speculative_algorithm=None)
     assert not any(name.startswith("draft") for name in checks)
@@ -408,12 +411,12 @@ def test_construction_verdicts_match_the_real_draft_class_on_cpu(tmp_path, prist
     for name, directory in dirs.items():
         report = run(pristine_tree, directory, target, DEEPSEEK)
         load_checks = {c: verdicts(report)[c] for c in ("layers", "vocabulary")}
-        fails_at_load = "NOT READY" in load_checks.values()
+        fails_at_load = "fail" in load_checks.values()
         assert fails_at_load == (not built[name]["ok"]), (name, load_checks, built[name])
     assert "AttributeError" in built["no_draft_vocab_tied"]["error"] and "ValueError" in built["two_layers"]["error"]
     # The fc takes three states of the width the probe reads (target_hidden_size when given).
     assert built["good"]["fc_in"] == 3 * 64 and built["target_width"]["fc_in"] == 3 * 96
-    assert verdicts(run(pristine_tree, dirs["target_width"], target, DEEPSEEK))["hidden size"] == "NOT READY"
+    assert verdicts(run(pristine_tree, dirs["target_width"], target, DEEPSEEK))["hidden size"] == "fail"
 
 
 # Published facts docs/draft-checks.md's table of known drafts rests on (the fields the checks read).
@@ -437,11 +440,11 @@ def test_known_drafts_in_the_readme(tmp_path, target, patched_tree, pristine_tre
               for name, config in KNOWN_DRAFTS.items()}  # fmt: skip
     mla = run(patched_tree, drafts["k-l-lambda/Kimi-K2.5-Eagle3"], target, KIMI)
     ready = ("hidden size", "vocabulary", "token mapping", "aux layer ids", "captured layers")
-    assert verdicts(mla) == {"architecture": "NOT READY", **dict.fromkeys(ready, "READY")}
+    assert verdicts(mla) == {"architecture": "fail", **dict.fromkeys(ready, "ok")}
     assert mla.capture.captured == [2, 30, 58] and mla.capture.without_0004 == [3, 31, 59]
     unpatched = run(pristine_tree, drafts["k-l-lambda/Kimi-K2.5-Eagle3"], target, DEEPSEEK)
-    assert "off by +1" in unpatched.result("captured layers").evidence
+    assert "off by +1" in unpatched.finding("captured layers").message
     template = run(patched_tree, drafts["TorchSpec kimi_k25_eagle3 template"], target, KIMI)
-    assert verdicts(template)["vocabulary"] == "NOT READY"
-    assert "llama_eagle3.py:210" in template.result("vocabulary").evidence
-    assert verdicts(template)["aux layer ids"] == "WARN" and template.capture.captured == [2, 30, 58]
+    assert verdicts(template)["vocabulary"] == "fail"
+    assert "llama_eagle3.py:210" in template.finding("vocabulary").message
+    assert verdicts(template)["aux layer ids"] == "warn" and template.capture.captured == [2, 30, 58]

@@ -67,33 +67,33 @@ def capturable(i, n):
 
 def expected(case) -> dict[str, str]:
     n, ids, registered = case["n"], case["ids"], case["arch"] in EAGLE3_DRAFTS
-    verdict = {"architecture": "READY" if registered else "NOT READY"}
+    verdict = {"architecture": "ok" if registered else "fail"}
     if registered:
-        verdict["layers"] = "READY" if case["draft_layers"] == DRAFT_LAYERS else "NOT READY"
-    verdict["hidden size"] = "READY" if case["width"] == case["hidden"] else "NOT READY"
-    verdict["vocabulary"] = "READY" if case["draft_vocab_size_of"] == case["vocab"] else "NOT READY"
+        verdict["layers"] = "ok" if case["draft_layers"] == DRAFT_LAYERS else "fail"
+    verdict["hidden size"] = "ok" if case["width"] == case["hidden"] else "fail"
+    verdict["vocabulary"] = "ok" if case["draft_vocab_size_of"] == case["vocab"] else "fail"
     reduced = case["draft_vocab"] < case["draft_vocab_size_of"]
-    verdict["token mapping"] = "READY" if not reduced or case["d2t"] else "NOT READY"
+    verdict["token mapping"] = "ok" if not reduced or case["d2t"] else "fail"
     wanted = intent(ids)
     if ids is None:
-        verdict["aux layer ids"] = "WARN"
+        verdict["aux layer ids"] = "warn"
     elif (
         (registered and len(ids) != AUX_STATES)
         or len(set(ids)) != len(ids)
         or (wanted and not all(capturable(i, n) for i in wanted))
     ):
-        verdict["aux layer ids"] = "NOT READY"
+        verdict["aux layer ids"] = "fail"
     elif wanted is None or ids != sorted(ids):
-        verdict["aux layer ids"] = "WARN"
+        verdict["aux layer ids"] = "warn"
     else:
-        verdict["aux layer ids"] = "READY"
+        verdict["aux layer ids"] = "ok"
     captured = case["captured"]
     if not all(capturable(i, n) for i in captured):
-        verdict["captured layers"] = "NOT READY"
+        verdict["captured layers"] = "fail"
     elif wanted is None:
-        verdict["captured layers"] = "WARN"
+        verdict["captured layers"] = "warn"
     else:
-        verdict["captured layers"] = "READY" if captured == wanted else "WARN"
+        verdict["captured layers"] = "ok" if captured == wanted else "warn"
     return verdict
 
 
@@ -187,8 +187,8 @@ def test_generated_pairs_on_the_patched_tree(patched_tree, defect, data):
     case["captured"] = capture_with_0004(case["ids"], case["n"])
     assert report.capture.captured == case["captured"]
     assert report.capture.without_0004 == capture_0_5_9(case["ids"], case["n"])
-    assert {r.check: r.verdict for r in report.results} == expected(case), report.results
-    assert report.verdict == max(expected(case).values(), key=["READY", "WARN", "NOT READY"].index)
+    assert {f.name: f.status for f in report.findings} == expected(case), report.findings
+    assert report.verdict == max(expected(case).values(), key=["ok", "warn", "fail"].index)
 
 
 @each_defect
@@ -202,7 +202,7 @@ def test_generated_pairs_on_the_pristine_tree(pristine_tree, defect, data):
     case["captured"] = capture_0_5_9(case["ids"], case["n"])
     assert report.capture.captured == case["captured"]
     assert report.capture.with_0004 == capture_with_0004(case["ids"], case["n"])
-    assert {r.check: r.verdict for r in report.results} == expected(case), report.results
+    assert {f.name: f.status for f in report.findings} == expected(case), report.findings
 
 
 # -- measured on a real model ---------------------------------------------------------------------
@@ -229,4 +229,4 @@ def test_generated_targets_capture_the_drafts_intent_on_a_real_cpu_model(patched
                        {"n": n, "hidden": 64, "vocab": 256, "draft_vocab": 256, "d2t": True, "ids": ids,
                         "config": eagle3_draft_config(ids, hidden=64, vocab=256, draft_vocab=256)})  # fmt: skip
         assert report.capture.captured == inputs == report.capture.intended
-        assert report.result("captured layers").verdict == "READY"
+        assert report.finding("captured layers").status == "ok"

@@ -798,21 +798,21 @@ def test_preflight_warns_about_hub_ids_without_a_pinned_commit(tmp_path):
             report, "draft model", s.speculative_draft_model_path, s.speculative_draft_model_revision,
             "speculative_draft_model_revision",
         )  # fmt: skip
-        assert tuple(c.status for c in report.checks) == verdicts
+        assert tuple(c.status for c in report.findings) == verdicts
     report = preflight.Preflight()
     preflight.check_model_dir(report, "model", "nvidia/Kimi-K2.5-NVFP4", None)
     assert (
-        "no pinned revision" in report.checks[0].message
-        and "models lock nvidia/Kimi-K2.5-NVFP4" in report.checks[0].message
+        "no pinned revision" in report.findings[0].message
+        and "models lock nvidia/Kimi-K2.5-NVFP4" in report.findings[0].message
     )
     report = preflight.Preflight()
     preflight.check_model_dir(
         report, "draft model", "AQ-MedAI/Kimi-K25-eagle3", "v1.0", "speculative_draft_model_revision"
     )
-    assert "'v1.0' is a branch or tag" in report.checks[0].message
+    assert "'v1.0' is a branch or tag" in report.findings[0].message
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     report = preflight.Preflight()
     preflight.check_model_dir(report, "model", str(model), sha)
-    assert report.checks[0].status == "warn" and "ignored for a local directory" in report.checks[0].message
+    assert report.findings[0].status == "warn" and "ignored for a local directory" in report.findings[0].message

@@ -223,7 +223,7 @@ def test_the_server_starts_after_the_models_unit_offline_and_without_the_token(t
     preflight.check_model_dir(
         report, "draft", loaded.speculative_draft_model_path.replace("/var/lib/sglang-eagle3/models", str(state))
     )
-    assert [c.status for c in report.checks] == ["ok", "ok"]
+    assert [c.status for c in report.findings] == ["ok", "ok"]
 
 
 @needs_lib

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sglang_eagle3.judging import preflight
+from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import settings
 from sglang_eagle3.source import sglang_source
 from support.bench_fixtures import free_port
@@ -17,7 +18,7 @@ DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
 
 def checks(report):
-    return {c.name: c for c in report.checks}
+    return {f.name: f for f in report.findings}
 
 
 def run(tmp_path, tree, recording, **overrides):
@@ -31,16 +32,16 @@ def run(tmp_path, tree, recording, **overrides):
 
 def test_rtx_pro_6000_host_with_patched_sglang_passes_with_sm120_warnings(tmp_path, patched_tree):
     report = run(tmp_path, patched_tree, "8x-rtx-pro-6000.csv")
-    assert report.ok, report.checks
+    assert report.passed, report.findings
     c = checks(report)
     assert "8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (compute capability 12.0)" in c["gpus"].message
-    warnings = [x.message for x in report.checks if x.status is preflight.CheckStatus.WARN]
+    warnings = [x.message for x in report.findings if x.status is Status.WARN]
     assert any("multicast" in w for w in warnings) and any("allreduce-fusion" in w for w in warnings)
 
 
 def test_rtx_pro_6000_host_with_pristine_sglang_fails_before_any_load(tmp_path, pristine_tree):
     report = run(tmp_path, pristine_tree, "8x-rtx-pro-6000.csv")
-    assert not report.ok
+    assert not report.passed
     message = checks(report)["probe"].message
     assert "set_eagle3_layers_to_capture" in message and "KeyError: 12" in message and "patch apply" in message
 
@@ -50,14 +51,14 @@ def test_h200_host(tmp_path, pristine_tree):
     c = checks(report)
     assert "compute capability 9.0" in c["gpus"].message
     # On SM90 symm mem and fusion are supported; the architecture still decides the probe (Kimi by default).
-    assert not any(x.name == "optimisations" and "ignored" in x.message for x in report.checks)
+    assert not any(x.name == "optimisations" and "ignored" in x.message for x in report.findings)
 
 
 def test_too_few_gpus(tmp_path, patched_tree):
     report = run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv")
     assert checks(report)["gpus"].status == "fail"
     assert "4 GPU(s) visible, tp_size 8 over 1 node(s) needs 8 here" in checks(report)["gpus"].message
-    assert run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv", tp_size=4).ok
+    assert run(tmp_path, patched_tree, "4x-rtx-pro-6000.csv", tp_size=4).passed
 
 
 def test_no_gpus(tmp_path, patched_tree):
@@ -136,6 +137,9 @@ def test_dry_run_json_masks_secrets_and_keeps_the_key_out_of_argv(run_cli, patch
     assert plan["env"]["SGLANG_EAGLE3_API_KEY_FILE"] == str(key)
     assert plan["argv"][1:3] == ["-m", "sglang_eagle3.serving.sglang_main"] and "--api-key" not in plan["argv"]
     assert plan["sglang_argv"][1:3] == ["-m", "sglang.launch_server"]
+    verdict = plan["preflight"]["verdict"]  # the probe's and the draft checks' JSON shape: verdict and findings
+    assert (verdict == "fail") == (result.returncode == 1) and plan["preflight"]["findings"][0]["name"] == "gpus"
+    assert all(set(f) == {"name", "status", "message", "where"} for f in plan["preflight"]["findings"])
 
 
 def test_credentials_directory_is_used_under_systemd(tmp_path):
@@ -160,4 +164,4 @@ def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_
     report = run(tmp_path, patched_tree, "absent")
     gpus = checks(report)["gpus"]
     assert gpus.status == "fail" and "/dev has 8 GPU device node(s)" in gpus.message
-    assert "put the driver's nvidia-smi on PATH" in gpus.message and not report.ok
+    assert "put the driver's nvidia-smi on PATH" in gpus.message and not report.passed

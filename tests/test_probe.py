@@ -24,18 +24,18 @@ def source_lines(tree, rel: str, needle: str) -> set[str]:
 
 def test_unpatched_kimi_is_not_ready_and_names_the_missing_methods(pristine_tree, run_cli):
     report = run_probe(pristine_tree, arch=KIMI, algorithm="EAGLE3")
-    assert not report.ready
+    assert not report.passed and report.verdict == "fail"
     assert set(report.missing) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
     result = run_cli("probe", "--target", str(pristine_tree))
     assert result.returncode == 1
-    assert "NOT READY" in result.stdout
-    assert "does not provide get_embed_and_head()" in result.stdout
-    assert "does not provide set_eagle3_layers_to_capture()" in result.stdout
+    assert "Verdict: FAIL" in result.stdout
+    assert f"[FAIL] get_embed_and_head: not defined in {KIMI}" in result.stdout
+    assert f"[FAIL] set_eagle3_layers_to_capture: not defined in {KIMI}" in result.stdout
 
 
 def test_patched_kimi_is_ready_by_forwarding_to_the_inner_model(patched_tree, run_cli):
     report = run_probe(patched_tree, arch=KIMI, algorithm="EAGLE3")
-    assert report.ready, report.problems
+    assert report.passed, report.findings
     for m in report.methods:
         assert m.how.startswith("forwarded to self.language_model"), m.how
         assert "DeepseekV3ForCausalLM" in m.how and "deepseek_v2.py" in m.how
@@ -75,8 +75,8 @@ def test_non_eagle3_algorithms_do_not_need_layer_capture(pristine_tree, algorith
 @pytest.mark.parametrize("arch", ["DeepseekV3ForCausalLM", "LlamaForCausalLM"])
 def test_models_that_define_the_methods_are_ready(pristine_tree, patched_tree, arch):
     # On H200 (9.0) the pristine tree has no SM problems, so only the methods decide.
-    assert run_probe(pristine_tree, arch=arch, compute_capability="9.0").ready
-    assert run_probe(patched_tree, arch=arch, compute_capability="12.0").ready
+    assert run_probe(pristine_tree, arch=arch, compute_capability="9.0").passed
+    assert run_probe(patched_tree, arch=arch, compute_capability="12.0").passed
 
 
 def test_requirements_are_derived_from_the_source_not_hard_coded(pristine_tree, tree_copy):
@@ -95,24 +95,32 @@ def test_requirements_are_derived_from_the_source_not_hard_coded(pristine_tree, 
 
 
 def test_capability_report_unpatched_sm120(pristine_tree):
-    report = run_probe(pristine_tree, compute_capability="12.0").allreduce
+    result = run_probe(pristine_tree, compute_capability="12.0")
+    report = result.allreduce
     assert report.torch_symm_mem.effect == "crash"
     assert re.search(
         r"KeyError: 12 at srt/distributed/device_communicators/torch_symm_mem.py:\d+", report.torch_symm_mem.detail
     )
     assert report.allreduce_fusion.effect == "ignored"
-    assert any("ignored on SM12x" in w for w in report.warnings)
+    found = {f.name: f for f in result.findings}
+    assert (
+        found["--enable-torch-symm-mem"].status == "fail" and "would crash" in found["--enable-torch-symm-mem"].message
+    )
+    fusion = found["--enable-flashinfer-allreduce-fusion"]
+    assert fusion.status == "warn" and "allows SM9x, SM10x only" in fusion.message
 
 
 def test_capability_report_patched_sm120(patched_tree):
-    report = run_probe(patched_tree, compute_capability="12.0").allreduce
+    result = run_probe(patched_tree, compute_capability="12.0")
+    report = result.allreduce
     assert report.torch_symm_mem.effect == "loads"
     assert "two-shot" in report.torch_symm_mem.detail and "128 MiB" in report.torch_symm_mem.detail
     assert "multicast" in report.torch_symm_mem.warning  # may still disable itself on PCIe
     assert report.allreduce_fusion.effect == "active"
     assert "requested explicitly" in report.allreduce_fusion.detail
     assert report.allreduce_fusion.warning  # opt-in, may fail on FlashInfer 0.6.3
-    assert not report.problems
+    flags = [f for f in result.findings if f.name.startswith("--enable-")]
+    assert [f.status for f in flags] == ["warn", "warn"]  # the two warnings above; neither fails
 
 
 def test_capability_report_hopper(pristine_tree):
@@ -124,7 +132,7 @@ def test_capability_report_hopper(pristine_tree):
 
 def test_not_requested_optimisations_are_not_problems(pristine_tree):
     report = run_probe(pristine_tree, arch="DeepseekV3ForCausalLM", torch_symm_mem=False, allreduce_fusion=False)
-    assert report.ready
+    assert report.passed
     assert report.allreduce.torch_symm_mem.effect == "not requested"
 
 
@@ -132,8 +140,10 @@ def test_json_output(pristine_tree, run_cli):
     result = run_cli("probe", "--target", str(pristine_tree), "--json")
     assert result.returncode == 1
     data = json.loads(result.stdout)
-    assert data["ready"] is False
-    assert sorted(data["missing"]) == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
+    assert data["verdict"] == "fail"
+    failed = sorted(f["name"] for f in data["findings"] if f["status"] == "fail")
+    assert failed == ["--enable-torch-symm-mem", "get_embed_and_head", "set_eagle3_layers_to_capture"]
+    assert set(data["findings"][0]) == {"name", "status", "message", "where"}
     assert data["allreduce"]["torch_symm_mem"]["effect"] == "crash"
 
 

@@ -166,7 +166,7 @@ from sglang_eagle3.serving import settings
 for g in preflight.query_gpus():
     print(f"gpu {g.index}: {g.name}, compute capability {g.compute_capability}, {g.memory}")
 checks = preflight.run(settings.load(None, ["tp_size=1"], profile="eagle3"))
-print("\n".join(f"preflight.run [{c.status}] {c.name}: {c.message}" for c in checks.checks if c.name == "gpus"))
+print("\n".join(f"preflight.run [{f.status}] {f.name}: {f.message}" for f in checks.findings if f.name == "gpus"))
 """
 
 

@@ -196,9 +196,11 @@ def probe_command(
     except (ValueError, draft_inputs.DraftInputError) as err:
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch
-        raise BadInput(result.problems[0] + "; --arch is the class name in the model's config.json 'architectures'")
+        raise BadInput(
+            result.findings[0].message + "; --arch is the class name in the model's config.json 'architectures'"
+        )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else probe.render_text(result))
-    sys.exit(ExitStatus.OK if result.ready else ExitStatus.CHECK_FAILED)
+    sys.exit(ExitStatus.OK if result.passed else ExitStatus.CHECK_FAILED)
 
 
 # -- settings and serve -------------------------------------------------------------------
@@ -267,8 +269,8 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         if as_json:
             click.echo(json.dumps({
                 "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
-                "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s), "ok": checks.ok,
-                "preflight": [vars(c) for c in checks.checks],
+                "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s),
+                "preflight": checks.to_dict(),
             }, indent=2))  # fmt: skip
         else:
             click.echo(f"profile: {profile}")
@@ -276,9 +278,9 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
             for key, value in credentials.masked_env(plan.env).items():
                 click.echo(f"env:     {key}={value}")
             click.echo(checks.render_text())
-        sys.exit(ExitStatus.OK if checks.ok else ExitStatus.CHECK_FAILED)
+        sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
     click.echo(checks.render_text())
-    if not checks.ok:
+    if not checks.passed:
         click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
     click.echo(f"starting: {plan.shell()}")

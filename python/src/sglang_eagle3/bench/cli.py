@@ -11,6 +11,7 @@ import click
 from ..cli_common import BadInput, FiniteFloat, load_settings, settings_options, writable_file
 from ..exit_status import ExitStatus
 from ..judging import preflight
+from ..judging.findings import Status
 from ..serving import credentials
 from . import BenchError
 
@@ -223,7 +224,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
     checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
     click.echo(checks.render_text())
-    if not checks.ok:
+    if not checks.passed:
         click.echo("preflight failed; nothing was started.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
     points = sweep.grid(base, *grid, drafts)
@@ -266,11 +267,11 @@ def _check_drafts(points, base, drafts, sglang_target) -> bool:
     for draft in drafts:
         checks = preflight.Preflight()
         preflight.check_model_dir(checks, "draft model", draft)
-        if checks.ok:
+        if checks.passed:
             preflight.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
         click.echo(f"-- draft {names[draft]}: {draft}")
         click.echo(checks.render_text())
-        failed = [f"{c.name}: {c.message}" for c in checks.checks if c.status is preflight.CheckStatus.FAIL]
+        failed = [f"{f.name}: {f.message}" for f in checks.findings if f.status is Status.FAIL]
         passed = passed or not failed
         for point in points:
             if failed and point.draft == names[draft] and not point.error:

@@ -11,9 +11,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
 
+from ..judging import findings
+from ..judging.findings import Finding, Status
 from ..serving.settings import describe
 from . import BenchError
 from .client import inter_token_latencies_ms
+
+OK, FAIL = Status.OK, Status.FAIL
 
 METRICS = {  # record field -> (label, unit, scale for display)
     "decode_tok_s": ("decode", "tok/s", 1.0),
@@ -247,16 +251,23 @@ def plot(records: list[dict], path: Path) -> Path:
 
 
 @dataclass
-class GateVerdict:
-    passed: bool
+class GateReport:
     baseline_tok_s: float
     eagle3_tok_s: float
     ratio: float
     threshold: float
     floor: float | None
-    reasons: list[str]
+    findings: list[Finding]  # speed-up, and floor when one is given
     # label -> what explains the speeds: accept length per request and the server's /metrics view
     acceptance: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Status:
+        return findings.verdict(self.findings)
+
+    @property
+    def passed(self) -> bool:
+        return findings.passed(self.findings)
 
 
 def single_stream_median(records: list[dict], what: str) -> float:
@@ -267,21 +278,24 @@ def single_stream_median(records: list[dict], what: str) -> float:
     return statistics.median(values)
 
 
-def compare(
-    baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None
-) -> GateVerdict:
+def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None) -> GateReport:
     base = single_stream_median(baseline, "the baseline")
     spec = single_stream_median(eagle3, "the EAGLE-3 run")
     ratio = spec / base
-    reasons = []
-    if ratio < threshold:
-        reasons.append(
-            f"EAGLE-3 {spec:.1f} tok/s is {ratio:.3f}x the baseline's {base:.1f}, below the threshold {threshold:g}x"
+    speed = f"EAGLE-3 {spec:.1f} tok/s is {ratio:.3f}x the baseline's {base:.1f}"
+    found = [
+        Finding("speed-up", FAIL, f"{speed}, below the threshold {threshold:g}x")
+        if ratio < threshold
+        else Finding("speed-up", OK, f"{speed}, at least the threshold {threshold:g}x: EAGLE-3 pays for itself")
+    ]
+    if floor is not None:
+        below = spec < floor
+        where = "below" if below else "at least"
+        found.append(
+            Finding("floor", FAIL if below else OK, f"EAGLE-3 {spec:.1f} tok/s is {where} the floor {floor:g} tok/s")
         )
-    if floor is not None and spec < floor:
-        reasons.append(f"EAGLE-3 {spec:.1f} tok/s is below the floor {floor:g} tok/s")
     acceptance = {"baseline": acceptance_of(baseline), "EAGLE-3": acceptance_of(eagle3)}
-    return GateVerdict(not reasons, base, spec, ratio, threshold, floor, reasons, acceptance)
+    return GateReport(base, spec, ratio, threshold, floor, found, acceptance)
 
 
 def acceptance_of(records: list[dict]) -> dict:
@@ -298,7 +312,7 @@ def acceptance_of(records: list[dict]) -> dict:
     }
 
 
-def render_verdict(v: GateVerdict) -> str:
+def render_verdict(v: GateReport) -> str:
     lines = [
         "Single-stream decode, median tok/s:",
         f"  baseline  {v.baseline_tok_s:8.1f}",
@@ -319,6 +333,5 @@ def render_verdict(v: GateVerdict) -> str:
                      (a["server_generated_tokens"], 10, ".0f")]  # fmt: skip
             lines.append(f"    {label:<9} " + " ".join(f"{x:>{w}{f}}" if x is not None else f"{'-':>{w}}"
                                                      for x, w, f in cells))  # fmt: skip
-    lines.append("")
-    lines.append("PASS: EAGLE-3 pays for itself" if v.passed else "FAIL: " + "; ".join(v.reasons))
+    lines += ["", *(f.render() for f in v.findings), findings.render_verdict(v.findings)]
     return "\n".join(lines)

@@ -9,8 +9,8 @@ SGLang 0.5.9 captures one layer too deep (patch 0004).
 
 Inputs: the draft's and the target's config.json (Kimi-K2.5 nests its text model under
 ``text_config``), the draft's safetensors headers, and the SGLang tree's own source
-(eagle3_source). Each result is READY, WARN (starts, but something is off or cannot be
-checked) or NOT READY (fails after the target has loaded, or silently proposes garbage).
+(eagle3_source). Each check ends in a finding (see findings): OK, WARN (starts, but something is
+off or cannot be checked) or FAIL (fails after the target has loaded, or silently proposes garbage).
 
 Layer numbers: SGLang's DeepSeek loop captures the *input* of layer i (the residual
 stream before it, i.e. the output of layer i - 1). All "captured" and "intended" lists
@@ -20,25 +20,17 @@ here are such input indices; a draft id X in the "output of layer i" convention
 
 from __future__ import annotations
 
-import enum
 from dataclasses import asdict, dataclass, field
 
 from ..source import draft_inputs, eagle3_source
 from ..source.draft_inputs import DraftInputError, Fields
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
+from . import findings
+from .findings import Finding, Status
 
-
-class DraftVerdict(enum.StrEnum):
-    """One draft check's verdict, and the report's (the worst of them), in the probe's words."""
-
-    READY = "READY"
-    WARN = "WARN"  # loads, but something will not be as the draft was trained
-    NOT_READY = "NOT READY"  # fails at draft load, or cannot work
-
-
-READY, WARN, NOT_READY = DraftVerdict
-SEVERITY = {READY: 0, WARN: 1, NOT_READY: 2}
+# WARN: loads, but something will not be as the draft was trained; FAIL: fails at draft load, or cannot work.
+OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
 DEFAULT_TARGET_ARCH = "KimiK25ForConditionalGeneration"
 # Used only when the draft class is not one this SGLang has (so its source cannot say).
 EAGLE3_WIDTH_FIELDS = ["target_hidden_size", "hidden_size"]
@@ -67,13 +59,6 @@ DRAFT_CONFIG_FIELDS = {
 }
 
 __all__ = ["DraftInputError", "DraftReport", "check"]
-
-
-@dataclass
-class Result:
-    check: str
-    verdict: str
-    evidence: str
 
 
 @dataclass
@@ -113,29 +98,23 @@ class DraftReport:
     algorithm: str
     architecture: str | None
     target: Target
-    results: list[Result] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     capture: Capture | None = None
 
-    def add(self, check: str, verdict: str, evidence: str) -> None:
-        self.results.append(Result(check, verdict, evidence))
+    def add(self, name: str, status: Status, message: str) -> None:
+        self.findings.append(Finding(name, status, message))
 
     @property
-    def verdict(self) -> str:
-        return max((r.verdict for r in self.results), key=SEVERITY.__getitem__, default=READY)
+    def verdict(self) -> Status:
+        return findings.verdict(self.findings)
 
-    @property
-    def problems(self) -> list[str]:
-        return [f"draft {r.check}: {r.evidence}" for r in self.results if r.verdict == NOT_READY]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [f"draft {r.check}: {r.evidence}" for r in self.results if r.verdict == WARN]
-
-    def result(self, check: str) -> Result | None:
-        return next((r for r in self.results if r.check == check), None)
+    def finding(self, name: str) -> Finding | None:
+        return next((f for f in self.findings if f.name == name), None)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "verdict": self.verdict}
+        data = asdict(self)
+        data.update(findings.to_json(self.findings))
+        return data
 
     def render_lines(self) -> list[str]:
         where = f"{self.draft_source}: {self.draft_directory}" if self.draft_directory else self.draft_source
@@ -148,8 +127,7 @@ class DraftReport:
             )
         else:
             lines.append(f"Target {t.given or t.architecture}: config not available ({t.source})")
-        for r in self.results:
-            lines.append(f"  {'[' + r.verdict + ']':<11} {r.check}: {r.evidence}")
+        lines += [f"  {f.render()}" for f in self.findings]
         c = self.capture
         if c is not None:
             lines.append(f"  Layers (inputs of target layers), {c.method or 'capture method not found'}:")
@@ -228,7 +206,7 @@ def check(
 def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTree, drafts: dict[str, str]):
     arch, algorithm = report.architecture, report.algorithm
     if arch in drafts:
-        report.add("architecture", READY, f"{arch} is registered as an {algorithm} draft ({drafts[arch]})")
+        report.add("architecture", OK, f"{arch} is registered as an {algorithm} draft ({drafts[arch]})")
         return eagle3_source.draft_class_facts(index, arch)
     elsewhere = index.find_model_class(arch)
     registered = ", ".join(f"{name} ({where})" for name, where in drafts.items()) or "none"
@@ -238,7 +216,7 @@ def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTre
         else f"{f'SGLang {tree.version}' if tree.version else 'this SGLang'} has no class {arch}"
     )
     report.add(
-        "architecture", NOT_READY,
+        "architecture", FAIL,
         f"{what}; its {algorithm} drafts are {registered}. The server would fail when it loads the draft, "
         "after the target has loaded; use a draft of a registered architecture or an SGLang that has this one",
     )  # fmt: skip
@@ -266,10 +244,10 @@ def _check_layers(report: DraftReport, config: Fields, facts) -> None:
     required, where = facts.required_layers
     layers = config.integer("num_hidden_layers", required=True)
     if layers == required:
-        report.add("layers", READY, f"{layers}, as {report.architecture} requires ({where})")
+        report.add("layers", OK, f"{layers}, as {report.architecture} requires ({where})")
     else:
         report.add(
-            "layers", NOT_READY,
+            "layers", FAIL,
             f"the draft has {layers} layers; {report.architecture} accepts {required} and raises ValueError "
             f"otherwise ({where}), after the target has loaded",
         )  # fmt: skip
@@ -291,10 +269,10 @@ def _check_hidden_size(report: DraftReport, config: Fields, facts) -> None:
             f"the target's config is not available ({target.source})",
         )  # fmt: skip
     elif expected == target.hidden_size:
-        report.add("hidden size", READY, f"the draft expects {expected} ({name}, {read_by}), the target has {expected}")
+        report.add("hidden size", OK, f"the draft expects {expected} ({name}, {read_by}), the target has {expected}")
     else:
         report.add(
-            "hidden size", NOT_READY,
+            "hidden size", FAIL,
             f"the draft expects target hidden states of width {expected} ({name}, {read_by}){fc}, but the "
             f"target's hidden size is {target.hidden_size}: the first draft step fails after the target has "
             "loaded; this draft was trained for another target",
@@ -330,16 +308,16 @@ def _check_vocabulary(report: DraftReport, config: Fields, facts) -> None:
     else:
         notes.append(f"draft vocabulary {draft_vocab}")
     if issues:
-        report.add("vocabulary", NOT_READY, "; ".join(issues))
+        report.add("vocabulary", FAIL, "; ".join(issues))
     else:
-        report.add("vocabulary", READY if target.known else WARN, "; ".join(notes))
+        report.add("vocabulary", OK if target.known else WARN, "; ".join(notes))
 
 
 def _check_token_mapping(report: DraftReport, config: Fields, directory) -> None:
     vocab = config.integer("vocab_size", required=True)
     draft_vocab = config.integer("draft_vocab_size")
     if draft_vocab is None or draft_vocab >= vocab:
-        report.add("token mapping", READY, "the draft predicts over the full vocabulary; no d2t mapping needed")
+        report.add("token mapping", OK, "the draft predicts over the full vocabulary; no d2t mapping needed")
         return
     lookup = draft_inputs.find_tensors(directory, "d2t")
     need = f"draft vocabulary {draft_vocab} < vocab_size {vocab} needs the d2t mapping"
@@ -348,7 +326,7 @@ def _check_token_mapping(report: DraftReport, config: Fields, directory) -> None
             report.add("token mapping", WARN, f"{need}; not checked: {lookup.problem}")
         else:
             report.add(
-                "token mapping", NOT_READY,
+                "token mapping", FAIL,
                 f"{need}, and {lookup.searched} has no d2t tensor: SGLang would take draft token ids for target "
                 "ids, so almost nothing is accepted; use the draft's complete weights",
             )  # fmt: skip
@@ -357,9 +335,9 @@ def _check_token_mapping(report: DraftReport, config: Fields, directory) -> None
     if shape is None:
         report.add("token mapping", WARN, f"{need}; {name} is listed in {lookup.searched} but its shard is not here")
     elif shape != [draft_vocab]:
-        report.add("token mapping", NOT_READY, f"{need}; {name} has shape {shape}, expected [{draft_vocab}]")
+        report.add("token mapping", FAIL, f"{need}; {name} has shape {shape}, expected [{draft_vocab}]")
     else:
-        report.add("token mapping", READY, f"{name} {shape} in {lookup.searched} maps draft ids to target ids")
+        report.add("token mapping", OK, f"{name} {shape} in {lookup.searched} maps draft ids to target ids")
 
 
 def _convention(layer_ids: list[int]) -> tuple[str, list[int] | None]:
@@ -393,7 +371,7 @@ def _check_aux_layers(report: DraftReport, config: Fields, facts, index: SourceI
     eagle = config.section("eagle_config")
     layer_ids = eagle.int_list("eagle_aux_hidden_state_layer_ids") if eagle else None
     if eagle and not eagle.boolean("use_aux_hidden_state", True):
-        report.add("aux layer ids", READY, "use_aux_hidden_state is false: the draft gets the target's last state")
+        report.add("aux layer ids", OK, "use_aux_hidden_state is false: the draft gets the target's last state")
         return
     target = report.target
     n = target.num_layers
@@ -427,8 +405,8 @@ def _check_aux_layers(report: DraftReport, config: Fields, facts, index: SourceI
                 issues.append(f"names {'; '.join(bad)}, which SGLang cannot capture")
             else:
                 notes.append(f"within the target's {n} layers")
-        verdict = NOT_READY if issues else WARN if doubts else READY
-        report.add("aux layer ids", verdict, "; ".join(issues + doubts + notes))
+        status = FAIL if issues else WARN if doubts else OK
+        report.add("aux layer ids", status, "; ".join(issues + doubts + notes))
     _check_captured_layers(report, index, layer_ids, convention, intended, expected)
 
 
@@ -476,7 +454,7 @@ def _check_captured_layers(report: DraftReport, index, layer_ids, convention, in
         states = len(captured) - len(lost)
         wanted = f", its fc takes {expected[0]}" if expected else ""
         report.add(
-            "captured layers", NOT_READY,
+            "captured layers", FAIL,
             f"this tree captures the inputs of layers {captured} ({where}): it asks for {'; '.join(lost)}; the "
             f"draft gets {states} states{wanted}.{fix}",
         )  # fmt: skip
@@ -487,7 +465,7 @@ def _check_captured_layers(report: DraftReport, index, layer_ids, convention, in
             "not known",
         )  # fmt: skip
     elif captured == intended:
-        report.add("captured layers", READY, f"the inputs of layers {captured}, as the draft was trained ({where})")
+        report.add("captured layers", OK, f"the inputs of layers {captured}, as the draft was trained ({where})")
     else:
         offset = {c - i for c, i in zip(captured, intended, strict=False)}
         by = f" (off by {offset.pop():+d})" if len(offset) == 1 else ""

@@ -1,7 +1,7 @@
 """Preflight: everything that can be checked in seconds before SGLang spends minutes loading.
 
-Each check ends in a CheckStatus: ok, warn (starts, but something requested will not be
-active) or fail (would not start, or would crash after the load). Failures say what
+Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
+not be active) or FAIL (would not start, or would crash after the load). Failures say what
 is wrong and how to fix it.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import enum
 import errno
 import json
 import os
@@ -25,23 +24,11 @@ from ..serving import credentials
 from ..serving.settings import ServerSettings, field_flag
 from ..source import sglang_source
 from ..source.source_index import SourceLayoutError
-from . import draft_check, probe
+from . import draft_check, findings, probe
+from .findings import Finding, Status
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]
-
-
-class CheckStatus(enum.StrEnum):
-    OK = "ok"
-    WARN = "warn"  # starts, but something requested will not be active
-    FAIL = "fail"  # would not start, or would crash after the load
-
-
-@dataclass
-class Check:
-    name: str
-    status: CheckStatus
-    message: str
 
 
 @dataclass
@@ -54,18 +41,25 @@ class Gpu:
 
 @dataclass
 class Preflight:
-    checks: list[Check] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     gpus: list[Gpu] = field(default_factory=list)
 
-    def add(self, name: str, status: CheckStatus, message: str) -> None:
-        self.checks.append(Check(name, status, message))
+    def add(self, name: str, status: Status, message: str, where: str | None = None) -> None:
+        self.findings.append(Finding(name, status, message, where))
 
     @property
-    def ok(self) -> bool:
-        return not any(c.status is CheckStatus.FAIL for c in self.checks)
+    def verdict(self) -> Status:
+        return findings.verdict(self.findings)
+
+    @property
+    def passed(self) -> bool:
+        return findings.passed(self.findings)
 
     def render_text(self) -> str:
-        return "\n".join(f"[{c.status.upper():>4}] {c.name}: {c.message}" for c in self.checks)
+        return "\n".join([*(f.render() for f in self.findings), findings.render_verdict(self.findings)])
+
+    def to_dict(self) -> dict:
+        return findings.to_json(self.findings)
 
 
 def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
@@ -134,33 +128,31 @@ def check_model_dir(
         # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
         pin = f"pin it: `sglang-eagle3 models lock {path}` prints the commit for {revision_field}"
         if revision is None:
-            result.add(what, CheckStatus.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
+            result.add(what, Status.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
                        f"its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
         elif not COMMIT_SHA.fullmatch(revision):
-            result.add(what, CheckStatus.WARN, f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag "
+            result.add(what, Status.WARN, f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag "
                        f"and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
-            result.add(
-                what, CheckStatus.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)"
-            )
+            result.add(what, Status.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)")
         return None
     directory = _expanded(path)
     if not directory.is_dir():
-        result.add(what, CheckStatus.FAIL, f"{directory} does not exist; download the model there or give its hub id")
+        result.add(what, Status.FAIL, f"{directory} does not exist; download the model there or give its hub id")
     elif not (directory / "config.json").is_file():
-        result.add(what, CheckStatus.FAIL, f"{directory} has no config.json; point at the model's top directory")
+        result.add(what, Status.FAIL, f"{directory} has no config.json; point at the model's top directory")
     else:
         if revision is not None:
-            result.add(what, CheckStatus.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
+            result.add(what, Status.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
                        "directory; check its content with `sglang-eagle3 models verify`")  # fmt: skip
         if what != "model":  # a draft's config.json is the draft checks' business (check_draft)
-            result.add(what, CheckStatus.OK, f"{directory}")
+            result.add(what, Status.OK, f"{directory}")
             return None
         config, problem = read_model_config(directory)
         if problem:
-            result.add(what, CheckStatus.FAIL, problem)
+            result.add(what, Status.FAIL, problem)
             return None
-        result.add(what, CheckStatus.OK, f"{directory} ({config['architectures'][0]})")
+        result.add(what, Status.OK, f"{directory} ({config['architectures'][0]})")
         return config["architectures"][0]
     return None
 
@@ -173,12 +165,12 @@ def check_port(result: Preflight, host: str, port: int) -> None:
             sock.bind((host, port))
         except (OSError, ValueError) as err:  # ValueError: a host name IDNA cannot encode
             if getattr(err, "errno", None) == errno.EADDRINUSE:
-                result.add("port", CheckStatus.FAIL, f"{host}:{port} is in use; stop what listens there or set port")
+                result.add("port", Status.FAIL, f"{host}:{port} is in use; stop what listens there or set port")
             else:
                 why = getattr(err, "strerror", None) or str(err)
-                result.add("port", CheckStatus.FAIL, f"cannot listen on {host}:{port}: {why}; check host")
+                result.add("port", Status.FAIL, f"cannot listen on {host}:{port}: {why}; check host")
             return
-    result.add("port", CheckStatus.OK, f"{host}:{port} is free")
+    result.add("port", Status.OK, f"{host}:{port} is free")
 
 
 def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
@@ -188,7 +180,7 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
     try:
         known = sglang_source.server_flags(tree)
     except sglang_source.SGLangNotFound as err:
-        result.add("extra_args", CheckStatus.FAIL, str(err))
+        result.add("extra_args", Status.FAIL, str(err))
         return
     owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}
     owned_spellings = {spelling: flag for flag in owned if flag in known for spelling in known[flag][0]}
@@ -198,26 +190,24 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
         name, has_inline_value = token.split("=", 1)[0], "=" in token
         if not name.startswith("--"):
             result.add(
-                "extra_args", CheckStatus.FAIL, f"{token!r} is not a flag; extra_args are SGLang flags and their values"
+                "extra_args", Status.FAIL, f"{token!r} is not a flag; extra_args are SGLang flags and their values"
             )
             return
         if name not in known:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            result.add("extra_args", CheckStatus.FAIL, f"SGLang {tree.version} has no flag {name}{hint}")
+            result.add("extra_args", Status.FAIL, f"SGLang {tree.version} has no flag {name}{hint}")
             return
         if name in owned_spellings:
             setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
-            result.add(
-                "extra_args", CheckStatus.FAIL, f"{name} is the setting {setting!r}; set it there, not in extra_args"
-            )
+            result.add("extra_args", Status.FAIL, f"{name} is the setting {setting!r}; set it there, not in extra_args")
             return
         if known[name][1] and not has_inline_value:
             if not args or args[0].startswith("--"):
-                result.add("extra_args", CheckStatus.FAIL, f"{name} needs a value")
+                result.add("extra_args", Status.FAIL, f"{name} needs a value")
                 return
             args.pop(0)
-    result.add("extra_args", CheckStatus.OK, " ".join(settings.extra_args))
+    result.add("extra_args", Status.OK, " ".join(settings.extra_args))
 
 
 def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: str | None = None) -> Preflight:
@@ -234,7 +224,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             # 0.5.9 runs it in ServerArgs.__post_init__ (get_nvgpu_memory_capacity) and stops.
             result.add(
                 "gpus",
-                CheckStatus.FAIL,
+                Status.FAIL,
                 f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at "
                 "start and stops without it; put the driver's nvidia-smi on PATH (NixOS: the "
                 "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
@@ -243,16 +233,16 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
         else:
             result.add(
                 "gpus",
-                CheckStatus.FAIL,
+                Status.FAIL,
                 "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)",
             )
     except (RuntimeError, subprocess.TimeoutExpired, ValueError, OSError) as err:
-        result.add("gpus", CheckStatus.FAIL, f"nvidia-smi failed: {err}")
+        result.add("gpus", Status.FAIL, f"nvidia-smi failed: {err}")
     else:
         need = settings.gpus_per_node
         if len(result.gpus) < need:
             result.add(
-                "gpus", CheckStatus.FAIL,
+                "gpus", Status.FAIL,
                 f"{len(result.gpus)} GPU(s) visible, tp_size {settings.tp_size} over {settings.nnodes} node(s) needs "
                 f"{need} here; lower tp_size or check CUDA_VISIBLE_DEVICES",
             )  # fmt: skip
@@ -261,7 +251,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             names = sorted({g.name for g in result.gpus})
             result.add(
                 "gpus",
-                CheckStatus.OK,
+                Status.OK,
                 f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
             )
 
@@ -276,17 +266,17 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
     try:
         tree = sglang_source.locate(sglang_target)
     except sglang_source.SGLangNotFound as err:
-        result.add("sglang", CheckStatus.FAIL, str(err))
+        result.add("sglang", Status.FAIL, str(err))
     else:
         if tree.version != SGLANG_VERSION:
             result.add(
-                "sglang", CheckStatus.WARN,
+                "sglang", Status.WARN,
                 f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
                 f"{SGLANG_VERSION}",
             )  # fmt: skip
         check_probe(result, settings, tree, arch, compute_capability)
         check_extra_args(result, settings, tree)
-        models_ok = not any(c.status is CheckStatus.FAIL for c in result.checks if c.name.endswith("model"))
+        models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
         if settings.speculative_algorithm and models_ok:
             check_draft(result, settings, tree)
     check_port(result, settings.host, settings.port)
@@ -302,7 +292,7 @@ def check_key_files(result: Preflight, settings: ServerSettings, environ) -> Non
             continue
         problem = credentials.check_key_file(path, secret.setting)
         name = secret.credential.replace("-", " ")  # "api key", "admin api key"
-        result.add(name, CheckStatus.FAIL if problem else CheckStatus.OK, problem or f"{path} (the key is not shown)")
+        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
 
 
 def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, compute_capability: str) -> None:
@@ -318,31 +308,29 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
         )
     except SourceLayoutError as err:
         result.add(
-            "probe", CheckStatus.FAIL,
+            "probe", Status.FAIL,
             f"SGLang at {tree.root} does not have the source layout of {SGLANG_VERSION} ({err}); "
             f"install sglang=={SGLANG_VERSION}",
         )  # fmt: skip
         return
     except ValueError as err:  # e.g. a compute capability nvidia-smi reported that is no known GPU's
-        result.add("probe", CheckStatus.FAIL, str(err))
+        result.add("probe", Status.FAIL, str(err))
         return
+    found = probed.findings
     if probed.class_location is None:
-        result.add("probe", CheckStatus.FAIL, f"{probed.problems[0]}; check 'architectures' in the model's config.json")
+        result.add("probe", Status.FAIL, f"{found[0].message}; check 'architectures' in the model's config.json")
         return
-    problems = probed.problems if settings.speculative_algorithm else probed.allreduce.problems
-    if problems:
-        result.add("probe", CheckStatus.FAIL, "; ".join(problems) + " (fix: sglang-eagle3 patch apply)")
+    flags = {probed.allreduce.torch_symm_mem.flag, probed.allreduce.allreduce_fusion.flag}
+    # Without speculative decoding only the all-reduce flags matter.
+    judged = found if settings.speculative_algorithm else [f for f in found if f.name in flags]
+    failed = [f"{f.name}: {f.message}" for f in judged if f.status is Status.FAIL]
+    if failed:
+        result.add("probe", Status.FAIL, "; ".join(failed) + " (fix: sglang-eagle3 patch apply)")
     else:
-        result.add("probe", CheckStatus.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
-    for warning in probed.allreduce.warnings:
-        result.add("optimisations", CheckStatus.WARN, warning)
-
-
-DRAFT_STATUS = {
-    draft_check.READY: CheckStatus.OK,
-    draft_check.WARN: CheckStatus.WARN,
-    draft_check.NOT_READY: CheckStatus.FAIL,
-}
+        result.add("probe", Status.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
+    for finding in found:
+        if finding.name in flags and finding.status is Status.WARN:
+            result.add("optimisations", Status.WARN, f"{finding.name}: {finding.message}")
 
 
 def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
@@ -354,11 +342,10 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
             tree, settings.speculative_draft_model_path, settings.model_path, algorithm=settings.speculative_algorithm
         )
     except draft_check.DraftInputError as err:
-        result.add("draft", CheckStatus.FAIL, str(err))
+        result.add("draft", Status.FAIL, str(err))
         return
     except SourceLayoutError as err:
-        result.add("draft", CheckStatus.FAIL, f"SGLang at {tree.root} does not have the source layout of "
+        result.add("draft", Status.FAIL, f"SGLang at {tree.root} does not have the source layout of "
                    f"{SGLANG_VERSION} ({err})")  # fmt: skip
         return
-    for check in draft.results:
-        result.add(f"draft {check.check}", DRAFT_STATUS[check.verdict], check.evidence)
+    result.findings += [f.prefixed("draft") for f in draft.findings]

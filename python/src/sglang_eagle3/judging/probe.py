@@ -25,7 +25,10 @@ from ..source import allreduce_gates, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
-from . import draft_check
+from . import draft_check, findings
+from .findings import Finding, Status
+
+OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 
@@ -77,33 +80,51 @@ class ProbeResult:
         return [m.method for m in self.methods if not m.provided]
 
     @property
-    def problems(self) -> list[str]:
-        problems = []
+    def findings(self) -> list[Finding]:
+        """The target class, each method it must provide, each all-reduce flag, and the draft checks."""
         if self.class_location is None:
             hint = f"; did you mean {', '.join(self.arch_suggestions)}?" if self.arch_suggestions else ""
-            problems.append(f"no class {self.arch} in {self.sglang_root}/sglang/srt/models{hint}")
-        problems += [
-            f"{self.arch} does not provide {m.method}() ({m.how}); first called at {m.call_sites[0].location}"
-            for m in self.methods
-            if not m.provided
-        ]
-        problems += self.allreduce.problems
-        problems += self.draft.problems if self.draft else []
-        return problems
+            found = [
+                Finding("target class", FAIL, f"no class {self.arch} in {self.sglang_root}/sglang/srt/models{hint}")
+            ]
+        else:
+            found = [Finding("target class", OK, self.arch, where=self.class_location)]
+        found += [method_finding(m) for m in self.methods]
+        found += [flag_finding(f) for f in (self.allreduce.torch_symm_mem, self.allreduce.allreduce_fusion)]
+        found += [f.prefixed("draft") for f in self.draft.findings] if self.draft else []
+        return found
 
     @property
-    def warnings(self) -> list[str]:
-        return self.allreduce.warnings + (self.draft.warnings if self.draft else [])
+    def verdict(self) -> Status:
+        return findings.verdict(self.findings)
 
     @property
-    def ready(self) -> bool:
-        return not self.problems
+    def passed(self) -> bool:
+        return findings.passed(self.findings)
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.update(ready=self.ready, missing=self.missing, problems=self.problems, warnings=self.warnings)
         data["draft"] = self.draft.to_dict() if self.draft else None
+        data.update(findings.to_json(self.findings))
         return data
+
+
+def method_finding(m: MethodCheck) -> Finding:
+    """A method the speculative path calls on the target: OK if the class provides it, else FAIL."""
+    if m.provided:
+        return Finding(m.method, OK, m.how)
+    return Finding(m.method, FAIL, f"{m.how}; first called at {m.call_sites[0].location}")
+
+
+def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
+    """What SGLang does with an all-reduce flag: FAIL if it crashes the server, WARN with a warning, else OK."""
+    if flag.effect is allreduce_gates.Effect.CRASH:
+        return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
+    effect = str(flag.effect)
+    message = flag.detail if flag.detail.startswith(effect) else f"{effect}: {flag.detail}" if flag.detail else effect
+    if flag.warning and flag.effect is not allreduce_gates.Effect.IGNORED:  # an ignored flag's detail says it
+        message += f"; {flag.warning}"
+    return Finding(flag.flag, WARN if flag.warning else OK, message)
 
 
 # -- 1. call sites ---------------------------------------------------------------------
@@ -242,6 +263,8 @@ def probe(
 
 
 def render_text(result: ProbeResult) -> str:
+    found = result.findings
+    by_name = {f.name: f for f in found}
     lines = [
         f"SGLang {result.sglang_version or '(unknown version)'} at {result.sglang_root}",
         f"Target {result.arch} ({result.class_location or 'NOT FOUND'}), speculative algorithm {result.algorithm}",
@@ -251,22 +274,24 @@ def render_text(result: ProbeResult) -> str:
     if not result.methods:
         lines.append("  (none)")
     for m in result.methods:
-        lines.append(f"  [{'ok' if m.provided else 'MISSING'}] {m.method}: {m.how}")
+        lines.append(f"  {by_name[m.method].render()}")
         for s in m.call_sites:
             guard = f"if {s.condition}" if s.condition != "always" else "always"
             lines.append(f"      {s.location} in {s.function}: {guard}")
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
-    lines += ["", allreduce_gates.render_text(result.allreduce), ""]
+    effects = result.allreduce
+    flags = [by_name[flag.flag] for flag in (effects.torch_symm_mem, effects.allreduce_fusion)]
+    lines += [
+        "",
+        f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}:",
+        *(f"  {f.render()}" for f in flags),
+        "",
+    ]
     if result.draft is not None:
         lines += [*result.draft.render_lines(), ""]
-    if result.ready:
-        lines.append("Verdict: READY")
-    else:
-        lines.append("Verdict: NOT READY")
-        lines += [f"  - {p}" for p in result.problems]
-        if result.class_location is not None and (result.missing or result.allreduce.problems):
-            lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
-    for warning in result.warnings:
-        lines.append(f"  warning: {warning}")
+    lines.append(findings.render_verdict(found))
+    lines += [f"  {f.render()}" for f in found if f.status is not OK]
+    if result.class_location is not None and (result.missing or any(f.status is FAIL for f in flags)):
+        lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
     return "\n".join(lines)

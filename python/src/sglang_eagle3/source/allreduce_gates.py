@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .source_index import SourceIndex, SourceLayoutError, expect
 
@@ -53,8 +53,6 @@ class AllReduceEffects:
     tp_size: int
     torch_symm_mem: FlagEffect
     allreduce_fusion: FlagEffect
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
 
 
 def _value(node: ast.expr, names: dict):
@@ -102,7 +100,7 @@ def _sm_majors(index: SourceIndex, function_name: str) -> list[int]:
     return []
 
 
-def torch_symm_mem_verdict(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
+def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
     comm_dir = index.tree.srt / "distributed" / "device_communicators"
     utils_path, comm_path = comm_dir / "all_reduce_utils.py", comm_dir / "torch_symm_mem.py"
     sizes = expect(
@@ -191,7 +189,7 @@ def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | 
     return None, None
 
 
-def allreduce_fusion_verdict(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
+def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
     gate = expect(
@@ -287,19 +285,6 @@ def effects(
     index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
 ) -> AllReduceEffects:
     major = capability_major(compute_capability)
-    symm = torch_symm_mem_verdict(index, major, tp_size, torch_symm_mem)
-    fusion = allreduce_fusion_verdict(index, major, allreduce_fusion)
-    result = AllReduceEffects(compute_capability, tp_size, symm, fusion)
-    for flag in (symm, fusion):
-        if flag.effect is Effect.CRASH:
-            result.problems.append(f"{flag.flag} would crash the server: {flag.detail}")
-        if flag.warning:
-            result.warnings.append(flag.warning)
-    return result
-
-
-def render_text(effects: AllReduceEffects) -> str:
-    lines = [f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}:"]
-    for flag in (effects.torch_symm_mem, effects.allreduce_fusion):
-        lines.append(f"  {flag.flag}: {flag.effect.upper()}" + (f" - {flag.detail}" if flag.detail else ""))
-    return "\n".join(lines)
+    symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
+    fusion = allreduce_fusion_effect(index, major, allreduce_fusion)
+    return AllReduceEffects(compute_capability, tp_size, symm, fusion)
