@@ -10,20 +10,14 @@ import click
 
 from . import SGLANG_VERSION, __version__
 from .bench.cli import bench_group
-from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
+from .cli_common import TopLevelGroup, load_settings, settings_options
+from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
 from .judging import preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
 from .source import draft_inputs, patchset, sglang_source
 from .source.source_index import SourceLayoutError
-
-
-def _tree(target: str | None) -> sglang_source.SGLangTree:
-    try:
-        return sglang_source.locate(target)
-    except sglang_source.SGLangNotFound as err:
-        raise BadInput(str(err)) from None
 
 
 def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
@@ -36,7 +30,7 @@ def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
 def _series() -> patchset.PatchSeries:
     try:
         return patchset.PatchSeries.load()
-    except patchset.PatchError as err:
+    except patchset.PatchError as err:  # a series that cannot be read: this install is broken or misconfigured
         raise BadInput(str(err)) from None
 
 
@@ -82,16 +76,13 @@ def patch_list() -> None:
 @target_option
 def patch_apply(target: str | None) -> None:
     """Apply every patch not yet applied; all or nothing."""
-    series, tree = _series(), _tree(target)
+    series, tree = _series(), sglang_source.locate(target)
     try:
         result = patchset.apply(series, tree)
-    except patchset.ApplyInterrupted as err:
-        click.echo(f"sglang-eagle3 patch apply: {err}", err=True)
-        sys.exit(ExitStatus.INTERRUPTED)
     except patchset.PatchError as err:
-        if tree.version != series.sglang_version or isinstance(err, patchset.TreeNotWritable):
-            raise BadInput(str(err)) from None
-        raise CheckFailed(str(err)) from None
+        if tree.version != series.sglang_version and err.status is ExitStatus.CHECK_FAILED:
+            raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
+        raise  # its own status: a conflict, a tree not writable, an interruption
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -107,7 +98,7 @@ def patch_apply(target: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def patch_verify(target: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
-    series, tree = _series(), _tree(target)
+    series, tree = _series(), sglang_source.locate(target)
     try:
         statuses = patchset.verify(series, tree)
     except patchset.PatchError as err:
@@ -171,7 +162,7 @@ def probe_command(
     With --draft: whether the draft fits the target and this SGLang, and which
     target layers it will see (see docs/draft-checks.md).
     """
-    tree = _tree(target)
+    tree = sglang_source.locate(target)
     try:
         if arch is None:
             given = draft_inputs.locate(model, "target model") if draft else None
@@ -193,7 +184,7 @@ def probe_command(
         )
     except SourceLayoutError as err:
         raise BadInput(layout_message(tree, err)) from None
-    except (ValueError, draft_inputs.DraftInputError) as err:
+    except ValueError as err:  # a compute capability or algorithm the source does not know
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch
         raise BadInput(result.problems[0] + "; --arch is the class name in the model's config.json 'architectures'")
@@ -279,8 +270,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         sys.exit(ExitStatus.OK if checks.ok else ExitStatus.CHECK_FAILED)
     click.echo(checks.render_text())
     if not checks.ok:
-        click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
     click.echo(f"starting: {plan.shell()}")
     outcome = launcher.serve(
         plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)

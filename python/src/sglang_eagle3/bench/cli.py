@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import BadInput, FiniteFloat, load_settings, settings_options, writable_file
+from ..cli_common import FiniteFloat, load_settings, settings_options, writable_file
+from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
 from ..judging import preflight
 from ..serving import credentials
-from . import BenchError
 
 
 @click.group("bench")
@@ -105,28 +105,22 @@ def bench_run(
     from .runner import RunConfig, run
 
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
-    try:
-        config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
-                           concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
-                           ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
-        config.headers()  # a bad key file is reported before anything is written
-        output = writable_file(config.output)
-        bar = _Progress()
-        with bar.progress:
-            outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
+                       concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
+                       ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
+    config.headers()  # a bad key file is reported before anything is written
+    output = writable_file(config.output)
+    bar = _Progress()
+    with bar.progress:
+        outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
     if output.exists():
         _finish(output, plot)
     if outcome.interrupted:
-        click.echo(f"interrupted: {outcome.finished} finished requests are kept in {output}", err=True)
-        sys.exit(ExitStatus.INTERRUPTED)
+        raise Interrupted(f"interrupted: {outcome.finished} finished requests are kept in {output}")
     if outcome.aborted:
-        click.echo(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept")
     if outcome.failed:
-        click.echo(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}")
 
 
 @bench_group.command("summary")
@@ -135,10 +129,7 @@ def bench_run(
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
 
-    try:
-        _finish(results, plot)
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    _finish(results, plot)
 
 
 def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
@@ -152,7 +143,8 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
         click.echo(f"measuring {label} at {config.url} -> {output}")
         outcome = run(config)
         if outcome.interrupted:
-            sys.exit(ExitStatus.INTERRUPTED)
+            raise Interrupted(f"interrupted while measuring {label}: {outcome.finished} finished requests are "
+                              f"kept in {output}")  # fmt: skip
         return report.load(output)
     return report.load(Path(source))
 
@@ -169,13 +161,10 @@ def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     from . import report
 
     key_file = _key_file(api_key_file)
-    try:
-        verdict = report.compare(
-            _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
-            threshold=threshold, floor=floor,
-        )  # fmt: skip
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    verdict = report.compare(
+        _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
+        threshold=threshold, floor=floor,
+    )  # fmt: skip
     click.echo(report.render_verdict(verdict))
     sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
@@ -224,12 +213,10 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
     click.echo(checks.render_text())
     if not checks.ok:
-        click.echo("preflight failed; nothing was started.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
     points = sweep.grid(base, *grid, drafts)
     if not _check_drafts(points, base, drafts, sglang_target):
-        click.echo("no draft passed its checks; nothing was started.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
@@ -241,8 +228,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
         click.echo(f"plot: {sweep.plot(points, output_dir / 'sweep.png')}")
     top, gain = sweep.best(points)
     if top is None:
-        click.echo("no speculative point was measured", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("no speculative point was measured")
     if len(drafts) > 1:  # the choice of draft: each one's best setting
         for name in dict.fromkeys(p.draft for p in points if p.draft):
             mine, mine_gain = sweep.best(points, name)

@@ -1,9 +1,10 @@
 """`sglang-eagle3 models`: lock, fetch, verify.
 
-Exit codes: 0 done; 1 a check or a download failed (a file differs, is missing or extra;
-the hub served other bytes than the lock pins; the disk is full; the download was
-interrupted); 2 bad input (malformed lock, unknown repository or revision, a gated
-repository without a token); 130 stopped by SIGINT or SIGTERM (partial downloads kept).
+Exit statuses (exit_status.ExitStatus): OK done; CHECK_FAILED a check or a download failed
+(a file differs, is missing or extra; the hub served other bytes than the lock pins; the
+disk is full; the download was interrupted); BAD_INPUT (malformed lock, unknown repository
+or revision, a gated repository without a token); INTERRUPTED stopped by SIGINT or SIGTERM
+(partial downloads kept). A failure is a ModelsError, reported by the top-level group.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from .. import errors
 from ..exit_status import ExitStatus
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
@@ -38,19 +40,14 @@ def models_group() -> None:
     """Pin model weights: lock a hub revision to a commit and per-file hashes, fetch exactly that, verify it."""
 
 
-def _finish(command: str, as_json: bool, payload: dict, error: ModelsError | None, code: int | None = None) -> None:
+def _finish(as_json: bool, payload: dict, error: ModelsError | None = None) -> None:
+    """The JSON result (with --json); then the error, for the top-level group to report, or the verdict."""
     if as_json:
         click.echo(json.dumps({**payload, "ok": error is None and payload.get("ok", True),
                                "error": error.to_dict() if error else payload.get("error")}, indent=2))  # fmt: skip
-    elif error is not None:
-        click.echo(f"sglang-eagle3 models {command}: {error}", err=True)
-    if code is None:
-        code = (
-            error.exit_code
-            if error is not None
-            else (ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
-        )
-    sys.exit(code)
+    if error is not None:
+        raise error
+    sys.exit(ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -111,10 +108,10 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
                            f"({lfs} LFS), {human_bytes(lock.total_size)}, in {target}"
                            f"{' (unchanged)' if unchanged else ''}")  # fmt: skip
     except ModelsError as err:
-        _finish("lock", as_json, {"locks": written}, err)
+        _finish(as_json, {"locks": written}, err)
     except OSError as err:
-        _finish("lock", as_json, {"locks": written}, ModelsError("io_error", f"cannot write the lock: {err}"))
-    _finish("lock", as_json, {"locks": written}, None)
+        _finish(as_json, {"locks": written}, ModelsError("io_error", f"cannot write the lock: {err}"))
+    _finish(as_json, {"locks": written})
 
 
 def _same_lock(path: Path, lock: lockfile.ModelLock) -> bool:
@@ -152,7 +149,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         lock = lockfile.load(lock_file)
         token = _token(token_file)
     except ModelsError as err:
-        _finish("fetch", as_json, {}, err)
+        _finish(as_json, {}, err)
     if not as_json:
         click.echo(f"fetch {lock.repo} at commit {lock.commit} into {directory} "
                    f"({len(lock.files)} files, {human_bytes(lock.total_size)})", err=True)  # fmt: skip
@@ -161,20 +158,21 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
     try:
         result = fetch.fetch(lock, directory, token, jobs=jobs, recheck=recheck, interval=progress_interval)
     except ModelsError as err:
-        _finish("fetch", as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
+        _finish(as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
     except OSError as err:
-        _finish("fetch", as_json, {"directory": str(directory)}, _io_error(err, directory))
+        _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     except fetch.Interrupted as stop:
         message = (f"stopped by {stop}: no file was put in {directory} without being verified; partial "
                    "downloads are kept: run the same command again to resume")  # fmt: skip
-        error = ModelsError("interrupted", message, stop.exit_code)
+        error = ModelsError("interrupted", message, ExitStatus.INTERRUPTED)
         if as_json:
             click.echo(json.dumps({"ok": False, "error": error.to_dict()}, indent=2))
-        else:
-            click.echo(f"sglang-eagle3 models fetch: {message}", err=True)
+        status = errors.report(error)  # the top-level group's report, but it cannot end the process:
         sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(stop.exit_code)  # download threads cannot be cancelled; what they wrote is resumable
+        # a download thread blocked in a read cannot be cancelled, and a normal exit joins
+        # every worker thread first (concurrent.futures does at interpreter exit), which can take
+        # as long as the largest file's download. os._exit leaves them; what they wrote is resumable.
+        os._exit(status)
     if not as_json:
         for o in result.outcomes:
             if o.status is fetch.FileStatus.DOWNLOADED:
@@ -195,7 +193,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
             not_started = sum(o.status is fetch.FileStatus.NOT_STARTED for o in result.outcomes)
             click.echo(f"incomplete: {summary}, {len(result.failed) - not_started} failed, "
                        f"{not_started} not started", err=True)  # fmt: skip
-    _finish("fetch", as_json, result.to_dict(), result.error, None if result.error else (0 if result.ok else 1))
+    _finish(as_json, result.to_dict(), result.error)
 
 
 # -- verify --------------------------------------------------------------------------------------
@@ -219,9 +217,9 @@ def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json
         lock = lockfile.load(lock_file)
         result = verify.verify(lock, directory, quick=quick, jobs=jobs, interval=progress_interval)
     except ModelsError as err:
-        _finish("verify", as_json, {"directory": str(directory)}, err)
+        _finish(as_json, {"directory": str(directory)}, err)
     except OSError as err:
-        _finish("verify", as_json, {"directory": str(directory)}, _io_error(err, directory))
+        _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     if not as_json:
         label = {"missing": "MISSING", "size": "DIFFERS", "sha256": "DIFFERS", "unreadable": "UNREADABLE"}
         for p in result.problems:
@@ -239,4 +237,4 @@ def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json
             click.echo(f"FAILED ({what}): {differs} differ, {missing} missing, {len(result.extra)} extra, "
                        f"of {len(lock.files)} files of {lock.repo}@{lock.commit[:12]} in {directory}",
                        err=True)  # fmt: skip
-    _finish("verify", as_json, result.to_dict(), None, 0 if result.ok else 1)
+    _finish(as_json, result.to_dict())

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
+from ..errors import BadInput
 from .credentials import SECRET_ARGS, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
@@ -52,7 +53,7 @@ NOT_SETTINGS = {
 }
 
 
-class SettingsError(Exception):
+class SettingsError(BadInput):
     """Settings that cannot be used; the message names the field and what to do."""
 
 
