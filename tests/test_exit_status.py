@@ -68,7 +68,11 @@ def literal_exit_codes(source: str, name: str = "<source>") -> list[str]:
 
 def test_no_literal_exit_codes_in_the_package():
     """sys.exit / ctx.exit / os._exit / an error's status only with an ExitStatus, never a bare number."""
-    literal = [hit for path in PACKAGE.rglob("*.py") for hit in literal_exit_codes(path.read_text(), path.name)]
+    literal = [
+        hit
+        for path in PACKAGE.rglob("*.py")
+        for hit in literal_exit_codes(path.read_text(), str(path.relative_to(PACKAGE)))
+    ]
     assert literal == []
 
 
