@@ -1,4 +1,4 @@
-"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`)."""
+"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`); their shared options are in options.py."""
 
 from __future__ import annotations
 
@@ -83,22 +83,6 @@ def writable_file(path: Path) -> Path:
     if not os.access(path if path.exists() else path.parent, os.W_OK):
         raise BadInput(f"cannot write {path}: permission denied; choose another --output")
     return path
-
-
-def settings_options(func):
-    func = click.option(
-        "--profile", type=click.Choice(settings.PROFILES), default="eagle3", show_default=True,
-        help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
-        help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
-        help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
-    )(func)  # fmt: skip
-    return func
 
 
 def load_settings(config, assignments, profile) -> settings.ServerSettings:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import FiniteFloat, load_settings, settings_options, writable_file
+from .. import options
+from ..cli_common import FiniteFloat, load_settings, writable_file
 from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
 from ..judging import preflight
@@ -26,19 +27,12 @@ def _default_output(label: str) -> Path:
     return Path("results") / f"{label}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
 
 
-api_key_file_option = click.option(
-    "--api-key-file", type=click.Path(path_type=Path), metavar="FILE",
-    help="File holding the server's API key (sent as 'Authorization: Bearer'); mode 600. "
-    "Default: $CREDENTIALS_DIRECTORY/api-key when run by systemd with LoadCredential=api-key:...",
-)  # fmt: skip
-
-
 def _key_file(option: Path | None) -> Path | None:
     return credentials.key_file(credentials.API_KEY, option, os.environ)
 
 
 def bench_options(func):
-    options = [
+    declared = [
         click.option("--api", type=click.Choice(["native", "openai"]), default="native", show_default=True,
                      help="native: SGLang /generate; openai: /v1/chat/completions (both streamed)."),
         click.option("--concurrency", "concurrencies", type=click.IntRange(min=1), multiple=True,
@@ -52,9 +46,9 @@ def bench_options(func):
                      help="Output tokens per request (greedy)."),
         click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True,
                      help="Generate exactly --max-tokens so runs compare."),
-        click.option("--plot/--no-plot", default=True, show_default=True, help="Write a PNG next to the results."),
+        options.plot,
     ]  # fmt: skip
-    for option in reversed(options):
+    for option in reversed(declared):
         func = option(func)
     return func
 
@@ -95,7 +89,7 @@ def _finish(output: Path, plot: bool) -> None:
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
 @click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
-@api_key_file_option
+@options.api_key_file
 @bench_options
 def bench_run(
     url, label, output, api_key_file, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens,
@@ -125,7 +119,7 @@ def bench_run(
 
 @bench_group.command("summary")
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--plot/--no-plot", default=True, show_default=True)
+@options.plot
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
 
@@ -155,7 +149,7 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
 @click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
               help="Minimum EAGLE-3 / baseline ratio of single-stream decode tok/s.")  # fmt: skip
 @click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And at least this many tok/s.")
-@api_key_file_option
+@options.api_key_file
 def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
     from . import report
@@ -180,7 +174,7 @@ def _int_list(text: str) -> list[int]:
 
 
 @bench_group.command("sweep")
-@settings_options
+@options.server_settings
 @click.option("--steps", default="1,2,3,4,5", show_default=True, help="speculative_num_steps values.")
 @click.option("--topk", default="1", show_default=True, help="speculative_eagle_topk values.")
 @click.option("--draft-tokens", default="", help="speculative_num_draft_tokens values for top-k > 1.")
@@ -193,7 +187,7 @@ def _int_list(text: str) -> list[int]:
 )
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/sweep"),
               show_default=True)  # fmt: skip
-@click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree for the preflight probe.")
+@options.sglang
 @bench_options
 def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang_target, api,
                 concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot):  # fmt: skip

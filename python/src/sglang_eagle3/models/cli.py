@@ -18,21 +18,10 @@ from pathlib import Path
 
 import click
 
-from .. import errors
+from .. import errors, options
 from ..exit_status import ExitStatus
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
-token_option = click.option(
-    "--token-file", type=click.Path(dir_okay=False, path_type=Path),
-    help=f"File holding a Hugging Face token (gated or private repositories). Default: "
-    f"$CREDENTIALS_DIRECTORY/{hub.TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
-)  # fmt: skip
-interval_option = click.option(
-    "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-    help="Seconds between progress lines when stderr is not a terminal (logs); a terminal gets a bar.",
-)  # fmt: skip
 
 
 @click.group("models")
@@ -72,9 +61,9 @@ def _io_error(err: OSError, directory: Path) -> ModelsError:
     help="The lock file for one model; for several (or a path ending in /), a directory that gets "
     "OWNER--NAME.lock.json for each.",
 )  # fmt: skip
-@token_option
-@click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel downloads.")
-@json_option
+@options.token_file
+@options.download_jobs
+@options.json_output
 def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
     """Resolve each REPO[@REVISION] (default main) to its commit and write its lock.
 
@@ -131,13 +120,13 @@ def _interrupt(signum, _frame):
 
 
 @models_group.command("fetch")
-@click.option("--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file.")
-@click.option("--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory.")
-@token_option
-@click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel downloads.")
+@options.lock
+@options.model_dir
+@options.token_file
+@options.download_jobs
 @click.option("--recheck", is_flag=True, help="Hash files already present even when fetch verified them before.")
-@interval_option
-@json_option
+@options.progress_interval
+@options.json_output
 def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_interval, as_json) -> None:
     """Download exactly the locked files at the locked commit into DIR, each verified before it is put there.
 
@@ -200,14 +189,12 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
 
 
 @models_group.command("verify")
-@click.option("--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file.")
-@click.option("--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory.")
+@options.lock
+@options.model_dir
 @click.option("--quick", is_flag=True, help="Sizes only (no hashing): seconds, for a start-up check.")
-@click.option(
-    "--jobs", type=click.IntRange(1, 64), default=None, help="Files hashed in parallel [default: CPUs, at most 8]."
-)
-@interval_option
-@json_option
+@options.hash_jobs
+@options.progress_interval
+@options.json_output
 def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json) -> None:
     """Check DIR against the lock: every file's size and sha256, and no file missing or extra.
 
