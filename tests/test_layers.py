@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import REPO
 
 PKG = REPO / "python" / "src" / "sglang_eagle3"
-TOP = "top"  # __init__, exit_status, cli, cli_common
+TOP = "top"  # __init__, exit_status, errors, options, cli, cli_common
 BELOW = {
     "source": {TOP},
     "serving": {TOP},

@@ -8,22 +8,16 @@ from pathlib import Path
 
 import click
 
-from . import SGLANG_VERSION, __version__
+from . import SGLANG_VERSION, __version__, options
 from .bench.cli import bench_group
-from .cli_common import BadInput, CheckFailed, TopLevelGroup, load_settings, settings_options
+from .cli_common import TopLevelGroup, load_settings
+from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
 from .judging import preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
 from .source import draft_inputs, patchset, sglang_source
 from .source.source_index import SourceLayoutError
-
-
-def _tree(target: str | None) -> sglang_source.SGLangTree:
-    try:
-        return sglang_source.locate(target)
-    except sglang_source.SGLangNotFound as err:
-        raise BadInput(str(err)) from None
 
 
 def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
@@ -36,7 +30,7 @@ def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
 def _series() -> patchset.PatchSeries:
     try:
         return patchset.PatchSeries.load()
-    except patchset.PatchError as err:
+    except patchset.PatchError as err:  # a series that cannot be read: this install is broken or misconfigured
         raise BadInput(str(err)) from None
 
 
@@ -56,13 +50,6 @@ main.add_command(models_group)  # model lock / fetch / verify, in models/cli.py
 
 # -- patch ------------------------------------------------------------------------------
 
-target_option = click.option(
-    "--target",
-    metavar="DIR",
-    help="SGLang tree: site-packages, the sglang package directory, or a git checkout. "
-    "Default: the sglang this Python imports.",
-)
-
 
 @main.group()
 def patch() -> None:
@@ -79,19 +66,16 @@ def patch_list() -> None:
 
 
 @patch.command("apply")
-@target_option
+@options.target
 def patch_apply(target: str | None) -> None:
     """Apply every patch not yet applied; all or nothing."""
-    series, tree = _series(), _tree(target)
+    series, tree = _series(), sglang_source.locate(target)
     try:
         result = patchset.apply(series, tree)
-    except patchset.ApplyInterrupted as err:
-        click.echo(f"sglang-eagle3 patch apply: {err}", err=True)
-        sys.exit(ExitStatus.INTERRUPTED)
     except patchset.PatchError as err:
-        if tree.version != series.sglang_version or isinstance(err, patchset.TreeNotWritable):
-            raise BadInput(str(err)) from None
-        raise CheckFailed(str(err)) from None
+        if tree.version != series.sglang_version and err.status is ExitStatus.CHECK_FAILED:
+            raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
+        raise  # its own status: a conflict, a tree not writable, an interruption
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -103,11 +87,11 @@ def patch_apply(target: str | None) -> None:
 
 
 @patch.command("verify")
-@target_option
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@options.target
+@options.json_output
 def patch_verify(target: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
-    series, tree = _series(), _tree(target)
+    series, tree = _series(), sglang_source.locate(target)
     try:
         statuses = patchset.verify(series, tree)
     except patchset.PatchError as err:
@@ -139,27 +123,40 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 
 
 @main.command("probe")
-@target_option
+@options.target
 @click.option(
     "--arch", help=f"Target model architecture. Default: from --model's config.json, else {probe.DEFAULT_ARCH}."
 )
+# The defaults are the server settings' (serving/settings.py), so the probe judges what `serve` starts.
 @click.option(
     "--algorithm",
-    default="EAGLE3",
+    default=settings.default("speculative_algorithm"),
     show_default=True,
-    type=click.Choice(["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"], case_sensitive=False),
-    help="Speculative algorithm.",
+    type=click.Choice(settings.ALGORITHMS, case_sensitive=False),
+    help="Speculative algorithm (speculative_algorithm).",
 )
-@click.option("--compute-capability", default="12.0", show_default=True, help="GPU compute capability, e.g. 9.0.")
-@click.option("--tp", "tp_size", default=8, show_default=True, type=click.IntRange(min=1), help="Tensor parallel size.")
-@click.option("--torch-symm-mem/--no-torch-symm-mem", default=True, show_default=True, help="Is it requested?")
-@click.option("--allreduce-fusion/--no-allreduce-fusion", default=True, show_default=True, help="Is it requested?")
+@click.option(
+    "--compute-capability", default=settings.TUNED_COMPUTE_CAPABILITY, show_default=True,
+    help="GPU compute capability, e.g. 9.0. Default: the GPUs the settings are tuned for.",
+)  # fmt: skip
+@click.option(
+    "--tp", "tp_size", default=settings.default("tp_size"), show_default=True, type=click.IntRange(min=1),
+    help="Tensor parallel size (tp_size).",
+)  # fmt: skip
+@click.option(
+    "--torch-symm-mem/--no-torch-symm-mem", default=settings.default("enable_torch_symm_mem"), show_default=True,
+    help="Is it requested? (enable_torch_symm_mem)",
+)  # fmt: skip
+@click.option(
+    "--allreduce-fusion/--no-allreduce-fusion", default=settings.default("enable_flashinfer_allreduce_fusion"),
+    show_default=True, help="Is it requested? (enable_flashinfer_allreduce_fusion)",
+)  # fmt: skip
 @click.option("--draft", metavar="PATH", help="Draft model to check: a directory, or a hub id in the local HF cache.")
 @click.option(
-    "--model", metavar="PATH", default=settings.ServerSettings.model_fields["model_path"].default, show_default=True,
+    "--model", metavar="PATH", default=settings.default("model_path"), show_default=True,
     help="Target model the draft is checked against: a directory, or a hub id in the local HF cache.",
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@options.json_output
 def probe_command(
     target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, draft, model, as_json
 ):
@@ -171,7 +168,7 @@ def probe_command(
     With --draft: whether the draft fits the target and this SGLang, and which
     target layers it will see (see docs/draft-checks.md).
     """
-    tree = _tree(target)
+    tree = sglang_source.locate(target)
     try:
         if arch is None:
             given = draft_inputs.locate(model, "target model") if draft else None
@@ -193,7 +190,7 @@ def probe_command(
         )
     except SourceLayoutError as err:
         raise BadInput(layout_message(tree, err)) from None
-    except (ValueError, draft_inputs.DraftInputError) as err:
+    except ValueError as err:  # a compute capability or algorithm the source does not know
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch
         raise BadInput(
@@ -212,7 +209,7 @@ def settings_group() -> None:
 
 
 @settings_group.command("show")
-@settings_options
+@options.server_settings
 def settings_show(config, assignments, profile) -> None:
     """The effective settings as JSON (after file, environment, --set and profile); secrets masked."""
     shown = load_settings(config, assignments, profile).model_dump(mode="json")
@@ -252,10 +249,10 @@ def settings_reference(write: Path | None) -> None:
 
 
 @main.command("serve")
-@settings_options
-@click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing.")
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable plan.")
-@click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree to probe (default: the importable one).")
+@options.server_settings
+@click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing (--json too).")
+@options.json_output
+@options.sglang
 def serve_command(config, assignments, profile, dry_run, as_json, sglang_target) -> None:
     """Preflight, then start SGLang and wait until it serves.
 
@@ -281,8 +278,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
         sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
     click.echo(checks.render_text())
     if not checks.passed:
-        click.echo("preflight failed; nothing was started. Fix the items marked FAIL above.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
     click.echo(f"starting: {plan.shell()}")
     outcome = launcher.serve(
         plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)

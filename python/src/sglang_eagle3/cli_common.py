@@ -1,4 +1,4 @@
-"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`)."""
+"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`); their shared options are in options.py."""
 
 from __future__ import annotations
 
@@ -8,49 +8,40 @@ from pathlib import Path
 
 import click
 
+from . import errors
+from .errors import BadInput, Eagle3Error
 from .exit_status import ExitStatus
 from .serving import settings
-
-
-class BadInput(click.ClickException):
-    """Wrong input: the message says what is wrong and how to fix it."""
-
-    exit_code = ExitStatus.BAD_INPUT
-
-
-class CheckFailed(click.ClickException):
-    """A check failed (e.g. a patch conflicts); the message says which and why."""
-
-    exit_code = ExitStatus.CHECK_FAILED
-
 
 TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
 
 
 class TopLevelGroup(click.Group):
-    """The `sglang-eagle3` group: whatever a command did not foresee ends in a message, not a traceback.
+    """The `sglang-eagle3` group: the one place where a failure becomes a message and an exit status.
 
-    Commands handle the failures they know (BadInput, CheckFailed). This is the net below
-    them, as httpie has one: a file that cannot be read or written is bad input, Ctrl-C is
-    an interruption, anything else is reported in one line. SGLANG_EAGLE3_TRACEBACK=1
-    shows the traceback instead, for bug reports.
+    Commands raise an Eagle3Error (BadInput, CheckFailed, Interrupted, ModelsError, ...)
+    carrying its ExitStatus; this prints it and exits with that status, as httpie's main
+    does. Below that, as a net: a file that cannot be read or written is bad input, Ctrl-C
+    is an interruption, and anything else is a bug: one line and ExitStatus.UNEXPECTED,
+    apart from 1 (a check said no). SGLANG_EAGLE3_TRACEBACK=1 shows the traceback instead.
     """
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
+            raise  # click's usage errors (exit 2) and the commands' verdicts (their exit status)
+        except Eagle3Error as err:
+            ctx.exit(errors.report(err))
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(ExitStatus.INTERRUPTED)
+            ctx.exit(errors.report(errors.Interrupted("interrupted")))
         except Exception as err:
             if os.environ.get(TRACEBACK_ENV):
                 raise
             if isinstance(err, (OSError, UnicodeError)):
-                raise BadInput(_describe_os_error(err)) from None
-            click.echo(f"Error: unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)", err=True)
-            ctx.exit(ExitStatus.CHECK_FAILED)
+                ctx.exit(errors.report(BadInput(_describe_os_error(err))))
+            unexpected = f"unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)"
+            ctx.exit(errors.report(Eagle3Error(unexpected, ExitStatus.UNEXPECTED)))
 
 
 def _describe_os_error(err: OSError | UnicodeError) -> str:
@@ -94,24 +85,5 @@ def writable_file(path: Path) -> Path:
     return path
 
 
-def settings_options(func):
-    func = click.option(
-        "--profile", type=click.Choice(settings.PROFILES), default="eagle3", show_default=True,
-        help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
-        help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
-        help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
-    )(func)  # fmt: skip
-    return func
-
-
 def load_settings(config, assignments, profile) -> settings.ServerSettings:
-    try:
-        return settings.load(config, list(assignments), profile=profile)
-    except settings.SettingsError as err:
-        raise BadInput(str(err)) from None
+    return settings.load(config, list(assignments), profile=profile)  # SettingsError is BadInput

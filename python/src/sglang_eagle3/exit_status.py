@@ -15,13 +15,13 @@ class ExitStatus(enum.IntEnum):
         return status
 
     OK = 0, "done; ready; all applied; the gate passed; the server stopped on SIGTERM"
-    CHECK_FAILED = (
-        1,
-        "a check failed (not ready, preflight, patch conflict, the A/B gate, requests), or an unexpected error",
-    )
+    CHECK_FAILED = 1, "a check failed (not ready, preflight, patch conflict, the A/B gate, requests, a download)"
     BAD_INPUT = 2, "bad input (option, setting, file, URL, SGLang tree); the message says what to fix"
     NOT_READY = 3, "serve: the server did not answer /health_generate within ready_timeout"
     SERVER_EXITED = 4, "serve: the server exited or was killed by itself; its log says why"
+    # sysexits.h's EX_SOFTWARE: apart from 1, so a script can tell "the check said no" from "the tool broke";
+    # not 2-4 (ours; 2 is also click's usage errors), not 126 and above (the shell's, 128+n for signal n).
+    UNEXPECTED = 70, "unexpected error (a bug in this tool); SGLANG_EAGLE3_TRACEBACK=1 shows where"
     INTERRUPTED = (
         130,
         "interrupted (Ctrl-C; patch apply and models fetch also by SIGTERM); what was written so far is kept",

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import BadInput, FiniteFloat, load_settings, settings_options, writable_file
+from .. import options
+from ..cli_common import FiniteFloat, load_settings, writable_file
+from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
 from ..judging import preflight
 from ..judging.findings import Status
 from ..serving import credentials
-from . import BenchError
 
 
 @click.group("bench")
@@ -27,19 +28,12 @@ def _default_output(label: str) -> Path:
     return Path("results") / f"{label}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
 
 
-api_key_file_option = click.option(
-    "--api-key-file", type=click.Path(path_type=Path), metavar="FILE",
-    help="File holding the server's API key (sent as 'Authorization: Bearer'); mode 600. "
-    "Default: $CREDENTIALS_DIRECTORY/api-key when run by systemd with LoadCredential=api-key:...",
-)  # fmt: skip
-
-
 def _key_file(option: Path | None) -> Path | None:
     return credentials.key_file(credentials.API_KEY, option, os.environ)
 
 
 def bench_options(func):
-    options = [
+    declared = [
         click.option("--api", type=click.Choice(["native", "openai"]), default="native", show_default=True,
                      help="native: SGLang /generate; openai: /v1/chat/completions (both streamed)."),
         click.option("--concurrency", "concurrencies", type=click.IntRange(min=1), multiple=True,
@@ -53,9 +47,9 @@ def bench_options(func):
                      help="Output tokens per request (greedy)."),
         click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True,
                      help="Generate exactly --max-tokens so runs compare."),
-        click.option("--plot/--no-plot", default=True, show_default=True, help="Write a PNG next to the results."),
+        options.plot,
     ]  # fmt: skip
-    for option in reversed(options):
+    for option in reversed(declared):
         func = option(func)
     return func
 
@@ -96,7 +90,7 @@ def _finish(output: Path, plot: bool) -> None:
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
 @click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
-@api_key_file_option
+@options.api_key_file
 @bench_options
 def bench_run(
     url, label, output, api_key_file, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens,
@@ -106,40 +100,31 @@ def bench_run(
     from .runner import RunConfig, run
 
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
-    try:
-        config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
-                           concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
-                           ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
-        config.headers()  # a bad key file is reported before anything is written
-        output = writable_file(config.output)
-        bar = _Progress()
-        with bar.progress:
-            outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
+                       concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
+                       ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
+    config.headers()  # a bad key file is reported before anything is written
+    output = writable_file(config.output)
+    bar = _Progress()
+    with bar.progress:
+        outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
     if output.exists():
         _finish(output, plot)
     if outcome.interrupted:
-        click.echo(f"interrupted: {outcome.finished} finished requests are kept in {output}", err=True)
-        sys.exit(ExitStatus.INTERRUPTED)
+        raise Interrupted(f"interrupted: {outcome.finished} finished requests are kept in {output}")
     if outcome.aborted:
-        click.echo(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept")
     if outcome.failed:
-        click.echo(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed(f"{outcome.failed} request(s) failed; see the 'error' fields in {output}")
 
 
 @bench_group.command("summary")
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--plot/--no-plot", default=True, show_default=True)
+@options.plot
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
 
-    try:
-        _finish(results, plot)
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    _finish(results, plot)
 
 
 def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
@@ -153,7 +138,8 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
         click.echo(f"measuring {label} at {config.url} -> {output}")
         outcome = run(config)
         if outcome.interrupted:
-            sys.exit(ExitStatus.INTERRUPTED)
+            raise Interrupted(f"interrupted while measuring {label}: {outcome.finished} finished requests are "
+                              f"kept in {output}")  # fmt: skip
         return report.load(output)
     return report.load(Path(source))
 
@@ -164,19 +150,16 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
 @click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
               help="Minimum EAGLE-3 / baseline ratio of single-stream decode tok/s.")  # fmt: skip
 @click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And at least this many tok/s.")
-@api_key_file_option
+@options.api_key_file
 def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
     from . import report
 
     key_file = _key_file(api_key_file)
-    try:
-        verdict = report.compare(
-            _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
-            threshold=threshold, floor=floor,
-        )  # fmt: skip
-    except BenchError as err:
-        raise BadInput(str(err)) from None
+    verdict = report.compare(
+        _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
+        threshold=threshold, floor=floor,
+    )  # fmt: skip
     click.echo(report.render_verdict(verdict))
     sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
@@ -192,7 +175,7 @@ def _int_list(text: str) -> list[int]:
 
 
 @bench_group.command("sweep")
-@settings_options
+@options.server_settings
 @click.option("--steps", default="1,2,3,4,5", show_default=True, help="speculative_num_steps values.")
 @click.option("--topk", default="1", show_default=True, help="speculative_eagle_topk values.")
 @click.option("--draft-tokens", default="", help="speculative_num_draft_tokens values for top-k > 1.")
@@ -205,7 +188,7 @@ def _int_list(text: str) -> list[int]:
 )
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/sweep"),
               show_default=True)  # fmt: skip
-@click.option("--sglang", "sglang_target", metavar="DIR", help="SGLang tree for the preflight probe.")
+@options.sglang
 @bench_options
 def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang_target, api,
                 concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot):  # fmt: skip
@@ -225,12 +208,10 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
     click.echo(checks.render_text())
     if not checks.passed:
-        click.echo("preflight failed; nothing was started.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
     points = sweep.grid(base, *grid, drafts)
     if not _check_drafts(points, base, drafts, sglang_target):
-        click.echo("no draft passed its checks; nothing was started.", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
@@ -242,8 +223,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
         click.echo(f"plot: {sweep.plot(points, output_dir / 'sweep.png')}")
     top, gain = sweep.best(points)
     if top is None:
-        click.echo("no speculative point was measured", err=True)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        raise CheckFailed("no speculative point was measured")
     if len(drafts) > 1:  # the choice of draft: each one's best setting
         for name in dict.fromkeys(p.draft for p in points if p.draft):
             mine, mine_gain = sweep.best(points, name)

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..serving import launch_plan, launcher
-from ..serving.settings import ServerSettings, describe
+from ..serving.settings import ServerSettings, default, describe
 from . import BenchError, report
 from .runner import RunConfig, run
 
@@ -66,7 +66,7 @@ def grid(
                 label = f"steps{s}-topk{k}-draft{d}"
                 label = label if len(drafts) == 1 else f"{names[draft]}/{label}"
                 values = base.model_dump() | {
-                    "speculative_algorithm": base.speculative_algorithm or "EAGLE3",
+                    "speculative_algorithm": base.speculative_algorithm or default("speculative_algorithm"),
                     "speculative_draft_model_path": draft,
                     "speculative_num_steps": s, "speculative_eagle_topk": k, "speculative_num_draft_tokens": d,
                 }  # fmt: skip

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..serving import settings
 from ..source import draft_inputs, eagle3_source
 from ..source.draft_inputs import DraftInputError, Fields
 from ..source.sglang_source import SGLangTree
@@ -167,7 +168,11 @@ def read_target(given: str | None, target_arch: str | None) -> Target:
 
 
 def check(
-    tree: SGLangTree, draft: str, target: str | None = None, algorithm: str = "EAGLE3", target_arch: str | None = None
+    tree: SGLangTree,
+    draft: str,
+    target: str | None = None,
+    algorithm: str = settings.default("speculative_algorithm"),
+    target_arch: str | None = None,
 ) -> DraftReport:
     """Check ``draft`` (directory or hub id) against ``target`` on ``tree``. Raises DraftInputError on bad input."""
     algorithm = algorithm.upper()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import SGLANG_VERSION
 from ..serving import credentials
-from ..serving.settings import ServerSettings, field_flag
+from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
 from ..source import sglang_source
 from ..source.source_index import SourceLayoutError
 from . import draft_check, findings, probe
@@ -262,7 +262,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             settings.speculative_draft_model_revision, "speculative_draft_model_revision",
         )  # fmt: skip
 
-    compute_capability = result.gpus[0].compute_capability if result.gpus else "12.0"
+    compute_capability = result.gpus[0].compute_capability if result.gpus else TUNED_COMPUTE_CAPABILITY
     try:
         tree = sglang_source.locate(sglang_target)
     except sglang_source.SGLangNotFound as err:
@@ -300,7 +300,7 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
         probed = probe.probe(
             tree,
             arch=arch,
-            algorithm=settings.speculative_algorithm or "EAGLE3",
+            algorithm=settings.speculative_algorithm or default("speculative_algorithm"),
             compute_capability=compute_capability,
             tp_size=settings.tp_size,
             torch_symm_mem=settings.enable_torch_symm_mem,

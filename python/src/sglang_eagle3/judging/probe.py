@@ -21,6 +21,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..serving import settings
 from ..source import allreduce_gates, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
@@ -211,11 +212,11 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
 def probe(
     tree: SGLangTree,
     arch: str = DEFAULT_ARCH,
-    algorithm: str = "EAGLE3",
-    compute_capability: str = "12.0",
-    tp_size: int = 8,
-    torch_symm_mem: bool = True,
-    allreduce_fusion: bool = True,
+    algorithm: str = settings.default("speculative_algorithm"),
+    compute_capability: str = settings.TUNED_COMPUTE_CAPABILITY,
+    tp_size: int = settings.default("tp_size"),
+    torch_symm_mem: bool = settings.default("enable_torch_symm_mem"),
+    allreduce_fusion: bool = settings.default("enable_flashinfer_allreduce_fusion"),
     draft: str | None = None,
     model: str | None = None,
 ) -> ProbeResult:

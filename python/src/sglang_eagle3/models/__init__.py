@@ -16,21 +16,21 @@
 
 from __future__ import annotations
 
+from ..errors import Eagle3Error
 from ..exit_status import ExitStatus
 
 
-class ModelsError(Exception):
+class ModelsError(Eagle3Error):
     """A failure with a message that says what is wrong and what to do.
 
-    ``kind`` names the failure for ``--json`` output; ``exit_code`` is BAD_INPUT (2) for
+    ``kind`` names the failure for ``--json`` output; ``status`` is ExitStatus.BAD_INPUT for
     bad input (malformed lock, unknown repo or revision, a token that is missing) and
-    CHECK_FAILED (1) when a check or a download failed.
+    ExitStatus.CHECK_FAILED (the default) when a check or a download failed.
     """
 
-    def __init__(self, kind: str, message: str, exit_code: ExitStatus = ExitStatus.CHECK_FAILED):
-        super().__init__(message)
+    def __init__(self, kind: str, message: str, status: ExitStatus | None = None):
+        super().__init__(message, status)
         self.kind = kind
-        self.exit_code = exit_code
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "message": str(self)}

@@ -1,9 +1,10 @@
 """`sglang-eagle3 models`: lock, fetch, verify.
 
-Exit codes: 0 done; 1 a check or a download failed (a file differs, is missing or extra;
-the hub served other bytes than the lock pins; the disk is full; the download was
-interrupted); 2 bad input (malformed lock, unknown repository or revision, a gated
-repository without a token); 130 stopped by SIGINT or SIGTERM (partial downloads kept).
+Exit statuses (exit_status.ExitStatus): OK done; CHECK_FAILED a check or a download failed
+(a file differs, is missing or extra; the hub served other bytes than the lock pins; the
+disk is full; the download was interrupted); BAD_INPUT (malformed lock, unknown repository
+or revision, a gated repository without a token); INTERRUPTED stopped by SIGINT or SIGTERM
+(partial downloads kept). A failure is a ModelsError, reported by the top-level group.
 """
 
 from __future__ import annotations
@@ -17,20 +18,10 @@ from pathlib import Path
 
 import click
 
+from .. import errors, options
 from ..exit_status import ExitStatus
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
-token_option = click.option(
-    "--token-file", type=click.Path(dir_okay=False, path_type=Path),
-    help=f"File holding a Hugging Face token (gated or private repositories). Default: "
-    f"$CREDENTIALS_DIRECTORY/{hub.TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
-)  # fmt: skip
-interval_option = click.option(
-    "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-    help="Seconds between progress lines when stderr is not a terminal (logs); a terminal gets a bar.",
-)  # fmt: skip
 
 
 @click.group("models")
@@ -38,19 +29,14 @@ def models_group() -> None:
     """Pin model weights: lock a hub revision to a commit and per-file hashes, fetch exactly that, verify it."""
 
 
-def _finish(command: str, as_json: bool, payload: dict, error: ModelsError | None, code: int | None = None) -> None:
+def _finish(as_json: bool, payload: dict, error: ModelsError | None = None) -> None:
+    """The JSON result (with --json); then the error, for the top-level group to report, or the verdict."""
     if as_json:
         click.echo(json.dumps({**payload, "ok": error is None and payload.get("ok", True),
                                "error": error.to_dict() if error else payload.get("error")}, indent=2))  # fmt: skip
-    elif error is not None:
-        click.echo(f"sglang-eagle3 models {command}: {error}", err=True)
-    if code is None:
-        code = (
-            error.exit_code
-            if error is not None
-            else (ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
-        )
-    sys.exit(code)
+    if error is not None:
+        raise error
+    sys.exit(ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -75,9 +61,9 @@ def _io_error(err: OSError, directory: Path) -> ModelsError:
     help="The lock file for one model; for several (or a path ending in /), a directory that gets "
     "OWNER--NAME.lock.json for each.",
 )  # fmt: skip
-@token_option
-@click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel downloads.")
-@json_option
+@options.token_file
+@options.download_jobs
+@options.json_output
 def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
     """Resolve each REPO[@REVISION] (default main) to its commit and write its lock.
 
@@ -111,10 +97,10 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
                            f"({lfs} LFS), {human_bytes(lock.total_size)}, in {target}"
                            f"{' (unchanged)' if unchanged else ''}")  # fmt: skip
     except ModelsError as err:
-        _finish("lock", as_json, {"locks": written}, err)
+        _finish(as_json, {"locks": written}, err)
     except OSError as err:
-        _finish("lock", as_json, {"locks": written}, ModelsError("io_error", f"cannot write the lock: {err}"))
-    _finish("lock", as_json, {"locks": written}, None)
+        _finish(as_json, {"locks": written}, ModelsError("io_error", f"cannot write the lock: {err}"))
+    _finish(as_json, {"locks": written})
 
 
 def _same_lock(path: Path, lock: lockfile.ModelLock) -> bool:
@@ -134,13 +120,13 @@ def _interrupt(signum, _frame):
 
 
 @models_group.command("fetch")
-@click.option("--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file.")
-@click.option("--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory.")
-@token_option
-@click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel downloads.")
+@options.lock
+@options.model_dir
+@options.token_file
+@options.download_jobs
 @click.option("--recheck", is_flag=True, help="Hash files already present even when fetch verified them before.")
-@interval_option
-@json_option
+@options.progress_interval
+@options.json_output
 def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_interval, as_json) -> None:
     """Download exactly the locked files at the locked commit into DIR, each verified before it is put there.
 
@@ -152,7 +138,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         lock = lockfile.load(lock_file)
         token = _token(token_file)
     except ModelsError as err:
-        _finish("fetch", as_json, {}, err)
+        _finish(as_json, {}, err)
     if not as_json:
         click.echo(f"fetch {lock.repo} at commit {lock.commit} into {directory} "
                    f"({len(lock.files)} files, {human_bytes(lock.total_size)})", err=True)  # fmt: skip
@@ -161,20 +147,21 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
     try:
         result = fetch.fetch(lock, directory, token, jobs=jobs, recheck=recheck, interval=progress_interval)
     except ModelsError as err:
-        _finish("fetch", as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
+        _finish(as_json, {"directory": str(directory), "repo": lock.repo, "commit": lock.commit}, err)
     except OSError as err:
-        _finish("fetch", as_json, {"directory": str(directory)}, _io_error(err, directory))
+        _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     except fetch.Interrupted as stop:
         message = (f"stopped by {stop}: no file was put in {directory} without being verified; partial "
                    "downloads are kept: run the same command again to resume")  # fmt: skip
-        error = ModelsError("interrupted", message, stop.exit_code)
+        error = ModelsError("interrupted", message, ExitStatus.INTERRUPTED)
         if as_json:
             click.echo(json.dumps({"ok": False, "error": error.to_dict()}, indent=2))
-        else:
-            click.echo(f"sglang-eagle3 models fetch: {message}", err=True)
+        status = errors.report(error)  # the top-level group's report, but it cannot end the process:
         sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(stop.exit_code)  # download threads cannot be cancelled; what they wrote is resumable
+        # a download thread blocked in a read cannot be cancelled, and a normal exit joins
+        # every worker thread first (concurrent.futures does at interpreter exit), which can take
+        # as long as the largest file's download. os._exit leaves them; what they wrote is resumable.
+        os._exit(status)
     if not as_json:
         for o in result.outcomes:
             if o.status is fetch.FileStatus.DOWNLOADED:
@@ -195,21 +182,19 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
             not_started = sum(o.status is fetch.FileStatus.NOT_STARTED for o in result.outcomes)
             click.echo(f"incomplete: {summary}, {len(result.failed) - not_started} failed, "
                        f"{not_started} not started", err=True)  # fmt: skip
-    _finish("fetch", as_json, result.to_dict(), result.error, None if result.error else (0 if result.ok else 1))
+    _finish(as_json, result.to_dict(), result.error)
 
 
 # -- verify --------------------------------------------------------------------------------------
 
 
 @models_group.command("verify")
-@click.option("--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file.")
-@click.option("--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory.")
+@options.lock
+@options.model_dir
 @click.option("--quick", is_flag=True, help="Sizes only (no hashing): seconds, for a start-up check.")
-@click.option(
-    "--jobs", type=click.IntRange(1, 64), default=None, help="Files hashed in parallel [default: CPUs, at most 8]."
-)
-@interval_option
-@json_option
+@options.hash_jobs
+@options.progress_interval
+@options.json_output
 def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json) -> None:
     """Check DIR against the lock: every file's size and sha256, and no file missing or extra.
 
@@ -219,9 +204,9 @@ def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json
         lock = lockfile.load(lock_file)
         result = verify.verify(lock, directory, quick=quick, jobs=jobs, interval=progress_interval)
     except ModelsError as err:
-        _finish("verify", as_json, {"directory": str(directory)}, err)
+        _finish(as_json, {"directory": str(directory)}, err)
     except OSError as err:
-        _finish("verify", as_json, {"directory": str(directory)}, _io_error(err, directory))
+        _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     if not as_json:
         label = {"missing": "MISSING", "size": "DIFFERS", "sha256": "DIFFERS", "unreadable": "UNREADABLE"}
         for p in result.problems:
@@ -239,4 +224,4 @@ def verify_command(lock_file, directory, quick, jobs, progress_interval, as_json
             click.echo(f"FAILED ({what}): {differs} differ, {missing} missing, {len(result.extra)} extra, "
                        f"of {len(lock.files)} files of {lock.repo}@{lock.commit[:12]} in {directory}",
                        err=True)  # fmt: skip
-    _finish("verify", as_json, result.to_dict(), None, 0 if result.ok else 1)
+    _finish(as_json, result.to_dict())

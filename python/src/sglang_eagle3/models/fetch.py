@@ -35,7 +35,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..exit_status import ExitStatus
 from . import ModelsError, hashing, hub
 from .lockfile import LockedFile, ModelLock
 from .progress import Progress, human_bytes
@@ -45,9 +44,12 @@ STATE_DIR = ".sglang-eagle3"
 
 
 class Interrupted(BaseException):
-    """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread)."""
+    """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread).
 
-    exit_code = ExitStatus.INTERRUPTED  # whichever signal, like every other command
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
+    swallows it; the CLI turns it into an errors.Interrupted (ExitStatus.INTERRUPTED,
+    whichever signal, like every other command).
+    """
 
 
 class FileStatus(enum.StrEnum):

@@ -15,6 +15,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import BadInput
+
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
@@ -68,7 +70,7 @@ def key_file(secret: SecretArg, configured: Path | None, environ: dict[str, str]
     return None
 
 
-class KeyFileError(Exception):
+class KeyFileError(BadInput):
     """A key file that cannot be used; the message says why and how to fix it (never the key)."""
 
 

@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from ..errors import Eagle3Error
 from ..exit_status import ExitStatus
 from .launch_plan import LaunchPlan
 
@@ -118,8 +119,10 @@ def start(plan: LaunchPlan) -> subprocess.Popen:
     return subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
 
 
-class NotReady(Exception):
-    pass
+class NotReady(Eagle3Error):
+    """The server did not answer /health_generate: it exited first, or ready_timeout passed."""
+
+    status = ExitStatus.NOT_READY
 
 
 @contextlib.contextmanager
@@ -131,7 +134,9 @@ def running(
     try:
         readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
         if readiness is Readiness.EXITED:
-            raise NotReady(f"server {describe_exit(process.returncode)} before /health_generate answered")
+            raise NotReady(
+                f"server {describe_exit(process.returncode)} before /health_generate answered", ExitStatus.SERVER_EXITED
+            )
         if readiness is Readiness.TIMED_OUT:
             raise NotReady(f"server not ready after {ready_timeout:.0f}s")
         yield process
@@ -145,7 +150,7 @@ def stopped(signum: int, when: str = "") -> ServeOutcome:
     return ServeOutcome(status, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))
 
 
-class _StopRequested(Exception):
+class _StopRequested(Exception):  # not an Eagle3Error: control flow inside serve(), it never escapes it
     """Raised by the signal handler to leave a blocking wait (like KeyboardInterrupt)."""
 
 

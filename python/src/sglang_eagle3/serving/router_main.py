@@ -19,14 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from ..exit_status import ExitStatus
+from .. import errors
+from ..errors import BadInput, Eagle3Error
 from . import credentials
 
 PROG = "sglang-eagle3-router"
-
-
-class BadInput(Exception):
-    """A wrong command line: the message says what is wrong and how to fix it."""
 
 
 def split_key_file(argv: list[str]) -> tuple[Path | None, list[str]]:
@@ -61,15 +58,13 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
         key_file = credentials.key_file(credentials.API_KEY, given, environ)
         what = "--api-key-file" if given else f"the credential {credentials.API_KEY.credential}"
         key = credentials.read_key(key_file, what) if key_file else None
-    except (BadInput, credentials.KeyFileError) as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        sys.exit(ExitStatus.BAD_INPUT)
+    except Eagle3Error as err:  # a key on the command line, a key file that cannot be used
+        sys.exit(errors.report(err, PROG))
     try:
         from sglang_router.launch_router import launch_router, parse_router_args
     except ImportError:
-        print(f"{PROG}: the sglang-router package is not installed (pip install 'sglang-eagle3[router]')",
-              file=sys.stderr)  # fmt: skip
-        sys.exit(ExitStatus.BAD_INPUT)
+        missing = BadInput("the sglang-router package is not installed (pip install 'sglang-eagle3[router]')")
+        sys.exit(errors.report(missing, PROG))
     sys.argv[0] = PROG  # so the router's own --help and usage errors name this command
     router_args = parse_router_args(router_argv)  # the router's parser: bad arguments exit 2 with its message
     router_args.api_key = key
@@ -77,8 +72,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
         launch_router(router_args)  # blocks until the router stops (SIGTERM: graceful)
     except Exception as err:  # the router's own start-up errors, e.g. a port in use
         message = str(err).replace(key, "<api key>") if key else str(err)
-        print(f"{PROG}: the router stopped with an error: {message}", file=sys.stderr)
-        sys.exit(ExitStatus.CHECK_FAILED)
+        sys.exit(errors.report(Eagle3Error(f"the router stopped with an error: {message}"), PROG))
 
 
 if __name__ == "__main__":

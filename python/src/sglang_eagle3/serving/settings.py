@@ -26,14 +26,20 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
+from ..errors import BadInput
 from .credentials import SECRET_ARGS, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
+SpeculativeAlgorithm = Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"]
+ALGORITHMS: tuple[str, ...] = get_args(SpeculativeAlgorithm)
+# The GPUs the defaults are tuned for (RTX PRO 6000 Blackwell, SM120): what the probe judges the
+# all-reduce settings on when no GPU is there to ask. Not a setting: SGLang reads it from the GPU.
+TUNED_COMPUTE_CAPABILITY = "12.0"
 # SGLANG_EAGLE3_* variables that configure the tools, not the server.
 NOT_SETTINGS = {
     "config",
@@ -52,7 +58,7 @@ NOT_SETTINGS = {
 }
 
 
-class SettingsError(Exception):
+class SettingsError(BadInput):
     """Settings that cannot be used; the message names the field and what to do."""
 
 
@@ -88,7 +94,7 @@ class ServerSettings(BaseModel):
     context_length: StrictInt | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
 
     # -- speculative decoding ------------------------------------------------------------
-    speculative_algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = Field(
+    speculative_algorithm: SpeculativeAlgorithm | None = Field(
         "EAGLE3", description="Speculative decoding algorithm; null turns speculation off."
     )
     speculative_draft_model_path: str | None = Field(
@@ -228,6 +234,11 @@ class ServerSettings(BaseModel):
     @property
     def gpus_per_node(self) -> int:
         return self.tp_size // self.nnodes
+
+
+def default(name: str) -> Any:
+    """A setting's built-in default: the one place it is defined, for every command that restates it."""
+    return ServerSettings.model_fields[name].get_default(call_default_factory=True)
 
 
 def field_flag(name: str) -> str | None:

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import errors
 from .credentials import SECRET_ARGS, KeyFileError, read_key
 
 
@@ -26,7 +27,7 @@ def server_args_from(argv: list[str], environ: dict[str, str]):
             try:
                 setattr(server_args, secret.field, read_key(Path(environ[secret.env]), secret.setting))
             except KeyFileError as err:
-                raise SystemExit(f"sglang-eagle3: {err}") from None
+                sys.exit(errors.report(err, "sglang-eagle3"))  # BAD_INPUT; serve reports the server's exit
     return server_args
 
 

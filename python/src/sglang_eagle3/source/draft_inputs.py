@@ -13,8 +13,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import BadInput
 
-class DraftInputError(Exception):
+
+class DraftInputError(BadInput):
     """A model path or config that cannot be used; the message says what is wrong and what to do."""
 
 

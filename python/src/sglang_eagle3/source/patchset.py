@@ -17,21 +17,33 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import Eagle3Error
+from ..exit_status import ExitStatus
 from .sglang_source import SGLangTree
 
 PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch", "--reject-file=-"]
 
 
-class PatchError(Exception):
-    """The patch set cannot be applied or checked; the message says why and what to do."""
+class PatchError(Eagle3Error):
+    """The patch set cannot be applied or checked; the message says why and what to do.
+
+    A conflict is a failed check; the CLI calls it bad input when the tree is not the
+    SGLang version the patch set is for.
+    """
+
+    status = ExitStatus.CHECK_FAILED
 
 
 class TreeNotWritable(PatchError):
     """The SGLang tree cannot be written by this user; nothing was changed."""
 
+    status = ExitStatus.BAD_INPUT
+
 
 class ApplyInterrupted(PatchError):
     """SIGINT/SIGTERM arrived while applying; the tree was left as it was."""
+
+    status = ExitStatus.INTERRUPTED
 
     def __init__(self, signum: int):
         super().__init__(f"interrupted by {signal.Signals(signum).name}; the tree was left unchanged")

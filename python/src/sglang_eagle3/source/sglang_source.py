@@ -13,8 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import BadInput
 
-class SGLangNotFound(Exception):
+
+class SGLangNotFound(BadInput):
     """No SGLang source tree where one was expected."""
 
 

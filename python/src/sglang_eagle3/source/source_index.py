@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..errors import BadInput
 from .sglang_source import SGLangTree
 
 
-class SourceLayoutError(ValueError):
+class SourceLayoutError(BadInput, ValueError):
     """The SGLang tree lacks a file, class or table this tool reads: not the layout of 0.5.9."""
 
 

@@ -1,0 +1,61 @@
+"""The one base of every failure a command reports, and the one place that reports it.
+
+A command ends in one of two ways:
+
+- it prints its report (a probe, a verification, the A/B gate) and exits with the
+  verdict's status (``ExitStatus.OK`` or ``ExitStatus.CHECK_FAILED``); or
+- it raises an ``Eagle3Error``: a message that says what is wrong and what to do, and the
+  ``ExitStatus`` it means. ``report`` prints it; the ``sglang-eagle3`` group
+  (cli_common.TopLevelGroup) and the entry points that are not click commands
+  (``sglang-eagle3-router``, the server's ``sglang_main``) exit with its status.
+
+Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .exit_status import ExitStatus
+
+
+class Eagle3Error(Exception):
+    """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means.
+
+    Subclasses set their status as a class attribute; an instance may override it
+    (``ModelsError(kind, message, ExitStatus.BAD_INPUT)``). Only an ``ExitStatus`` is
+    accepted, never a bare number.
+    """
+
+    status: ExitStatus = ExitStatus.CHECK_FAILED
+
+    def __init__(self, message: str = "", status: ExitStatus | None = None):
+        super().__init__(message)
+        if status is not None:
+            if not isinstance(status, ExitStatus):
+                raise TypeError(f"status must be an ExitStatus, not {status!r}")
+            self.status = status
+
+
+class BadInput(Eagle3Error):
+    """Wrong input (option, setting, file, URL, SGLang tree): the message says what to fix."""
+
+    status = ExitStatus.BAD_INPUT
+
+
+class CheckFailed(Eagle3Error):
+    """A check failed (a patch conflicts, preflight, requests failed); the message says which and why."""
+
+    status = ExitStatus.CHECK_FAILED
+
+
+class Interrupted(Eagle3Error):
+    """Stopped by a signal (Ctrl-C, or SIGTERM where a command handles it); the message says what was kept."""
+
+    status = ExitStatus.INTERRUPTED
+
+
+def report(err: Eagle3Error, prog: str | None = None) -> ExitStatus:
+    """Print ``err`` on stderr (``Error: message``, or ``PROG: message``) and return its exit status."""
+    print(f"{prog or 'Error'}: {err}", file=sys.stderr, flush=True)
+    return err.status

@@ -1,0 +1,78 @@
+"""The options more than one command takes, each declared once (as pip-tools' scripts/options.py does).
+
+A command uses them as decorators: ``@options.json_output``. The server settings' options
+(--profile, --set, --config) come together as ``@options.server_settings``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .models.hub import TOKEN_CREDENTIAL
+from .serving import settings
+
+json_output = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+# -- SGLang's source ---------------------------------------------------------------------------
+
+target = click.option(
+    "--target",
+    metavar="DIR",
+    help="SGLang tree: site-packages, the sglang package directory, or a git checkout. "
+    "Default: the sglang this Python imports.",
+)
+sglang = click.option(
+    "--sglang", "sglang_target", metavar="DIR", help="SGLang tree the preflight probes (default: the importable one)."
+)
+
+# -- the server settings -----------------------------------------------------------------------
+
+
+def server_settings(func):
+    """--profile, --set and --config: where `load_settings` takes the server settings from."""
+    func = click.option(
+        "--profile", type=click.Choice(settings.PROFILES), default=settings.PROFILES[0], show_default=True,
+        help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
+    )(func)  # fmt: skip
+    func = click.option(
+        "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
+        help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
+    )(func)  # fmt: skip
+    func = click.option(
+        "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
+        help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
+    )(func)  # fmt: skip
+    return func
+
+
+# -- the server's API key (bench) -------------------------------------------------------------------
+
+api_key_file = click.option(
+    "--api-key-file", type=click.Path(path_type=Path), metavar="FILE",
+    help="File holding the server's API key (sent as 'Authorization: Bearer'); mode 600. "
+    "Default: $CREDENTIALS_DIRECTORY/api-key when run by systemd with LoadCredential=api-key:...",
+)  # fmt: skip
+plot = click.option("--plot/--no-plot", default=True, show_default=True, help="Write a PNG next to the results.")
+
+# -- model weights (models) ---------------------------------------------------------------------------
+
+lock = click.option(
+    "--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file."
+)
+model_dir = click.option(
+    "--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory."
+)
+JOBS = click.IntRange(1, 64)
+download_jobs = click.option("--jobs", type=JOBS, default=8, show_default=True, help="Parallel downloads.")
+hash_jobs = click.option("--jobs", type=JOBS, default=None, help="Files hashed in parallel [default: CPUs, at most 8].")
+token_file = click.option(
+    "--token-file", type=click.Path(dir_okay=False, path_type=Path),
+    help=f"File holding a Hugging Face token (gated or private repositories). Default: "
+    f"$CREDENTIALS_DIRECTORY/{TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
+)  # fmt: skip
+progress_interval = click.option(
+    "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+    help="Seconds between progress lines when stderr is not a terminal (logs); a terminal gets a bar.",
+)  # fmt: skip

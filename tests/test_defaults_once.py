@@ -1,0 +1,101 @@
+"""Defaults defined once: the probe takes the server settings' defaults, and a shared option is declared once."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import inspect
+from pathlib import Path
+
+from sglang_eagle3.cli import probe_command
+from sglang_eagle3.judging import draft_check, probe
+from sglang_eagle3.serving import settings
+
+PACKAGE = Path(__file__).resolve().parents[1] / "python" / "src" / "sglang_eagle3"
+
+# The probe's parameter (and CLI option) -> where its default is defined.
+PROBE_DEFAULTS = {
+    "algorithm": settings.default("speculative_algorithm"),
+    "compute_capability": settings.TUNED_COMPUTE_CAPABILITY,
+    "tp_size": settings.default("tp_size"),
+    "torch_symm_mem": settings.default("enable_torch_symm_mem"),
+    "allreduce_fusion": settings.default("enable_flashinfer_allreduce_fusion"),
+}
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_the_probe_takes_its_defaults_from_the_settings():
+    """Same values as the settings, and none restated as a literal (a changed setting would leave it behind)."""
+    signature = inspect.signature(probe.probe).parameters
+    assert {name: signature[name].default for name in PROBE_DEFAULTS} == PROBE_DEFAULTS
+    params = {p.name: p for p in probe_command.params}
+    assert {name: params[name].default for name in PROBE_DEFAULTS} == PROBE_DEFAULTS
+    assert list(params["algorithm"].type.choices) == list(settings.ALGORITHMS)
+    assert inspect.signature(draft_check.check).parameters["algorithm"].default == PROBE_DEFAULTS["algorithm"]
+
+    probe_def = _function(PACKAGE / "judging" / "probe.py", "probe")
+    with_default = [a.arg for a in probe_def.args.args][-len(probe_def.args.defaults) :]
+    named = dict(zip(with_default, probe_def.args.defaults, strict=True))
+    literal = [name for name in PROBE_DEFAULTS if isinstance(named[name], ast.Constant)]
+    command = _function(PACKAGE / "cli.py", "probe_command")
+    for decorator in command.decorator_list:
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "click.option":
+            for keyword in decorator.keywords:
+                if keyword.arg in ("default", "type") and any(
+                    isinstance(n, ast.Constant) and n.value in ("EAGLE3", "12.0", 8) for n in ast.walk(keyword.value)
+                ):
+                    literal.append(ast.unparse(decorator.args[0]))
+    assert literal == []
+
+
+def test_no_algorithm_or_capability_written_out_where_the_settings_define_it():
+    """ "EAGLE3", "NEXTN", "12.0" as a value in judging/, cli.py or the sweep would be a second definition.
+
+    A comparison (`algorithm != "EAGLE3"`) names an algorithm; it does not define a default.
+    """
+    found = []
+    for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "judging").glob("*.py")), PACKAGE / "bench" / "sweep.py"]:
+        tree = ast.parse(path.read_text())
+        compared = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in ast.walk(n)}
+        found += [
+            f"{path.name}:{n.lineno} {n.value!r}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in ("EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "12.0")
+            and id(n) not in compared
+        ]  # fmt: skip
+    assert found == []
+
+
+def _declared_options() -> dict[str, list[str]]:
+    """Each option name -> where a `click.option(...)` declares it, over the whole package."""
+    where = collections.defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "click.option":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and str(arg.value).startswith("--"):
+                        where[arg.value].append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return where
+
+
+# Options of one name that mean different things in different commands (so are not one option).
+DIFFERENT_MEANINGS = {
+    "--output": "bench run: the results file; models lock: the lock file or directory",
+    "--draft": "probe: the one draft to check; bench sweep: each draft to sweep (repeatable)",
+    "--jobs": "models lock and fetch: parallel downloads; models verify: files hashed in parallel (options.py)",
+}
+
+
+def test_every_shared_option_is_declared_once():
+    twice = {name: places for name, places in _declared_options().items() if len(places) > 1}
+    assert sorted(set(twice) - set(DIFFERENT_MEANINGS)) == []
+    assert all(p.startswith("options.py") for p in twice.get("--jobs", []))  # both in options.py, one type
+
+
+def test_the_shared_options_are_in_options_py():
+    declared = _declared_options()
+    for name in ("--json", "--sglang", "--lock", "--dir", "--target", "--plot/--no-plot", "--api-key-file"):
+        assert [p.split(":")[0] for p in declared[name]] == ["options.py"], name
