@@ -1,0 +1,101 @@
+"""The speculative-decoding misconfigurations users hit (issue 19), each caught before any weights load.
+
+Each rule is read in SGLang 0.5.9's real source (the unpacked wheel) at the file:line the message quotes;
+the expected outcomes of generated cases are derived here from what that source does, not from the code
+under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sglang_eagle3.serving import settings as server_settings
+
+GENERATED = settings(
+    max_examples=60, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+
+
+def source_lines(tree, where: str) -> str:
+    """The text of ``srt/...py:A-B`` (or ``:A``) in an unpacked tree."""
+    path, _, lines = where.partition(":")
+    first, _, last = lines.partition("-")
+    text = (tree / "sglang" / path).read_text().splitlines()
+    return "\n".join(text[int(first) - 1 : int(last or first)])
+
+
+# -- 5. draft tokens vs steps x top-k ------------------------------------------------------------
+
+
+def test_the_quoted_rules_are_where_the_messages_say(pristine_tree):
+    rules = server_settings.SPEC_TREE_RULES
+    topk1 = source_lines(pristine_tree, rules["topk1"])
+    assert "speculative_num_draft_tokens = self.speculative_num_steps + 1" in topk1
+    assert "torch.topk(score_list, num_draft_token - 1" in source_lines(pristine_tree, rules["tree"])
+    assert "trtllm_mha backend only supports topk = 1" in source_lines(pristine_tree, rules["trtllm_mha"])
+    assert "Spec v2 currently only supports topk = 1" in source_lines(pristine_tree, rules["spec_v2"])
+
+
+def scores_in_the_draft_tree(steps: int, topk: int) -> int:
+    """What 0.5.9's draft loop (eagle_worker.py draft_forward, spec_utils.select_top_k_tokens) scores:
+    top-k at step 0, then top-k x top-k at each later step. organize_draft_results takes tokens - 1 of them."""
+    return topk + (steps - 1) * topk * topk
+
+
+@pytest.mark.parametrize(
+    "values, setting, rule",
+    [
+        ({"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6},
+         "speculative_num_draft_tokens", "server_args.py:2443-2450"),
+        ({"speculative_num_steps": 1, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4},
+         "speculative_num_draft_tokens", "eagle_utils.py:27"),
+        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "attention_backend": "trtllm_mha"},
+         "speculative_eagle_topk", "server_args.py:2433-2441"),
+        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
+          "environment": {"SGLANG_ENABLE_SPEC_V2": "True"}}, "speculative_eagle_topk", "server_args.py:2376-2382"),
+    ],
+)  # fmt: skip
+def test_sglang_refuses_or_changes_these_so_the_settings_refuse_them(values, setting, rule):
+    with pytest.raises(server_settings.SettingsError) as err:
+        server_settings.load(None, [f"{k}={_json(v)}" for k, v in values.items()], environ={})
+    assert f"{setting}: " in str(err.value) and rule in str(err.value)
+
+
+def _json(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@GENERATED
+@given(
+    steps=st.integers(1, 8), topk=st.integers(1, 10), tokens=st.integers(2, 200),
+    backend=st.sampled_from(["flashinfer", "fa3", "triton", "trtllm_mha", "trtllm_mla"]),
+    spec_v2=st.sampled_from([None, "0", "false", "1", "True", "yes"]),
+)  # fmt: skip
+def test_generated_draft_trees(steps, topk, tokens, backend, spec_v2):
+    environment = {} if spec_v2 is None else {"SGLANG_ENABLE_SPEC_V2": spec_v2}
+    values = {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": tokens,
+              "attention_backend": backend, "environment": environment}  # fmt: skip
+    if topk == 1:
+        refused = tokens != steps + 1  # server_args.py: adjusted to steps + 1, silently
+    else:
+        refused = (
+            tokens - 1 > scores_in_the_draft_tree(steps, topk)
+            or backend == "trtllm_mha"
+            or (spec_v2 or "").lower() in ("1", "true", "yes")
+        )
+    if not refused:
+        server_settings.ServerSettings(**values)
+        return
+    with pytest.raises(ValueError, match=r"speculative_(num_draft_tokens|eagle_topk): "):
+        server_settings.ServerSettings(**values)
+
+
+def test_a_draft_tree_sglang_would_change_is_bad_input_at_the_cli(run_cli):
+    result = run_cli("serve", "--dry-run", "--set", "speculative_num_draft_tokens=6")
+    assert result.returncode == 2, result.stderr
+    assert "speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be" in result.stderr
+    assert "server_args.py:2443-2450" in result.stderr and "Traceback" not in result.stderr
