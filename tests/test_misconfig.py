@@ -8,11 +8,19 @@ under test.
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sglang_eagle3.judging import preflight
 from sglang_eagle3.serving import settings as server_settings
+from sglang_eagle3.source import eagle3_source, sglang_source
+from sglang_eagle3.source.source_index import SourceIndex
+from support.bench_fixtures import free_port
+from support.draft_fixtures import kimi_target, write_config
+from support.gpus import fake_nvidia_smi
 
 GENERATED = settings(
     max_examples=60, deadline=None, derandomize=True, database=None,
@@ -99,3 +107,74 @@ def test_a_draft_tree_sglang_would_change_is_bad_input_at_the_cli(run_cli):
     assert result.returncode == 2, result.stderr
     assert "speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be" in result.stderr
     assert "server_args.py:2443-2450" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- 2. no draft path ------------------------------------------------------------------------------
+
+# 0.5.9's server_args.py:2398: the targets whose own checkpoint (MTP layers) is the draft when none is given.
+SELF_DRAFTING = ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
+                 "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
+                 "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
+                 "PixtralForConditionalGeneration"]  # fmt: skip
+
+
+def preflight_checks(tmp_path, tree, **overrides):
+    s = server_settings.ServerSettings(port=free_port(), **overrides)
+    report = preflight.run(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    return report, {f.name: f for f in report.findings}
+
+
+def test_the_draft_path_fallback_is_where_the_message_says(pristine_tree):
+    assert "model_path=model_path or server_args.model_path" in source_lines(
+        pristine_tree, server_settings.DRAFT_PATH_FALLBACK
+    )
+    self_draft = eagle3_source.self_draft_targets(SourceIndex(sglang_source.locate(pristine_tree)))
+    assert self_draft.architectures == SELF_DRAFTING
+    assert (self_draft.location, self_draft.fallback) == ("srt/server_args.py:2398", "srt/configs/model_config.py:251")
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE3", "EAGLE", "STANDALONE"])
+def test_no_draft_path_is_bad_input(run_cli, algorithm):
+    result = run_cli("serve", "--dry-run", "--set", f"speculative_algorithm={algorithm}",
+                     "--set", "speculative_draft_model_path=null")  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"speculative_draft_model_path: {algorithm} needs a draft model" in result.stderr
+    assert "model_config.py:251" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_nextn_without_a_draft_path_fails_preflight_for_kimi(tmp_path, patched_tree, run_cli):
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    result = run_cli(
+        "serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"model_path={target}",
+        "--set", "speculative_algorithm=NEXTN", "--set", "speculative_draft_model_path=null",
+        "--set", f"port={free_port()}",
+        env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] draft model: speculative_draft_model_path is not set" in result.stdout
+    assert "model_config.py:" in result.stdout and "(srt/server_args.py:" in result.stdout
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    arch=st.sampled_from(
+        [
+            *SELF_DRAFTING,
+            "KimiK25ForConditionalGeneration",
+            "LlamaForCausalLM",
+            "Qwen3MoeForCausalLM",
+            "DeepseekV2ForCausalLM",
+            "DeepseekV3ForCausalLMNextN",
+        ]
+    )
+)
+def test_generated_targets_without_a_draft_path(tmp_path, patched_tree, arch):
+    with tempfile.TemporaryDirectory() as tmp:
+        target = write_config(Path(tmp) / "target", {"architectures": [arch], "hidden_size": 64,
+                                                     "num_hidden_layers": 4, "vocab_size": 256})  # fmt: skip
+        _, checks = preflight_checks(tmp_path, patched_tree, model_path=str(target),
+                                     speculative_algorithm="NEXTN", speculative_draft_model_path=None)  # fmt: skip
+    draft = checks["draft model"]
+    assert draft.status == ("ok" if arch in SELF_DRAFTING else "fail"), draft
+    assert draft.where.startswith("srt/server_args.py:")  # the patched tree's lines are shifted

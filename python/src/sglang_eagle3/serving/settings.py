@@ -185,7 +185,8 @@ class ServerSettings(BaseModel):
         if self.speculative_algorithm in ("EAGLE3", "EAGLE", "STANDALONE") and not self.speculative_draft_model_path:
             raise ValueError(
                 f"speculative_draft_model_path: {self.speculative_algorithm} needs a draft model "
-                "(e.g. AQ-MedAI/Kimi-K25-eagle3); SGLang 0.5.9 does not pick one for Kimi-K2.5"
+                "(e.g. AQ-MedAI/Kimi-K25-eagle3); SGLang 0.5.9 does not pick one for Kimi-K2.5: it would load the "
+                f"target itself as the draft ({DRAFT_PATH_FALLBACK}) and fail after the whole target has loaded"
             )
         if self.speculative_algorithm:
             problem = draft_tree_problem(
@@ -218,6 +219,8 @@ class ServerSettings(BaseModel):
         return self.tp_size // self.nnodes
 
 
+# Where SGLang 0.5.9 takes the target's model_path for a draft path that is not set (ModelConfig.from_server_args).
+DRAFT_PATH_FALLBACK = "srt/configs/model_config.py:251"
 # SGLang 0.5.9's own rules for the draft tree (steps x top-k -> draft tokens), with where they are. A setting
 # SGLang would silently change or refuse (after reading the model config) is refused here, up front.
 SPEC_TREE_RULES = {
