@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3.judging import preflight
+from sglang_eagle3.judging import draft_check, preflight
 from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.source import eagle3_source, sglang_source
 from sglang_eagle3.source.source_index import SourceIndex
 from support.bench_fixtures import free_port
-from support.draft_fixtures import kimi_target, write_config
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft
 from support.gpus import fake_nvidia_smi
 
 GENERATED = settings(
@@ -178,3 +178,64 @@ def test_generated_targets_without_a_draft_path(tmp_path, patched_tree, arch):
     draft = checks["draft model"]
     assert draft.status == ("ok" if arch in SELF_DRAFTING else "fail"), draft
     assert draft.where.startswith("srt/server_args.py:")  # the patched tree's lines are shifted
+
+
+# -- 1. EAGLE with an EAGLE-3 draft, EAGLE3 with an EAGLE-1/2 draft ------------------------------------
+
+# 0.5.9's EntryClass lists: srt/models/llama_eagle3.py (EAGLE3) and srt/models/*eagle.py (EAGLE 1/2).
+EAGLE3_DRAFTS = ["LlamaForCausalLMEagle3"]
+EAGLE_DRAFTS = ["LlamaForCausalLMEagle", "Qwen2ForCausalLMEagle", "MistralLarge3ForCausalLMEagle"]
+
+
+def draft_report(tree, tmp, arch, algorithm, target_arch="KimiK25ForConditionalGeneration"):
+    target = kimi_target(Path(tmp) / "target")
+    draft = write_draft(Path(tmp) / "draft", eagle3_draft_config((1, 29, 57), architectures=[arch]), d2t_rows=32000)
+    return draft_check.check(sglang_source.locate(tree), str(draft), str(target), algorithm, target_arch)
+
+
+def test_eagle_with_an_eagle3_draft_and_the_reverse(tmp_path, pristine_tree):
+    report = draft_report(pristine_tree, tmp_path / "a", "LlamaForCausalLMEagle3", "EAGLE", "DeepseekV3ForCausalLM")
+    found = report.finding("algorithm")
+    assert found.status == "fail" and found.where == "srt/models/llama_eagle3.py:186"
+    assert found.message.startswith("speculative_algorithm is EAGLE, but LlamaForCausalLMEagle3 is an EAGLE3 draft")
+    assert "only for EAGLE3 (srt/model_executor/model_runner.py:345)" in found.message
+    assert "accept length about 1.0" in found.message and found.message.endswith("speculative_algorithm=EAGLE3")
+    assert report.finding("architecture").status == "ok"  # the draft itself is fine: the setting is not
+    gate = source_lines(pristine_tree, "srt/model_executor/model_runner.py:345")
+    assert "is_eagle3() and not self.is_draft_worker" in gate
+
+    report = draft_report(pristine_tree, tmp_path / "b", "LlamaForCausalLMEagle", "EAGLE3", "DeepseekV3ForCausalLM")
+    found = report.finding("algorithm")
+    assert found.status == "fail" and found.where == "srt/models/llama_eagle.py:113"
+    assert "the first draft step fails" in found.message and found.message.endswith("speculative_algorithm=EAGLE")
+
+
+def test_serve_stops_on_eagle_with_an_eagle3_draft(tmp_path, patched_tree, run_cli):
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
+    result = run_cli(
+        "serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"model_path={target}",
+        "--set", "speculative_algorithm=EAGLE", "--set", f"speculative_draft_model_path={draft}",
+        "--set", f"port={free_port()}",
+        env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] draft algorithm: speculative_algorithm is EAGLE, but LlamaForCausalLMEagle3" in result.stdout
+
+
+@settings(max_examples=16, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    algorithm=st.sampled_from(["EAGLE", "EAGLE3", "eagle3"]),
+    arch=st.sampled_from([*EAGLE3_DRAFTS, *EAGLE_DRAFTS, "LlamaForCausalLM", "Eagle3DeepseekV2ForCausalLM", "MyDraft"]),
+)
+def test_generated_algorithm_and_draft_pairs(pristine_tree, algorithm, arch):
+    with tempfile.TemporaryDirectory() as tmp:
+        found = draft_report(pristine_tree, tmp, arch, algorithm).finding("algorithm")
+    own = "EAGLE3" if arch in EAGLE3_DRAFTS else "EAGLE" if arch in EAGLE_DRAFTS else None
+    if own is None:
+        assert found.status == "not_checked"  # never OK for a draft nothing here knows
+    elif own == algorithm.upper():
+        assert found.status == "ok"
+    else:
+        assert found.status == "fail" and f"speculative_algorithm={own}" in found.message

@@ -62,6 +62,19 @@ def registered_drafts(index: SourceIndex, algorithm: str) -> dict[str, str] | No
     return drafts
 
 
+def aux_capture_gate(index: SourceIndex) -> str | None:
+    """file:line where the target's model runner turns on the auxiliary hidden-state capture, for EAGLE3 only."""
+    path = index.tree.srt / "model_executor" / "model_runner.py"
+    if not path.is_file():
+        return None
+    for node in ast.walk(index.module(path)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == (
+            "self.spec_algorithm.is_eagle3() and (not self.is_draft_worker)"
+        ):
+            return f"{index.rel(path)}:{node.lineno}"
+    return None
+
+
 # -- what a draft class needs from its config -------------------------------------------
 
 
