@@ -195,7 +195,8 @@ def check(
     if drafts is None:
         report.add("algorithm", WARN, f"draft checks cover EAGLE3 and EAGLE; {algorithm} drafts are not checked")
         return report
-    facts = _check_architecture(report, index, tree, drafts)
+    algorithm, drafts = _check_algorithm(report, index, drafts)
+    facts = _check_architecture(report, index, tree, drafts, algorithm)
     if algorithm != "EAGLE3":
         _check_vocabulary(report, config, facts)
         return report
@@ -208,8 +209,49 @@ def check(
     return report
 
 
-def _check_architecture(report: DraftReport, index: SourceIndex, tree: SGLangTree, drafts: dict[str, str]):
+def _check_algorithm(report: DraftReport, index: SourceIndex, drafts: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """EAGLE with an EAGLE-3 draft, or EAGLE3 with an EAGLE-1/2 draft: told apart by the algorithm the draft's
+    class is registered for. Returns the algorithm the rest of the checks judge the draft by (its own)."""
     arch, algorithm = report.architecture, report.algorithm
+    other = {"EAGLE3": "EAGLE", "EAGLE": "EAGLE3"}[algorithm]
+    other_drafts = eagle3_source.registered_drafts(index, other) or {}
+    gate = eagle3_source.aux_capture_gate(index)
+    if arch in drafts:
+        report.findings.append(Finding("algorithm", OK, f"{arch} is an {algorithm} draft", drafts[arch]))
+        return algorithm, drafts
+    if arch not in other_drafts:
+        report.findings.append(Finding(
+            "algorithm", Status.NOT_CHECKED,
+            f"{arch} is registered as a draft for neither EAGLE3 nor EAGLE here; which speculative_algorithm it "
+            "needs is not known",
+        ))  # fmt: skip
+        return algorithm, drafts
+    at = f" ({gate})" if gate else ""
+    if algorithm == "EAGLE":
+        effect = (
+            f"SGLang starts, but captures the target's auxiliary hidden states only for EAGLE3{at}, so the draft "
+            "gets the last hidden state instead of the states its fc was trained on and proposes tokens that are "
+            "almost never accepted (accept length about 1.0: speculation costs time and gains nothing, "
+            "sgl-project/sglang #21272)"
+        )
+    else:
+        effect = (
+            f"SGLang captures auxiliary hidden states for EAGLE3{at}, which this draft's fc (built for the "
+            "embedding and one hidden state) cannot take: the first draft step fails after the target has loaded"
+        )
+    report.findings.append(Finding(
+        "algorithm", FAIL,
+        f"speculative_algorithm is {algorithm}, but {arch} is an {other} draft: {effect}. Set "
+        f"speculative_algorithm={other}",
+        other_drafts[arch],
+    ))  # fmt: skip
+    return other, other_drafts
+
+
+def _check_architecture(
+    report: DraftReport, index: SourceIndex, tree: SGLangTree, drafts: dict[str, str], algorithm: str
+):
+    arch = report.architecture
     if arch in drafts:
         report.add("architecture", OK, f"{arch} is registered as an {algorithm} draft ({drafts[arch]})")
         return eagle3_source.draft_class_facts(index, arch)

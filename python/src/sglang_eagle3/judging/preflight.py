@@ -22,8 +22,8 @@ from pathlib import Path
 from .. import SGLANG_VERSION
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
-from ..source import sglang_source
-from ..source.source_index import SourceLayoutError
+from ..source import eagle3_source, sglang_source
+from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
 from .findings import Finding, Status
 
@@ -275,6 +275,7 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
                 f"{SGLANG_VERSION}",
             )  # fmt: skip
         check_probe(result, settings, tree, arch, compute_capability)
+        check_draft_path(result, settings, tree, arch)
         check_extra_args(result, settings, tree)
         models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
         if settings.speculative_algorithm and models_ok:
@@ -349,3 +350,32 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
                    f"{SGLANG_VERSION} ({err})")  # fmt: skip
         return
     result.findings += [f.prefixed("draft") for f in draft.findings]
+
+
+def check_draft_path(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree, arch: str) -> None:
+    """No draft path (only NEXTN gets past the settings without one): does SGLang take the target's own MTP
+    layers, or load the whole target as the draft (sgl-project/sglang #36528)?"""
+    if not settings.speculative_algorithm or settings.speculative_draft_model_path:
+        return
+    try:
+        self_draft = eagle3_source.self_draft_targets(SourceIndex(tree))
+    except SourceLayoutError:
+        self_draft = None
+    name = "draft model"
+    if self_draft is None:
+        result.add(name, Status.NOT_CHECKED, "speculative_draft_model_path is not set, and this SGLang's source does "
+                   "not say which targets it drafts for themselves; set speculative_draft_model_path")  # fmt: skip
+    elif arch in self_draft.architectures:
+        result.add(name, Status.OK, f"speculative_draft_model_path not set: SGLang drafts {arch} with its own MTP "
+                   "layers", self_draft.location)  # fmt: skip
+    else:
+        fallback = f" ({self_draft.fallback})" if self_draft.fallback else ""
+        result.add(
+            name, Status.FAIL,
+            f"speculative_draft_model_path is not set: with speculative_algorithm {settings.speculative_algorithm} "
+            f"SGLang {tree.version} fills it in only for {', '.join(self_draft.architectures)} "
+            f"({self_draft.location}); "
+            f"for {arch} the draft worker loads the target itself as the draft{fallback} and fails after the whole "
+            "target has loaded. Set speculative_draft_model_path to an EAGLE-3 draft (e.g. AQ-MedAI/Kimi-K25-eagle3)",
+            self_draft.location,
+        )  # fmt: skip

@@ -191,27 +191,16 @@ class ServerSettings(BaseModel):
         if self.speculative_algorithm in ("EAGLE3", "EAGLE", "STANDALONE") and not self.speculative_draft_model_path:
             raise ValueError(
                 f"speculative_draft_model_path: {self.speculative_algorithm} needs a draft model "
-                "(e.g. AQ-MedAI/Kimi-K25-eagle3); SGLang 0.5.9 does not pick one for Kimi-K2.5"
+                "(e.g. AQ-MedAI/Kimi-K25-eagle3); SGLang 0.5.9 does not pick one for Kimi-K2.5: it would load the "
+                f"target itself as the draft ({DRAFT_PATH_FALLBACK}) and fail after the whole target has loaded"
             )
         if self.speculative_algorithm:
-            steps, topk, tokens = (
-                self.speculative_num_steps,
-                self.speculative_eagle_topk,
-                self.speculative_num_draft_tokens,
-            )
-            if topk == 1 and tokens != steps + 1:
-                raise ValueError(
-                    f"speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be "
-                    f"speculative_num_steps + 1 = {steps + 1}, not {tokens} (SGLang would silently change it)"
-                )
-            # EAGLE's draft tree: top-k candidates at the first step, top-k x top-k at each later
-            # one, plus the verified root token. More draft tokens than that cannot be filled.
-            limit = topk + (steps - 1) * topk * topk + 1
-            if topk > 1 and tokens > limit:
-                raise ValueError(
-                    f"speculative_num_draft_tokens: {tokens} cannot be filled by top-k {topk} over "
-                    f"{steps} steps (at most {limit})"
-                )
+            problem = draft_tree_problem(
+                self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens,
+                self.attention_backend, self.environment.get("SGLANG_ENABLE_SPEC_V2"),
+            )  # fmt: skip
+            if problem:
+                raise ValueError(problem)
         if self.node_rank >= self.nnodes:
             raise ValueError(f"node_rank: {self.node_rank} must be below nnodes ({self.nnodes})")
         if self.nnodes > 1 and not self.dist_init_addr:
@@ -239,6 +228,48 @@ class ServerSettings(BaseModel):
 def default(name: str) -> Any:
     """A setting's built-in default: the one place it is defined, for every command that restates it."""
     return ServerSettings.model_fields[name].get_default(call_default_factory=True)
+
+
+# Where SGLang 0.5.9 takes the target's model_path for a draft path that is not set (ModelConfig.from_server_args).
+DRAFT_PATH_FALLBACK = "srt/configs/model_config.py:251"
+# SGLang 0.5.9's own rules for the draft tree (steps x top-k -> draft tokens), with where they are. A setting
+# SGLang would silently change or refuse (after reading the model config) is refused here, up front.
+SPEC_TREE_RULES = {
+    "topk1": "srt/server_args.py:2443-2450",  # top-k 1: num_draft_tokens := steps + 1, with a warning
+    "tree": "srt/speculative/eagle_utils.py:27",  # torch.topk(scores, num_draft_tokens - 1): the tree's size
+    "trtllm_mha": "srt/server_args.py:2433-2441",  # ValueError: trtllm_mha only supports top-k 1
+    "spec_v2": "srt/server_args.py:2376-2382",  # ValueError: SGLANG_ENABLE_SPEC_V2 only supports top-k 1
+}
+_TRUE = ("true", "1", "yes", "y")  # srt/environ.py:119-126 (EnvBool.parse)
+
+
+def draft_tree_problem(steps: int, topk: int, tokens: int, attention_backend: str, spec_v2: str | None) -> str | None:
+    """What SGLang 0.5.9 would refuse or silently change about these draft-tree settings, or None."""
+    if topk == 1 and tokens != steps + 1:
+        return (
+            f"speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be speculative_num_steps + 1 = "
+            f"{steps + 1}, not {tokens} (SGLang 0.5.9 would silently change it: {SPEC_TREE_RULES['topk1']})"
+        )
+    # The draft tree: top-k scores at the first step, top-k x top-k at each later one; SGLang picks
+    # num_draft_tokens - 1 of them with torch.topk, which fails at the first draft step if there are fewer.
+    limit = topk + (steps - 1) * topk * topk + 1
+    if tokens > limit:
+        return (
+            f"speculative_num_draft_tokens: {tokens} cannot be filled by top-k {topk} over {steps} steps (at most "
+            f"speculative_eagle_topk + (speculative_num_steps - 1) x speculative_eagle_topk^2 + 1 = {limit}; SGLang "
+            f"0.5.9 fails at the first draft step: {SPEC_TREE_RULES['tree']})"
+        )
+    if topk > 1 and attention_backend == "trtllm_mha":
+        return (
+            f"speculative_eagle_topk: attention_backend trtllm_mha supports only top-k 1, not {topk} (SGLang 0.5.9 "
+            f"refuses it: {SPEC_TREE_RULES['trtllm_mha']}); set speculative_eagle_topk 1 or another attention_backend"
+        )
+    if topk > 1 and spec_v2 is not None and spec_v2.lower() in _TRUE:
+        return (
+            f"speculative_eagle_topk: environment SGLANG_ENABLE_SPEC_V2 supports only top-k 1, not {topk} (SGLang "
+            f"0.5.9 refuses it: {SPEC_TREE_RULES['spec_v2']}); set speculative_eagle_topk 1 or drop the variable"
+        )
+    return None
 
 
 def field_flag(name: str) -> str | None:

@@ -62,6 +62,19 @@ def registered_drafts(index: SourceIndex, algorithm: str) -> dict[str, str] | No
     return drafts
 
 
+def aux_capture_gate(index: SourceIndex) -> str | None:
+    """file:line where the target's model runner turns on the auxiliary hidden-state capture, for EAGLE3 only."""
+    path = index.tree.srt / "model_executor" / "model_runner.py"
+    if not path.is_file():
+        return None
+    for node in ast.walk(index.module(path)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == (
+            "self.spec_algorithm.is_eagle3() and (not self.is_draft_worker)"
+        ):
+            return f"{index.rel(path)}:{node.lineno}"
+    return None
+
+
 # -- what a draft class needs from its config -------------------------------------------
 
 
@@ -288,3 +301,54 @@ def capture_rule(index: SourceIndex, target_arch: str) -> CaptureRule | None:
     other = _method_in(other_text, cls.name, CAPTURE_METHOD) if other_text else None
     rule.with_0004, rule.without_0004 = (func, other) if applied else (other, func)
     return rule
+
+
+# -- the draft path SGLang fills in itself -------------------------------------------------
+
+
+@dataclass
+class SelfDraft:
+    """Targets whose own checkpoint SGLang takes as the draft when no draft path is given (MTP)."""
+
+    architectures: list[str]
+    location: str  # file:line of the ``if model_arch in [...]`` that sets the draft path to the model path
+    fallback: str | None  # file:line where a None draft path becomes the target's model_path when loading
+
+
+def self_draft_targets(index: SourceIndex) -> SelfDraft | None:
+    """Read ServerArgs._handle_speculative_decoding: ``if model_arch in [...]: if draft path is None: draft
+    path = self.model_path``; and ModelConfig.from_server_args' ``model_path or server_args.model_path``."""
+    server_args = index.tree.srt / "server_args.py"
+    if not server_args.is_file():
+        return None
+    found = None
+    for node in ast.walk(index.module(server_args)):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and ast.unparse(node.test.left) == "model_arch"
+            and isinstance(node.test.ops[0], ast.In)
+            and isinstance(node.test.comparators[0], ast.List)
+            and any(
+                isinstance(n, ast.Assign)
+                and ast.unparse(n.targets[0]) == "self.speculative_draft_model_path"
+                and ast.unparse(n.value) == "self.model_path"
+                for n in ast.walk(node)
+            )
+        ):
+            names = [e.value for e in node.test.comparators[0].elts if isinstance(e, ast.Constant)]
+            found = (names, f"{index.rel(server_args)}:{node.lineno}")
+            break
+    if found is None:
+        return None
+    fallback = None
+    model_config = index.tree.srt / "configs" / "model_config.py"
+    if model_config.is_file():
+        for node in ast.walk(index.module(model_config)):
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "model_path"
+                and ast.unparse(node.value) == "model_path or server_args.model_path"
+            ):
+                fallback = f"{index.rel(model_config)}:{node.value.lineno}"
+    return SelfDraft(found[0], found[1], fallback)
