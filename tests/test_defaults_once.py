@@ -54,12 +54,21 @@ def test_the_probe_takes_its_defaults_from_the_settings():
 def test_no_algorithm_or_capability_written_out_where_the_settings_define_it():
     """ "EAGLE3", "NEXTN", "12.0" as a value in judging/, cli.py or the sweep would be a second definition.
 
-    A comparison (`algorithm != "EAGLE3"`) names an algorithm; it does not define a default.
+    A comparison (`algorithm != "EAGLE3"`) names an algorithm; it does not define a default; nor does a
+    table from one algorithm to another (`{"EAGLE3": "EAGLE", ...}`: the other EAGLE generation).
     """
     found = []
+    names = ("EAGLE3", "EAGLE", "NEXTN", "STANDALONE")
     for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "judging").glob("*.py")), PACKAGE / "bench" / "sweep.py"]:
         tree = ast.parse(path.read_text())
         compared = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in ast.walk(n)}
+        compared |= {
+            id(c)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Dict)
+            and all(isinstance(c, ast.Constant) and c.value in names for c in [*n.keys, *n.values])
+            for c in [*n.keys, *n.values]
+        }
         found += [
             f"{path.name}:{n.lineno} {n.value!r}"
             for n in ast.walk(tree)
