@@ -205,7 +205,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     writable_file(output_dir / "sweep.jsonl")
     drafts = list(drafts) or [base.speculative_draft_model_path]
     # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
-    checks = preflight.run(base.model_copy(update={"speculative_draft_model_path": None}), sglang_target)
+    checks = preflight.run(base, sglang_target, drafts=False)
     click.echo(checks.render_text())
     if not checks.passed:
         raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")

@@ -210,7 +210,11 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
     result.add("extra_args", Status.OK, " ".join(settings.extra_args))
 
 
-def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: str | None = None) -> Preflight:
+def run(
+    settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: str | None = None, drafts: bool = True
+) -> Preflight:
+    """Every check before the load. ``drafts=False``: the host, SGLang and the target only, for a caller
+    that checks each draft on its own (bench sweep across drafts)."""
     result = Preflight()
 
     # GPUs first: on a machine without them nothing else matters much, but we still
@@ -256,7 +260,8 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
             )
 
     arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
-    if settings.speculative_algorithm:
+    drafts = drafts and bool(settings.speculative_algorithm)
+    if drafts:
         check_model_dir(
             result, "draft model", settings.speculative_draft_model_path,
             settings.speculative_draft_model_revision, "speculative_draft_model_revision",
@@ -275,10 +280,11 @@ def run(settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: 
                 f"{SGLANG_VERSION}",
             )  # fmt: skip
         check_probe(result, settings, tree, arch, compute_capability)
-        check_draft_path(result, settings, tree, arch)
+        if drafts:
+            check_draft_path(result, settings, tree, arch)
         check_extra_args(result, settings, tree)
         models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
-        if settings.speculative_algorithm and models_ok:
+        if drafts and models_ok:
             check_draft(result, settings, tree)
     check_port(result, settings.host, settings.port)
     check_key_files(result, settings, os.environ)
