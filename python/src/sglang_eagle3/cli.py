@@ -89,7 +89,8 @@ def patch_apply(target: str | None) -> None:
 @patch.command("check")
 @options.against
 @options.json_output
-def patch_check_command(against: str, as_json: bool) -> None:
+@click.option("--markdown", is_flag=True, help="A Markdown table of the outcomes (as docs/upgrade.md shows them).")
+def patch_check_command(against: str, as_json: bool, markdown: bool) -> None:
     """For each patch: applies, already applied, already upstream, not needed, still needed or conflicts.
 
     Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
@@ -97,7 +98,10 @@ def patch_check_command(against: str, as_json: bool) -> None:
     """
     series, tree = _series(), sglang_release.resolve(against)
     report = patch_check.check(series, tree)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render_text())
+    if markdown:
+        click.echo(report.markdown())
+    else:
+        click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render_text())
     sys.exit(ExitStatus.OK if report.passed else ExitStatus.CHECK_FAILED)
 
 

@@ -110,6 +110,20 @@ class CheckReport:
             **findings.to_json(self.findings),
         }
 
+    def markdown(self) -> str:
+        """A table of the series on this tree (docs/upgrade.md embeds one per SGLang version)."""
+        rows = [
+            f"SGLang {self.tree.version}: patch set for {self.series.sglang_version} checked with "
+            f"`sglang-eagle3 patch check --against {self.tree.version}`",
+            "",
+            "| Patch | What it does | Outcome | How it was recognised, or why |",
+            "|---|---|---|---|",
+        ]
+        for c in self.checks:
+            how = (c.how + (f" ({c.where})" if c.where else "")).replace("|", "\\|")
+            rows.append(f"| `{c.patch.name[:4]}` | {c.patch.summary} | **{c.outcome}** | {how} |")
+        return "\n".join(rows)
+
     def render_text(self, max_lines: int = 12) -> str:
         lines = [
             f"SGLang {self.tree.version or '(unknown version)'} at {self.tree.package}",
