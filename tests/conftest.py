@@ -42,6 +42,23 @@ def pristine_tree(pristine_wheel, tmp_path_factory) -> Path:
     return unpack(pristine_wheel, root)
 
 
+NEWEST = "sglang-0.5.23"  # the newest SGLang release on PyPI (its pin in nix/pins.json)
+
+
+@pytest.fixture(scope="session")
+def newest_wheel() -> Path:
+    """The newest SGLang release's real wheel from PyPI, sha256 checked against its pin."""
+    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
+        pytest.skip(f"the Nix check has no network and is given the {pins.pins()['sglang']['version']} wheel only")
+    return fetch_wheel(NEWEST, CACHE, package="sglang")
+
+
+@pytest.fixture(scope="session")
+def newest_tree(newest_wheel, tmp_path_factory) -> Path:
+    """The newest wheel unpacked (sglang/ and its dist-info). Do not modify."""
+    return unpack(newest_wheel, tmp_path_factory.mktemp("newest"))
+
+
 def series_names() -> list[str]:
     return patchset.read_series(SERIES_DIR / "series")
 

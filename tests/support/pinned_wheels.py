@@ -24,8 +24,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch_wheel(name: str, cache_dir: Path) -> Path:
-    """The pinned wheel of ``name`` in ``cache_dir``, downloaded with pip if missing; sha256 checked."""
+def fetch_wheel(name: str, cache_dir: Path, package: str | None = None) -> Path:
+    """The pinned wheel of ``name`` in ``cache_dir``, downloaded with pip if missing; sha256 checked.
+
+    ``package``: the distribution, when the pin's name is not it (``sglang-0.5.23`` pins ``sglang``).
+    A wheel for one CPython (``cp311``) is fetched for its own tags, whatever this Python is.
+    """
     pin = pins()[name]
     wheel = cache_dir / pin["wheel"]
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -35,13 +39,21 @@ def fetch_wheel(name: str, cache_dir: Path) -> Path:
         if not wheel.is_file():
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                 "-d", str(cache_dir), f"{name}=={pin['version']}"],
+                 *_tags(pin["wheel"]), "-d", str(cache_dir), f"{package or name}=={pin['version']}"],
                 check=True,
             )  # fmt: skip
     actual = sha256_of(wheel)
     if actual != pin["sha256"]:
         raise PinError(f"{wheel} has sha256 {actual}, but nix/pins.json pins {pin['sha256']}")
     return wheel
+
+
+def _tags(wheel: str) -> list[str]:
+    """pip's --python-version/--abi/--platform for a wheel built for one CPython; none for a pure one."""
+    python, abi, platform = wheel.removesuffix(".whl").split("-")[-3:]
+    if not python.startswith("cp") or abi == "none":
+        return []
+    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, "--platform", platform]
 
 
 def unpack(wheel: Path, dest: Path) -> Path:

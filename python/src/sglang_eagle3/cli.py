@@ -13,10 +13,10 @@ from .bench.cli import bench_group
 from .cli_common import TopLevelGroup, load_settings
 from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
-from .judging import preflight, probe
+from .judging import patch_check, preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
-from .source import draft_inputs, patchset, sglang_source
+from .source import draft_inputs, patchset, sglang_release, sglang_source
 from .source.source_index import SourceLayoutError
 
 
@@ -84,6 +84,25 @@ def patch_apply(target: str | None) -> None:
     for p in result.already:
         click.echo(f"already applied  {p.name}")
     click.echo(f"{tree.package} now carries the whole patch set.")
+
+
+@patch.command("check")
+@options.against
+@options.json_output
+@click.option("--markdown", is_flag=True, help="A Markdown table of the outcomes (as docs/upgrade.md shows them).")
+def patch_check_command(against: str, as_json: bool, markdown: bool) -> None:
+    """For each patch: applies, already applied, already upstream, not needed, still needed or conflicts.
+
+    Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
+    still needed there or conflicts, i.e. the series needs work for that version.
+    """
+    series, tree = _series(), sglang_release.resolve(against)
+    report = patch_check.check(series, tree)
+    if markdown:
+        click.echo(report.markdown())
+    else:
+        click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render_text())
+    sys.exit(ExitStatus.OK if report.passed else ExitStatus.CHECK_FAILED)
 
 
 @patch.command("verify")

@@ -23,6 +23,13 @@ target = click.option(
     help="SGLang tree: site-packages, the sglang package directory, or a git checkout. "
     "Default: the sglang this Python imports.",
 )
+against = click.option(
+    "--against",
+    metavar="DIR|WHEEL|VERSION",
+    required=True,
+    help="SGLang to check against: a tree (as --target takes), a wheel file, or a release version "
+    "(e.g. 0.5.23, fetched with pip into ~/.cache/sglang-eagle3/sglang).",
+)
 sglang = click.option(
     "--sglang", "sglang_target", metavar="DIR", help="SGLang tree the preflight probes (default: the importable one)."
 )
