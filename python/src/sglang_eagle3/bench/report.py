@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
 
 from ..judging import findings
-from ..judging.findings import Finding, Status
+from ..judging.findings import Finding, Judged, Status
 from ..serving.settings import describe
 from . import BenchError
 from .client import inter_token_latencies_ms
@@ -251,7 +251,7 @@ def plot(records: list[dict], path: Path) -> Path:
 
 
 @dataclass
-class GateReport:
+class GateReport(Judged):
     baseline_tok_s: float
     eagle3_tok_s: float
     ratio: float
@@ -260,14 +260,6 @@ class GateReport:
     findings: list[Finding]  # speed-up, and floor when one is given
     # label -> what explains the speeds: accept length per request and the server's /metrics view
     acceptance: dict[str, dict] = field(default_factory=dict)
-
-    @property
-    def verdict(self) -> Status:
-        return findings.verdict(self.findings)
-
-    @property
-    def passed(self) -> bool:
-        return findings.passed(self.findings)
 
 
 def single_stream_median(records: list[dict], what: str) -> float:

@@ -28,7 +28,7 @@ from ..source.draft_inputs import DraftInputError, Fields
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
 from . import findings
-from .findings import Finding, Status
+from .findings import Finding, Judged, Status
 
 # WARN: loads, but something will not be as the draft was trained; FAIL: fails at draft load, or cannot work.
 OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
@@ -92,7 +92,7 @@ class Target:
 
 
 @dataclass
-class DraftReport:
+class DraftReport(Judged):
     draft: str
     draft_directory: str | None
     draft_source: str
@@ -104,10 +104,6 @@ class DraftReport:
 
     def add(self, name: str, status: Status, message: str) -> None:
         self.findings.append(Finding(name, status, message))
-
-    @property
-    def verdict(self) -> Status:
-        return findings.verdict(self.findings)
 
     def finding(self, name: str) -> Finding | None:
         return next((f for f in self.findings if f.name == name), None)

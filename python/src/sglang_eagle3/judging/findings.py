@@ -76,3 +76,18 @@ def render_verdict(findings: list[Finding]) -> str:
 def to_json(findings: list[Finding]) -> dict:
     """``{"verdict": "fail", "findings": [...]}``: the part of every --json output that judges."""
     return {"verdict": verdict(findings).value, "findings": [f.to_dict() for f in findings]}
+
+
+class Judged:
+    """A report that holds ``findings`` (a field or a property): its verdict and whether it passed,
+    derived one way for the probe, the draft checks, preflight, patch check and the bench gate."""
+
+    findings: list[Finding]
+
+    @property
+    def verdict(self) -> Status:
+        return verdict(self.findings)
+
+    @property
+    def passed(self) -> bool:
+        return passed(self.findings)

@@ -31,7 +31,7 @@ from ..source.eagle3_source import CAPTURE_METHOD, find_method, run_capture_meth
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import findings
-from .findings import Finding, Status
+from .findings import Finding, Judged, Status
 from .probe import DEFAULT_ARCH
 
 
@@ -88,7 +88,7 @@ class PatchCheck:
 
 
 @dataclass
-class CheckReport:
+class CheckReport(Judged):
     tree: SGLangTree
     series: patchset.PatchSeries
     checks: list[PatchCheck]
@@ -96,10 +96,6 @@ class CheckReport:
     @property
     def findings(self) -> list[Finding]:
         return [c.finding for c in self.checks]
-
-    @property
-    def passed(self) -> bool:
-        return findings.passed(self.findings)
 
     def to_dict(self) -> dict:
         return {

@@ -25,7 +25,7 @@ from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
 from ..source import eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
-from .findings import Finding, Status
+from .findings import Finding, Judged, Status
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]
@@ -40,20 +40,12 @@ class Gpu:
 
 
 @dataclass
-class Preflight:
+class Preflight(Judged):
     findings: list[Finding] = field(default_factory=list)
     gpus: list[Gpu] = field(default_factory=list)
 
     def add(self, name: str, status: Status, message: str, where: str | None = None) -> None:
         self.findings.append(Finding(name, status, message, where))
-
-    @property
-    def verdict(self) -> Status:
-        return findings.verdict(self.findings)
-
-    @property
-    def passed(self) -> bool:
-        return findings.passed(self.findings)
 
     def render_text(self) -> str:
         return "\n".join([*(f.render() for f in self.findings), findings.render_verdict(self.findings)])

@@ -27,7 +27,7 @@ from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
 from . import draft_check, findings
-from .findings import Finding, Status
+from .findings import Finding, Judged, Status
 
 OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
 
@@ -65,7 +65,7 @@ class MethodCheck:
 
 
 @dataclass
-class ProbeResult:
+class ProbeResult(Judged):
     sglang_root: str
     sglang_version: str | None
     arch: str
@@ -94,14 +94,6 @@ class ProbeResult:
         found += [flag_finding(f) for f in (self.allreduce.torch_symm_mem, self.allreduce.allreduce_fusion)]
         found += [f.prefixed("draft") for f in self.draft.findings] if self.draft else []
         return found
-
-    @property
-    def verdict(self) -> Status:
-        return findings.verdict(self.findings)
-
-    @property
-    def passed(self) -> bool:
-        return findings.passed(self.findings)
 
     def to_dict(self) -> dict:
         data = asdict(self)
