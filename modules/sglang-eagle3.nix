@@ -3,7 +3,7 @@
 # preflight, starts SGLang and tells systemd when /health_generate answers (Type=notify).
 #
 # `settings` options are generated from the launcher's own settings schema
-# (settings-schema.json, exported from python/src/sglang_eagle3/settings.py), so each
+# (settings-schema.json, exported from python/src/sglang_eagle3/serving/settings.py), so each
 # field is documented once, in Python.
 {
   config,

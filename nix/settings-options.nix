@@ -1,5 +1,5 @@
 # The launcher's settings schema (modules/settings-schema.json, exported from
-# python/src/sglang_eagle3/settings.py) as plain descriptors the NixOS module turns
+# python/src/sglang_eagle3/serving/settings.py) as plain descriptors the NixOS module turns
 # into options, so no field is described twice. Builtins only: the tests evaluate it.
 #
 #   { tp_size = { kind = "int"; nullable = false; min = 1; max = null; values = null;
