@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check, preflight
 from sglang_eagle3.serving import settings as server_settings
-from sglang_eagle3.source import eagle3_source, sglang_source
+from sglang_eagle3.source import attention_backends, eagle3_source, sglang_source
 from sglang_eagle3.source.source_index import SourceIndex
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft
@@ -239,3 +239,45 @@ def test_generated_algorithm_and_draft_pairs(pristine_tree, algorithm, arch):
         assert found.status == "ok"
     else:
         assert found.status == "fail" and f"speculative_algorithm={own}" in found.message
+
+
+# -- item 3: the draft's attention backend ----------------------------------------------------------
+
+
+def test_the_backends_and_mla_architectures_are_read_from_the_source(pristine_tree):
+    index = SourceIndex(sglang_source.locate(pristine_tree))
+    table = attention_backends.backends(index)
+    Serves = attention_backends.Serves
+    assert {b: table[b][0] for b in ("trtllm_mla", "flashmla", "cutlass_mla", "trtllm_mha", "flashinfer", "fa3")} == {
+        "trtllm_mla": Serves.MLA, "flashmla": Serves.MLA, "cutlass_mla": Serves.MLA,
+        "trtllm_mha": Serves.MHA, "flashinfer": Serves.BOTH, "fa3": Serves.BOTH,
+    }  # fmt: skip
+    assert "def create_trtllm_mla_backend(runner):" in source_lines(pristine_tree, table["trtllm_mla"][1])
+    names, where = attention_backends.mla_architectures(index)
+    assert {"KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM"} <= names
+    assert "LlamaForCausalLMEagle3" not in names and where.startswith("srt/configs/model_config.py:")
+    assert "draft_attn_backend" in source_lines(pristine_tree, attention_backends.draft_override(index))
+
+
+@pytest.mark.parametrize(
+    "overrides, status, says",
+    [
+        ({"attention_backend": "trtllm_mla"}, "fail", "would run with trtllm_mla (inherited from attention_backend"),
+        ({"attention_backend": "trtllm_mla", "speculative_draft_attention_backend": "flashinfer"}, "ok",
+         "flashinfer (set by speculative_draft_attention_backend)"),
+        ({"speculative_draft_attention_backend": "cutlass_mla"}, "fail", "would run with cutlass_mla (set by"),
+        ({}, "ok", "flashinfer (inherited from attention_backend"),
+        ({"attention_backend": "triton"}, "not_checked", "is not read from this SGLang's source"),
+    ],
+)  # fmt: skip
+def test_the_draft_attention_backend_must_serve_a_llama_draft(tmp_path, pristine_tree, overrides, status, says):
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(draft), **overrides
+    )
+    finding = found["draft attention backend"]
+    assert finding.status == status and says in finding.message, finding
+    if status == "fail":
+        assert "Set speculative_draft_attention_backend to one that serves it (flashinfer" in finding.message
+        assert finding.where.startswith("srt/layers/attention/attention_registry.py:")

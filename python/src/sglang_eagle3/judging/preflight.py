@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import SGLANG_VERSION
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
-from ..source import eagle3_source, sglang_source
+from ..source import attention_backends, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
 from .findings import Finding, Judged, Status
@@ -348,6 +348,42 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
                    f"{SGLANG_VERSION} ({err})")  # fmt: skip
         return
     result.findings += [f.prefixed("draft") for f in draft.findings]
+    if draft.architecture:
+        check_draft_attention(result, settings, SourceIndex(tree), draft.architecture)
+
+
+def check_draft_attention(result: Preflight, settings: ServerSettings, index: SourceIndex, draft_arch: str) -> None:
+    """The draft runs with speculative_draft_attention_backend, else the target's attention_backend: that
+    backend must serve the draft's attention (an MLA-only backend cannot run a Llama-architecture draft)."""
+    name = "draft attention backend"
+    chosen = settings.speculative_draft_attention_backend
+    backend = chosen or settings.attention_backend
+    table, mla, override = attention_backends.backends(index), attention_backends.mla_architectures(index), \
+        attention_backends.draft_override(index)  # fmt: skip
+    serves, where = table.get(backend, (attention_backends.Serves.UNKNOWN, None))
+    if mla is None or serves is attention_backends.Serves.UNKNOWN:
+        result.add(name, Status.NOT_CHECKED, f"which models the {backend} backend serves is not read from this "
+                   "SGLang's source; the draft may or may not run with it", where)  # fmt: skip
+        return
+    draft_mla = draft_arch in mla[0]
+    kind = attention_backends.Serves.MLA if draft_mla else attention_backends.Serves.MHA
+    how = "set by speculative_draft_attention_backend" if chosen else (
+        f"inherited from attention_backend: SGLang runs the draft with the target's backend unless "
+        f"speculative_draft_attention_backend is set ({override})"
+    )  # fmt: skip
+    if serves in (attention_backends.Serves.BOTH, kind):
+        result.add(
+            name, Status.OK, f"{backend} ({how}) serves {serves.value}, the draft {draft_arch} among them", where
+        )
+        return
+    fits = [b for b, (s, _) in table.items() if s in (attention_backends.Serves.BOTH, kind)]
+    result.add(
+        name, Status.FAIL,
+        f"the draft {draft_arch} ({'MLA' if draft_mla else 'non-MLA'} attention, {mla[1]}) would run with {backend} "
+        f"({how}), which serves {serves.value}: the draft fails when it loads, after the target. Set "
+        f"speculative_draft_attention_backend to one that serves it ({', '.join(fits[:3])})",
+        where,
+    )  # fmt: skip
 
 
 def check_draft_path(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree, arch: str) -> None:
