@@ -281,3 +281,44 @@ def test_the_draft_attention_backend_must_serve_a_llama_draft(tmp_path, pristine
     if status == "fail":
         assert "Set speculative_draft_attention_backend to one that serves it (flashinfer" in finding.message
         assert finding.where.startswith("srt/layers/attention/attention_registry.py:")
+
+
+# -- item 6: the draft's quantization ---------------------------------------------------------------
+
+
+def test_the_draft_quantization_rule_is_where_the_finding_says(pristine_tree):
+    where = eagle3_source.draft_quantization_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    lines = source_lines(pristine_tree, f"{where}-{int(where.rsplit(':', 1)[1]) + 1}")
+    assert "if self.speculative_draft_model_quantization is None:" in lines
+    assert "self.speculative_draft_model_quantization = self.quantization" in lines
+
+
+@pytest.mark.parametrize(
+    "extra_args, draft_quant, status, says",
+    [
+        (["--quantization", "modelopt_fp4"], None, "fail",
+         "the draft {draft} is not quantized, so it fails when it loads, after the target. Add "
+         "--speculative-draft-model-quantization unquant to extra_args"),
+        (["--quantization=modelopt_fp4"], "fp8", "fail", "is fp8, so it fails"),
+        (["--quantization", "modelopt_fp4", "--speculative-draft-model-quantization", "unquant"], None, "ok",
+         "comes from --speculative-draft-model-quantization unquant"),
+        (["--quantization", "modelopt_fp4"], "modelopt_fp4", "ok", "inherits --quantization modelopt_fp4"),
+        ([], None, "ok", "comes from its own config.json"),
+    ],
+)  # fmt: skip
+def test_an_explicit_target_quantization_reaches_the_draft(
+    tmp_path, pristine_tree, extra_args, draft_quant, status, says
+):
+    """--quantization modelopt_fp4 (an NVFP4 target) is given to the draft too unless
+    --speculative-draft-model-quantization says otherwise: a bf16 draft then fails to load."""
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    config = eagle3_draft_config((1, 29, 57))
+    if draft_quant:
+        config["quantization_config"] = {"quant_method": draft_quant}
+    draft = write_draft(tmp_path / "draft", config, d2t_rows=32000)
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(draft), extra_args=extra_args
+    )
+    finding = found["draft quantization"]
+    assert finding.status == status and says.format(draft=draft) in finding.message, finding
+    assert finding.where.startswith("srt/server_args.py:")

@@ -350,6 +350,51 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
     result.findings += [f.prefixed("draft") for f in draft.findings]
     if draft.architecture:
         check_draft_attention(result, settings, SourceIndex(tree), draft.architecture)
+    if draft.draft_directory:
+        check_draft_quantization(result, settings, SourceIndex(tree), Path(draft.draft_directory))
+
+
+def extra_arg(args: list[str], flag: str) -> str | None:
+    """The value extra_args gives ``flag`` (``--flag V`` or ``--flag=V``; the last one wins), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"{flag}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def check_draft_quantization(result: Preflight, settings: ServerSettings, index: SourceIndex, draft: Path) -> None:
+    """SGLang gives the draft the target's --quantization unless --speculative-draft-model-quantization is set:
+    a target quantized that way (e.g. --quantization modelopt_fp4 for NVFP4) with a draft that is not fails to load."""
+    name = "draft quantization"
+    where = eagle3_source.draft_quantization_inheritance(index)
+    target_method = extra_arg(settings.extra_args, "--quantization")
+    draft_setting = extra_arg(settings.extra_args, "--speculative-draft-model-quantization")
+    config = json.loads((draft / "config.json").read_text())  # read (and checked) by the draft checks already
+    quant = config.get("quantization_config")
+    draft_method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if where is None:
+        result.add(
+            name, Status.NOT_CHECKED, "how this SGLang picks the draft's quantization is not read from its source"
+        )
+    elif target_method is None or draft_setting is not None:
+        how = f"--speculative-draft-model-quantization {draft_setting}" if draft_setting else "its own config.json"
+        result.add(name, Status.OK, f"the draft's quantization comes from {how}, not from the target's", where)
+    elif draft_method == target_method:
+        result.add(
+            name, Status.OK, f"the draft inherits --quantization {target_method}, which its config asks for", where
+        )
+    else:
+        result.add(
+            name, Status.FAIL,
+            f"extra_args sets --quantization {target_method}, which SGLang also gives the draft unless "
+            f"--speculative-draft-model-quantization is set; the draft {draft} is "
+            f"{draft_method or 'not quantized'}, so it fails when it loads, after the target. Add "
+            f"--speculative-draft-model-quantization {draft_method or 'unquant'} to extra_args",
+            where,
+        )  # fmt: skip
 
 
 def check_draft_attention(result: Preflight, settings: ServerSettings, index: SourceIndex, draft_arch: str) -> None:

@@ -352,3 +352,21 @@ def self_draft_targets(index: SourceIndex) -> SelfDraft | None:
             ):
                 fallback = f"{index.rel(model_config)}:{node.value.lineno}"
     return SelfDraft(found[0], found[1], fallback)
+
+
+def draft_quantization_inheritance(index: SourceIndex) -> str | None:
+    """file:line where ServerArgs gives the draft the target's --quantization when
+    --speculative-draft-model-quantization is not set (``if ... is None: ... = self.quantization``), or None."""
+    path = index.tree.srt / "server_args.py"
+    if not path.is_file():
+        return None
+    for node in ast.walk(index.module(path)):
+        if (
+            isinstance(node, ast.If)
+            and ast.unparse(node.test) == "self.speculative_draft_model_quantization is None"
+            and any(
+                ast.unparse(s) == "self.speculative_draft_model_quantization = self.quantization" for s in node.body
+            )
+        ):
+            return f"{index.rel(path)}:{node.lineno}"
+    return None
