@@ -322,3 +322,47 @@ def test_an_explicit_target_quantization_reaches_the_draft(
     finding = found["draft quantization"]
     assert finding.status == status and says.format(draft=draft) in finding.message, finding
     assert finding.where.startswith("srt/server_args.py:")
+
+
+# -- item 4: settings the draft inherits: the target's revision --------------------------------------
+
+
+def test_the_revision_rule_is_where_the_finding_says(pristine_tree):
+    where = eagle3_source.draft_revision_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    assert "revision=model_revision or server_args.revision" in source_lines(pristine_tree, where)
+
+
+TARGET_COMMIT = "a" * 40
+DRAFT_COMMIT = "b" * 40
+
+
+@pytest.mark.parametrize(
+    "overrides, status",
+    [
+        ({"revision": TARGET_COMMIT}, "fail"),
+        ({"revision": TARGET_COMMIT, "speculative_draft_model_revision": DRAFT_COMMIT}, "ok"),
+        ({}, None),  # no target revision: nothing to inherit
+    ],
+)
+def test_a_pinned_target_revision_reaches_a_draft_hub_id(tmp_path, pristine_tree, overrides, status):
+    """SGLang passes `model_revision or server_args.revision` to the draft's ModelConfig: a draft hub id
+    without its own revision is asked for the target's commit, which its repository does not have."""
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, speculative_draft_model_path="AQ-MedAI/Kimi-K25-eagle3", **overrides
+    )
+    finding = found.get("draft revision")
+    assert (finding.status if finding else None) == status, finding
+    if status == "fail":
+        assert (
+            f"revision {TARGET_COMMIT} (the target's) is given to the draft AQ-MedAI/Kimi-K25-eagle3" in finding.message
+        )
+        assert "Set speculative_draft_model_revision" in finding.message
+        assert finding.where.startswith("srt/configs/model_config.py:")
+
+
+def test_a_local_draft_takes_no_revision(tmp_path, pristine_tree):
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, revision=TARGET_COMMIT, speculative_draft_model_path=str(draft)
+    )
+    assert "draft revision" not in found

@@ -274,6 +274,7 @@ def run(
         check_probe(result, settings, tree, arch, compute_capability)
         if drafts:
             check_draft_path(result, settings, tree, arch)
+            check_draft_revision(result, settings, SourceIndex(tree))
         check_extra_args(result, settings, tree)
         models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
         if drafts and models_ok:
@@ -429,6 +430,30 @@ def check_draft_attention(result: Preflight, settings: ServerSettings, index: So
         f"speculative_draft_attention_backend to one that serves it ({', '.join(fits[:3])})",
         where,
     )  # fmt: skip
+
+
+def check_draft_revision(result: Preflight, settings: ServerSettings, index: SourceIndex) -> None:
+    """A pinned target revision reaches a draft hub id that has none of its own (the draft's repository has no
+    such commit: the draft fails after the target has loaded). Local directories take no revision."""
+    draft = settings.speculative_draft_model_path
+    if settings.revision is None or draft is None or _looks_local(draft):
+        return
+    name = "draft revision"
+    where = eagle3_source.draft_revision_inheritance(index)
+    if settings.speculative_draft_model_revision is not None:
+        result.add(name, Status.OK, f"{draft} has its own revision, {settings.speculative_draft_model_revision}", where)
+    elif where is None:
+        result.add(name, Status.NOT_CHECKED, "whether this SGLang gives the draft the target's revision is not in "
+                   "its source; set speculative_draft_model_revision to be sure")  # fmt: skip
+    else:
+        result.add(
+            name, Status.FAIL,
+            f"revision {settings.revision} (the target's) is given to the draft {draft} too, since "
+            f"speculative_draft_model_revision is not set; the draft's repository has no such commit, so the draft "
+            f"fails after the target has loaded. Set speculative_draft_model_revision (`sglang-eagle3 models lock "
+            f"{draft}` prints its commit)",
+            where,
+        )  # fmt: skip
 
 
 def check_draft_path(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree, arch: str) -> None:

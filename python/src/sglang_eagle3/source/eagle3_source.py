@@ -370,3 +370,19 @@ def draft_quantization_inheritance(index: SourceIndex) -> str | None:
         ):
             return f"{index.rel(path)}:{node.lineno}"
     return None
+
+
+def draft_revision_inheritance(index: SourceIndex) -> str | None:
+    """file:line where ModelConfig.from_server_args gives a model without a revision of its own the target's
+    (``revision=model_revision or server_args.revision``): a draft hub id then loads the target's commit."""
+    path = index.tree.srt / "configs" / "model_config.py"
+    if not path.is_file():
+        return None
+    for node in ast.walk(index.module(path)):
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg == "revision"
+            and (ast.unparse(node.value) == "model_revision or server_args.revision")
+        ):
+            return f"{index.rel(path)}:{node.value.lineno}"
+    return None
