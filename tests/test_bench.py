@@ -226,3 +226,42 @@ def test_live_eagle3_beats_baseline(run_cli):
         "--threshold", threshold,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compare_says_speculation_is_not_running_at_accept_length_one(tmp_path, run_cli):
+    """Accept length 1.0: every draft token rejected (EAGLE with an EAGLE-3 draft, #21272). The gate fails
+    however the speeds compare, and says so; a real accept length is reported as such."""
+    base = write_results(tmp_path / "base.jsonl", "baseline", [92.0, 92.6, 93.0])
+    for name, accept in (("stuck", 1.0), ("working", 2.9)):
+        path = write_results(tmp_path / f"{name}.jsonl", "eagle3", [95.0, 96.1, 97.0])
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for r in records:
+            if r["type"] == "request":
+                r["spec_accept_length"] = accept
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = run_cli("bench", "compare", str(base), str(tmp_path / "stuck.jsonl"))
+    assert result.returncode == 1, result.stdout
+    assert "[FAIL] speculation: accept length 1.00 (median per request): speculation is not running" in result.stdout
+    assert "[ OK ] speed-up:" in result.stdout
+    result = run_cli("bench", "compare", str(base), str(tmp_path / "working.jsonl"))
+    assert result.returncode == 0 and "[ OK ] speculation: accept length 2.90 (median per request)" in result.stdout
+
+
+def test_a_live_server_whose_draft_is_never_accepted_fails_the_gate(run_cli, tmp_path):
+    """The stand-in with a useless draft reports spec_accept_length of about 1.0 in every response's meta_info,
+    as SGLang does when nothing is accepted; bench records it per request and compare fails on it."""
+    with (
+        fake_server(RATE=400) as baseline,
+        fake_server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "useless",
+                    RATE=400, DRAFT_QUALITY=json.dumps({"useless": 0.0})) as eagle3,
+    ):  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "compare", baseline.url, eagle3.url],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] speculation: accept length 1.00 (median per request): speculation is not running" in result.stdout
+    recorded = [
+        r for f in (tmp_path / "results").glob("eagle3*.jsonl") for r in report.load(f) if r["type"] == "request"
+    ]
+    assert recorded and all(1.0 <= r["spec_accept_length"] < report.NOT_RUNNING_BELOW for r in recorded)

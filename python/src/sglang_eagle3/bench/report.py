@@ -287,7 +287,30 @@ def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, fl
             Finding("floor", FAIL if below else OK, f"EAGLE-3 {spec:.1f} tok/s is {where} the floor {floor:g} tok/s")
         )
     acceptance = {"baseline": acceptance_of(baseline), "EAGLE-3": acceptance_of(eagle3)}
+    found += speculation_findings(acceptance["EAGLE-3"])
     return GateReport(base, spec, ratio, threshold, floor, found, acceptance)
+
+
+# Accept length = tokens per verify step; 1.0 is the verify step's own token alone. Below 1.05 is fewer
+# than one accepted draft token in twenty steps, which is nothing (completion_tokens / verify_ct rounds).
+NOT_RUNNING_BELOW = 1.05
+
+
+def speculation_findings(acceptance: dict) -> list[Finding]:
+    """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays
+    (e.g. speculative_algorithm EAGLE with an EAGLE-3 draft, sgl-project/sglang #21272). Judged from the
+    per-request meta_info (spec_accept_length) or, failing that, the server's gauge; nothing when neither."""
+    length = acceptance["request_accept_length"]
+    source = "median per request"
+    if length is None:
+        length, source = acceptance["server_accept_length"], "server gauge sglang:spec_accept_length"
+    if length is None:
+        return []
+    if length < NOT_RUNNING_BELOW:
+        return [Finding("speculation", FAIL, f"accept length {length:.2f} ({source}): speculation is not running, "
+                        "no draft token is accepted; check speculative_algorithm (EAGLE3 for an EAGLE-3 draft) "
+                        "and the draft with `sglang-eagle3 probe --draft`")]  # fmt: skip
+    return [Finding("speculation", OK, f"accept length {length:.2f} ({source}): draft tokens are accepted")]
 
 
 def acceptance_of(records: list[dict]) -> dict:
