@@ -1,6 +1,6 @@
 # The throughput A/B gate on real GPUs: start the baseline server, measure, stop; start
 # the EAGLE-3 server, measure, stop; fail unless EAGLE-3 single-stream decode tok/s is
-# at least `threshold` x the baseline's (sglang-eagle3 bench compare).
+# at least `threshold` x the baseline's (sglang-eagle3 bench ab, tests/test_bench_ab.py).
 #
 # It needs GPUs inside the build sandbox, so, like nixpkgs' gpuCheck, it requires the
 # "cuda" system feature: a host with programs.nix-required-mounts (NVIDIA preset) mounts
@@ -27,7 +27,6 @@ pkgs.runCommand "sglang-eagle3-gpu-throughput-check"
   {
     nativeBuildInputs = [
       package
-      pkgs.curl
     ]
     ++ lib.optional (nvidiaDriver != null) (lib.getBin nvidiaDriver);
     requiredSystemFeatures = [ "cuda" ];
@@ -42,22 +41,11 @@ pkgs.runCommand "sglang-eagle3-gpu-throughput-check"
       exit 1
     }
     mkdir -p $out
-    common=(--set model_path="$modelPath" --set speculative_draft_model_path="$draftModelPath" --set ready_timeout=5400)
-
-    measure() {  # profile port label
-      sglang-eagle3 serve --profile "$1" "''${common[@]}" --set port="$2" > $out/"$3"-server.log 2>&1 &
-      local server=$!
-      until curl -sf "http://127.0.0.1:$2/health_generate" > /dev/null; do
-        kill -0 $server 2> /dev/null || { cat $out/"$3"-server.log; exit 1; }
-        sleep 10
-      done
-      sglang-eagle3 bench run --url "http://127.0.0.1:$2" --label "$3" --requests ${toString requests} \
-        --output $out/"$3".jsonl
-      kill -TERM $server; wait $server || true
-    }
-
-    measure baseline 30001 baseline
-    measure eagle3 30000 eagle3
-    sglang-eagle3 bench compare $out/baseline.jsonl $out/eagle3.jsonl --threshold ${toString threshold} \
+    # The baseline profile, then EAGLE-3, one after the other on this host's GPUs (bench ab: each
+    # side through `serve`, ready, measured, stopped); the gate is EAGLE-3 >= threshold x baseline.
+    sglang-eagle3 bench ab --output-dir $out --threshold ${toString threshold} --requests ${toString requests} \
+      --a sglang-eagle3 --a-label baseline --a-profile baseline \
+      --b sglang-eagle3 --b-label EAGLE-3 --b-profile eagle3 \
+      --set model_path="$modelPath" --set speculative_draft_model_path="$draftModelPath" --set ready_timeout=5400 \
       | tee $out/verdict.txt
   ''

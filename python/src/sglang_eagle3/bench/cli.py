@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -160,6 +161,76 @@ def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
         _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
         threshold=threshold, floor=floor,
     )  # fmt: skip
+    click.echo(report.render_verdict(verdict))
+    sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
+
+
+def _side_options(side: str, help_program: str):
+    """--a/--b PROGRAM and the side's label, profile and own settings."""
+    declared = [
+        click.option(f"--{side}", f"{side}_program", required=True, metavar="PROGRAM", help=help_program),
+        click.option(f"--{side}-label", default=side.upper(), show_default=True,
+                     help=f"Name of side {side.upper()} in results, verdict and plot."),
+        click.option(f"--{side}-profile", type=click.Choice(settings_profiles()), default="eagle3", show_default=True,
+                     help=f"Profile side {side.upper()} serves."),
+        click.option(f"--{side}-set", f"{side}_assignments", multiple=True, metavar="FIELD=VALUE",
+                     help=f"A setting for side {side.upper()} only (repeatable), after --config and --set."),
+    ]  # fmt: skip
+    return lambda func: functools.reduce(lambda f, option: option(f), reversed(declared), func)
+
+
+def settings_profiles() -> tuple[str, ...]:
+    from ..serving.settings import PROFILES
+
+    return PROFILES
+
+
+@bench_group.command("ab")
+@_side_options("a", "Side A's sglang-eagle3 program (the reference), e.g. $(nix build --print-out-paths "
+               ".#sglang-eagle3)/bin/sglang-eagle3; a command line is split like a shell's.")  # fmt: skip
+@_side_options("b", "Side B's sglang-eagle3 program (gated against A), e.g. the 0.5.23 stack's.")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
+              help="Settings file both sides serve (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.")  # fmt: skip
+@click.option("--set", "assignments", multiple=True, metavar="FIELD=VALUE",
+              help="Override one setting on both sides (repeatable).")  # fmt: skip
+@click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
+              help="Minimum B / A ratio of single-stream decode tok/s.")  # fmt: skip
+@click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And B at least this many tok/s.")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/ab"),
+              show_default=True, help="ab.jsonl (both sides' records), each side's server log, ab.png.")  # fmt: skip
+@bench_options
+def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b_profile, b_assignments, config,
+             assignments, threshold, floor, output_dir, api, concurrencies, concurrency_sweep, requests, warmup,
+             max_tokens, ignore_eos, plot):  # fmt: skip
+    """Serve A, measure, stop; serve B, measure, stop; fail unless B >= threshold x A.
+
+    The upgrade decided by the gate: the same model, draft and settings on two stacks, e.g.
+    `nix run .#upgrade-ab -- --config settings.json` (SGLang 0.5.9 as A, 0.5.23 as B). Each side
+    starts through its own `serve`, so its own SGLang judges the settings first.
+    """
+    from . import ab, report
+    from .runner import RunConfig
+
+    sides = [ab.Side(a_label, a_program, a_profile, list(a_assignments)),
+             ab.Side(b_label, b_program, b_profile, list(b_assignments))]  # fmt: skip
+    if a_label == b_label:
+        raise click.BadParameter(f"both sides are labelled {a_label!r}; give --a-label and --b-label")
+    resolved, argv = {}, {}
+    for option, side in zip(("--a", "--b"), sides, strict=True):
+        if why := ab.check_program(side.program):
+            raise click.BadParameter(f"{side.program!r} is not a working sglang-eagle3 program: {why}",
+                                     param_hint=option)  # fmt: skip
+        resolved[side.label] = load_settings(config, [*assignments, *side.assignments], side.profile)
+        argv[side.label] = side.argv(config, list(assignments))
+    writable_file(output_dir / "ab.jsonl")
+    levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
+    template = RunConfig(url="http://placeholder", output=output_dir / "ab.jsonl", api=api, concurrencies=levels,
+                         requests=requests, warmup=warmup, max_tokens=max_tokens, ignore_eos=ignore_eos,
+                         api_key_file=_key_file(resolved[b_label].api_key_file))  # fmt: skip
+    verdict = ab.run_ab(*sides, resolved, argv, template, output_dir, threshold, floor,
+                        log=lambda m: click.echo(m, err=True))  # fmt: skip
+    if plot:
+        click.echo(f"plot: {report.plot(report.load(output_dir / 'ab.jsonl'), output_dir / 'ab.png')}", err=True)
     click.echo(report.render_verdict(verdict))
     sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 

@@ -250,6 +250,9 @@ def plot(records: list[dict], path: Path) -> Path:
     return path
 
 
+GATE_LABELS = ("baseline", "EAGLE-3")  # the default A/B: speculation off, then on
+
+
 @dataclass
 class GateReport(Judged):
     baseline_tok_s: float
@@ -260,6 +263,7 @@ class GateReport(Judged):
     findings: list[Finding]  # speed-up, and floor when one is given
     # label -> what explains the speeds: accept length per request and the server's /metrics view
     acceptance: dict[str, dict] = field(default_factory=dict)
+    labels: tuple[str, str] = GATE_LABELS  # side A (the reference), side B (gated against it)
 
 
 def single_stream_median(records: list[dict], what: str) -> float:
@@ -270,25 +274,36 @@ def single_stream_median(records: list[dict], what: str) -> float:
     return statistics.median(values)
 
 
-def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None) -> GateReport:
-    base = single_stream_median(baseline, "the baseline")
-    spec = single_stream_median(eagle3, "the EAGLE-3 run")
+def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None,
+            labels: tuple[str, str] = GATE_LABELS) -> GateReport:  # fmt: skip
+    """Gate side B (by default EAGLE-3) against side A (the baseline): B / A >= threshold, B >= floor.
+
+    Speculation is judged on every side whose requests or server report an accept length, so an
+    A/B of two speculative stacks fails when either one's speculation is not running.
+    """
+    a, b = labels
+    base = single_stream_median(baseline, "the baseline" if labels == GATE_LABELS else a)
+    spec = single_stream_median(eagle3, "the EAGLE-3 run" if labels == GATE_LABELS else b)
     ratio = spec / base
-    speed = f"EAGLE-3 {spec:.1f} tok/s is {ratio:.3f}x the baseline's {base:.1f}"
+    speed = f"{b} {spec:.1f} tok/s is {ratio:.3f}x the {a}'s {base:.1f}"
+    worth = "EAGLE-3 pays for itself" if labels == GATE_LABELS else f"{b} may replace {a}"
     found = [
         Finding("speed-up", FAIL, f"{speed}, below the threshold {threshold:g}x")
         if ratio < threshold
-        else Finding("speed-up", OK, f"{speed}, at least the threshold {threshold:g}x: EAGLE-3 pays for itself")
+        else Finding("speed-up", OK, f"{speed}, at least the threshold {threshold:g}x: {worth}")
     ]
     if floor is not None:
         below = spec < floor
         where = "below" if below else "at least"
         found.append(
-            Finding("floor", FAIL if below else OK, f"EAGLE-3 {spec:.1f} tok/s is {where} the floor {floor:g} tok/s")
+            Finding("floor", FAIL if below else OK, f"{b} {spec:.1f} tok/s is {where} the floor {floor:g} tok/s")
         )
-    acceptance = {"baseline": acceptance_of(baseline), "EAGLE-3": acceptance_of(eagle3)}
-    found += speculation_findings(acceptance["EAGLE-3"])
-    return GateReport(base, spec, ratio, threshold, floor, found, acceptance)
+    acceptance = {a: acceptance_of(baseline), b: acceptance_of(eagle3)}
+    if labels == GATE_LABELS:  # the baseline does not speculate: only EAGLE-3's speculation is judged
+        found += speculation_findings(acceptance[b])
+    else:  # two named sides (e.g. two stacks), each speculating or not as its records show
+        found += [f for label in labels for f in speculation_findings(acceptance[label], label)]
+    return GateReport(base, spec, ratio, threshold, floor, found, acceptance, labels)
 
 
 # Accept length = tokens per verify step; 1.0 is the verify step's own token alone. Below 1.05 is fewer
@@ -296,7 +311,7 @@ def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, fl
 NOT_RUNNING_BELOW = 1.05
 
 
-def speculation_findings(acceptance: dict) -> list[Finding]:
+def speculation_findings(acceptance: dict, side: str = "") -> list[Finding]:
     """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays
     (e.g. speculative_algorithm EAGLE with an EAGLE-3 draft, sgl-project/sglang #21272). Judged from the
     per-request meta_info (spec_accept_length) or, failing that, the server's gauge; nothing when neither."""
@@ -306,11 +321,12 @@ def speculation_findings(acceptance: dict) -> list[Finding]:
         length, source = acceptance["server_accept_length"], "server gauge sglang:spec_accept_length"
     if length is None:
         return []
+    name = f"speculation ({side})" if side else "speculation"
     if length < NOT_RUNNING_BELOW:
-        return [Finding("speculation", FAIL, f"accept length {length:.2f} ({source}): speculation is not running, "
+        return [Finding(name, FAIL, f"accept length {length:.2f} ({source}): speculation is not running, "
                         "no draft token is accepted; check speculative_algorithm (EAGLE3 for an EAGLE-3 draft) "
                         "and the draft with `sglang-eagle3 probe --draft`")]  # fmt: skip
-    return [Finding("speculation", OK, f"accept length {length:.2f} ({source}): draft tokens are accepted")]
+    return [Finding(name, OK, f"accept length {length:.2f} ({source}): draft tokens are accepted")]
 
 
 def acceptance_of(records: list[dict]) -> dict:
@@ -330,8 +346,8 @@ def acceptance_of(records: list[dict]) -> dict:
 def render_verdict(v: GateReport) -> str:
     lines = [
         "Single-stream decode, median tok/s:",
-        f"  baseline  {v.baseline_tok_s:8.1f}",
-        f"  EAGLE-3   {v.eagle3_tok_s:8.1f}   ({v.ratio:.3f}x, gate: >= {v.threshold:g}x"
+        f"  {v.labels[0]:<9} {v.baseline_tok_s:8.1f}",
+        f"  {v.labels[1]:<9} {v.eagle3_tok_s:8.1f}   ({v.ratio:.3f}x, gate: >= {v.threshold:g}x"
         + (f" and >= {v.floor:g} tok/s)" if v.floor is not None else ")"),
         "",
         f"Reference ({reference()['host']}):",
