@@ -7,7 +7,9 @@ under test.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check, preflight
 from sglang_eagle3.serving import settings as server_settings
-from sglang_eagle3.source import attention_backends, eagle3_source, sglang_source
+from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3_source, sglang_source
 from sglang_eagle3.source.source_index import SourceIndex
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft
@@ -366,3 +368,254 @@ def test_a_local_draft_takes_no_revision(tmp_path, pristine_tree):
         tmp_path, pristine_tree, revision=TARGET_COMMIT, speculative_draft_model_path=str(draft)
     )
     assert "draft revision" not in found
+
+
+# -- item 4: settings the draft inherits: context length, --model-impl, --load-format -----------------
+
+
+def pristine_index(tree) -> SourceIndex:
+    return SourceIndex(sglang_source.locate(tree))
+
+
+def test_the_inherited_settings_rules_are_where_the_findings_say(pristine_tree):
+    index = pristine_index(pristine_tree)
+    context = draft_inheritance.context_rule(index)
+    assert draft_inheritance.TARGET_CONTEXT in source_lines(pristine_tree, context.override)
+    assert context.override == "srt/speculative/eagle_worker.py:107"
+    assert "raise ValueError(" in source_lines(pristine_tree, context.refuse)
+    assert context.refuse == "srt/configs/model_config.py:382"
+    assert "context_length > derived_context_len" in source_lines(pristine_tree, "srt/configs/model_config.py:364")
+    assert context.allow_env == ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]
+    assert context.true_values == ["true", "1", "yes", "y"]  # srt/environ.py's EnvBool.parse
+    assert "def get_context_length(config):" in source_lines(pristine_tree, context.derive)
+    impl = draft_inheritance.model_impl_rule(index)
+    assert "model_impl=server_args.model_impl" in source_lines(pristine_tree, impl.inherit)
+    assert set(impl.replaced) == {"transformers", "mindspore"} and set(impl.values) >= {"auto", "sglang"}
+    for value, where in impl.replaced.items():
+        assert f"ModelImpl.{value.upper()}" in source_lines(pristine_tree, where)
+    load = draft_inheritance.load_format_rule(index)
+    assert "speculative_draft_load_format is not None" in source_lines(pristine_tree, load.override)
+    for fmt, (_, where) in load.patterns.items():  # an `elif (` test may span the next lines
+        assert f"LoadFormat.{fmt.upper()}" in source_lines(pristine_tree, f"{where}-{int(where.split(':')[1]) + 3}")
+    assert {f: p for f, (p, _) in load.patterns.items()} == LOAD_PATTERNS and load.fallback == ["*.pt"]
+
+
+# srt/model_loader/loader.py:396-411 (DefaultModelLoader._prepare_weights), and :419-420 adds *.pt.
+LOAD_PATTERNS = {"auto": ["*.safetensors", "*.bin"], "safetensors": ["*.safetensors"],
+                 "fastsafetensors": ["*.safetensors"], "mistral": ["consolidated*.safetensors"], "pt": ["*.pt"],
+                 "npcache": ["*.bin"]}  # fmt: skip
+
+
+def kimi_with_length(directory: Path, length: int | None, factor: float | None = None) -> Path:
+    """Kimi-K2.5's text config with a max_position_embeddings (262144 in the real one) and rope scaling."""
+    target = kimi_target(directory)
+    config = json.loads((target / "config.json").read_text())
+    if length is not None:
+        config["text_config"]["max_position_embeddings"] = length
+    if factor is not None:
+        config["text_config"]["rope_scaling"] = {"rope_type": "yarn", "factor": factor}
+    return write_config(target, config)
+
+
+def context_of(length: int, factor: float | None) -> int:
+    """What get_context_length (hf_transformers_utils.py:453) makes of max_position_embeddings and a rope
+    factor without original_max_position_embeddings and not llama3: their product."""
+    return int(length * (factor or 1))
+
+
+@pytest.mark.parametrize(
+    "settings_values, setting",
+    [
+        ({}, "context_length"),
+        ({"extra_args": ["--model-impl", "transformers"]}, "--model-impl"),
+        ({"extra_args": ["--load-format", "pt"]}, "--speculative-draft-load-format"),
+    ],
+)
+def test_a_shared_setting_that_breaks_the_draft_fails_preflight(tmp_path, patched_tree, run_cli, settings_values,
+                                                                  setting):  # fmt: skip
+    target = kimi_with_length(tmp_path / "Kimi-K2.5", 262144)
+    length = 2048 if setting == "context_length" else 262144
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=length),
+                        d2t_rows=32000)  # fmt: skip
+    sets = [f"{k}={json.dumps(v)}" for k, v in settings_values.items()]
+    result = run_cli(
+        "serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"model_path={target}",
+        "--set", f"speculative_draft_model_path={draft}", "--set", f"port={free_port()}",
+        *[a for s in sets for a in ("--set", s)],
+        env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"),
+             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": ""},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("[FAIL]")]
+    assert len(failed) == 1 and setting in failed[0] and "after the target" in failed[0], result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def inherited(tree, tmp, check, *args, **values):
+    s = server_settings.ServerSettings(**values)
+    report = preflight.Preflight()
+    getattr(preflight, check)(report, s, pristine_index(tree), *args)
+    return report.findings[0] if report.findings else None
+
+
+@GENERATED
+@given(
+    target=st.sampled_from([None, 2048, 4096, 32768, 131072, 262144]),
+    factor=st.sampled_from([None, 1.0, 4.0]),
+    draft=st.sampled_from([None, 2048, 8192, 131072, 262144]),
+    context_length=st.sampled_from([None, 1024, 2048, 8192, 262144]),
+    allow=st.sampled_from([None, "1", "true", "Y", "0", "no", "maybe"]),
+)
+def test_generated_context_lengths(pristine_tree, target, factor, draft, context_length, allow):
+    with tempfile.TemporaryDirectory() as tmp:
+        target_dir = kimi_with_length(Path(tmp) / "target", target, factor)
+        draft_dir = write_draft(Path(tmp) / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=draft
+                                                                          if draft else ...))  # fmt: skip
+        env = {} if allow is None else {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": allow}
+        found = inherited(pristine_tree, tmp, "check_draft_context", draft_dir, str(target_dir),
+                          context_length=context_length, environment=env)  # fmt: skip
+    given_length = context_length or (context_of(target, factor) if target else None)
+    if draft is None or given_length is None:
+        assert found.status == "not_checked", found
+    elif given_length <= draft:
+        assert found.status == "ok" and f"context length {given_length}" in found.message, found
+    elif (allow or "").lower() in ("true", "1", "yes", "y"):
+        assert found.status == "warn" and f"Set context_length to {draft}" in found.message, found
+    else:
+        assert found.status == "fail" and f"Set context_length to at most {draft}" in found.message, found
+    assert found.where == "srt/configs/model_config.py:382"
+
+
+@GENERATED
+@given(
+    impl=st.sampled_from([None, "auto", "sglang", "transformers", "mindspore", "Transformers", "vllm"]),
+    spelling=st.sampled_from(["space", "equals"]),
+)
+def test_generated_model_implementations(pristine_tree, impl, spelling):
+    args = [] if impl is None else [f"--model-impl={impl}"] if spelling == "equals" else ["--model-impl", impl]
+    found = inherited(pristine_tree, None, "check_draft_model_impl", "LlamaForCausalLMEagle3", extra_args=args)
+    # model_loader/utils.py:113-115: TRANSFORMERS and MINDSPORE build another class; AUTO builds a natively
+    # supported architecture (the draft's) from its own class; values outside ModelImpl are not known here.
+    expected = {None: None, "auto": "ok", "sglang": "ok", "transformers": "fail", "mindspore": "fail"}
+    assert (found.status if found else None) == expected.get(impl, "not_checked"), found
+    if found and found.status == "fail":
+        assert "Remove --model-impl from extra_args" in found.message
+
+
+@GENERATED
+@given(
+    target=st.sampled_from([None, "auto", "pt", "safetensors", "npcache", "mistral", "gguf", "sharded_state"]),
+    draft=st.sampled_from([None, "auto", "pt", "safetensors", "dummy"]),
+    files=st.sets(st.sampled_from(["model.safetensors", "pytorch_model.bin", "consolidated.safetensors", "w.pt"]),
+                  min_size=1),
+)  # fmt: skip
+def test_generated_load_formats(pristine_tree, target, draft, files):
+    args = [*(["--load-format", target] if target else []), *(["--speculative-draft-load-format", draft] if draft
+                                                               else [])]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = write_config(Path(tmp) / "draft", eagle3_draft_config())
+        for name in files:
+            (directory / name).write_bytes(b"")
+        found = inherited(pristine_tree, tmp, "check_draft_load_format", directory, extra_args=args)
+    used = draft or target
+    if used is None:
+        assert found is None
+    elif used not in LOAD_PATTERNS:
+        assert found.status == "not_checked", found
+    else:
+        matches = any(fnmatch.fnmatch(name, p) for name in files for p in [*LOAD_PATTERNS[used], "*.pt"])
+        assert found.status == ("ok" if matches else "fail"), found
+        if not matches:
+            assert "Add --speculative-draft-load-format " in found.message
+
+
+@GENERATED
+@given(
+    revision=st.sampled_from([None, TARGET_COMMIT, "main", "v1.0"]),
+    draft_revision=st.sampled_from([None, DRAFT_COMMIT, "main"]),
+    draft=st.sampled_from(["AQ-MedAI/Kimi-K25-eagle3", "lightseekorg/kimi-k2.5-eagle3", "./local-draft"]),
+)
+def test_generated_revisions(pristine_tree, revision, draft_revision, draft):
+    found = inherited(pristine_tree, None, "check_draft_revision", revision=revision,
+                      speculative_draft_model_revision=draft_revision, speculative_draft_model_path=draft)  # fmt: skip
+    # model_config.py:253: model_revision or server_args.revision; a local directory takes no revision.
+    if revision is None or draft.startswith("./"):
+        assert found is None
+    else:
+        assert found.status == ("ok" if draft_revision else "fail"), found
+        if draft_revision is None:
+            assert f"revision {revision} (the target's) is given to the draft {draft}" in found.message
+
+
+# -- items 3 and 6, generated -------------------------------------------------------------------------
+
+
+def registry_oracle(tree) -> dict[str, str]:
+    """What each backend in attention_registry.py serves, read here from its text: 'mla' when its factory
+    raises for non-MLA models or builds only *MLA* classes, 'mha' when it raises for MLA models, 'both' when it
+    branches on use_mla_backend without raising, else None."""
+    text = (tree / "sglang/srt/layers/attention/attention_registry.py").read_text()
+    serves = {}
+    for block in text.split("@register_attention_backend(")[1:]:
+        name, body = block.split('"')[1], block
+        classes = re.findall(r"return (\w+)\(", body)
+        if "can only be used with MLA models" in body:
+            serves[name] = "mla"
+        elif "can only be used with non-MLA models" in body:
+            serves[name] = "mha"
+        elif "use_mla_backend" in body and "raise" not in body:
+            serves[name] = "both"
+        elif classes and all("MLA" in c for c in classes):
+            serves[name] = "mla"
+        else:
+            serves[name] = None
+    return serves
+
+
+MLA_DRAFTS = ["DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"]  # MLA by model_config.py's branches
+MHA_DRAFTS = ["LlamaForCausalLMEagle3", "LlamaForCausalLMEagle", "Qwen2ForCausalLMEagle"]
+
+
+@GENERATED
+@given(
+    backend=st.sampled_from(["flashinfer", "fa3", "triton", "torch_native", "trtllm_mla", "trtllm_mha",
+                             "flashmla", "cutlass_mla", "fa4", "aiter"]),
+    via_draft_setting=st.booleans(),
+    arch=st.sampled_from([*MLA_DRAFTS, *MHA_DRAFTS]),
+)  # fmt: skip
+def test_generated_backend_and_draft_architecture_pairs(pristine_tree, backend, via_draft_setting, arch):
+    values = {"speculative_draft_attention_backend": backend} if via_draft_setting else {"attention_backend": backend}
+    found = inherited(pristine_tree, None, "check_draft_attention", arch, **values)
+    serves = registry_oracle(pristine_tree)[backend]
+    kind = "mla" if arch in MLA_DRAFTS else "mha"
+    if serves is None:
+        assert found.status == "not_checked", found
+    elif serves in ("both", kind):
+        assert found.status == "ok", found
+    else:
+        assert found.status == "fail" and "Set speculative_draft_attention_backend" in found.message, found
+        fits = found.message.rsplit("(", 1)[1].rstrip(")").split(", ")
+        assert all(registry_oracle(pristine_tree)[b] in ("both", kind) for b in fits), found
+
+
+QUANT_METHODS = [None, "modelopt_fp4", "modelopt_fp8", "fp8", "awq", "compressed-tensors"]
+
+
+@GENERATED
+@given(
+    target=st.sampled_from(QUANT_METHODS),
+    draft=st.sampled_from(QUANT_METHODS),
+    override=st.sampled_from([None, "unquant", "fp8", "modelopt_fp4"]),
+)
+def test_generated_quantization_pairs(pristine_tree, target, draft, override):
+    args = [*(["--quantization", target] if target else []),
+            *(["--speculative-draft-model-quantization", override] if override else [])]  # fmt: skip
+    config = eagle3_draft_config((1, 29, 57), quantization_config={"quant_method": draft} if draft else ...)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = write_config(Path(tmp) / "draft", config)
+        found = inherited(pristine_tree, tmp, "check_draft_quantization", directory, extra_args=args)
+    # server_args.py:882-883: the draft gets --quantization unless --speculative-draft-model-quantization is set.
+    reaches = target if override is None else None
+    assert found.status == ("fail" if reaches and reaches != draft else "ok"), found
+    if found.status == "fail":
+        assert f"--speculative-draft-model-quantization {draft or 'unquant'}" in found.message

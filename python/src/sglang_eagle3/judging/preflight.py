@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import SGLANG_VERSION
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
-from ..source import attention_backends, eagle3_source, sglang_source
+from ..source import attention_backends, draft_inheritance, draft_inputs, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
 from .findings import Finding, Judged, Status
@@ -349,10 +349,14 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
                    f"{SGLANG_VERSION} ({err})")  # fmt: skip
         return
     result.findings += [f.prefixed("draft") for f in draft.findings]
+    index = SourceIndex(tree)
     if draft.architecture:
-        check_draft_attention(result, settings, SourceIndex(tree), draft.architecture)
+        check_draft_attention(result, settings, index, draft.architecture)
+        check_draft_model_impl(result, settings, index, draft.architecture)
     if draft.draft_directory:
-        check_draft_quantization(result, settings, SourceIndex(tree), Path(draft.draft_directory))
+        check_draft_quantization(result, settings, index, Path(draft.draft_directory))
+        check_draft_context(result, settings, index, Path(draft.draft_directory), draft.target.directory)
+        check_draft_load_format(result, settings, index, Path(draft.draft_directory))
 
 
 def extra_arg(args: list[str], flag: str) -> str | None:
@@ -483,3 +487,122 @@ def check_draft_path(result: Preflight, settings: ServerSettings, tree: sglang_s
             "target has loaded. Set speculative_draft_model_path to an EAGLE-3 draft (e.g. AQ-MedAI/Kimi-K25-eagle3)",
             self_draft.location,
         )  # fmt: skip
+
+
+def _text_config(config: dict) -> dict:
+    """The part of a config.json SGLang reads the model's shape from (get_hf_text_config: text_config if any)."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
+def check_draft_context(
+    result: Preflight, settings: ServerSettings, index: SourceIndex, draft: Path, target: str | None
+) -> None:
+    """The draft gets the target's context length; SGLang refuses one longer than the draft's own unless an
+    environment variable allows it (then the draft runs past the length it was trained for)."""
+    name = "draft context length"
+    rule = draft_inheritance.context_rule(index)
+    if rule is None:
+        result.add(name, Status.NOT_CHECKED, "which context length this SGLang gives the draft is not read from "
+                   "its source")  # fmt: skip
+        return
+    draft_length = rule.derived(_text_config(json.loads((draft / "config.json").read_text())))
+    if settings.context_length is not None:
+        target_length, source = settings.context_length, "context_length"
+    else:
+        config = draft_inputs.read_config(Path(target), "target model") if target else None
+        target_length, source = (rule.derived(_text_config(config)) if config else None), "the target's config"
+    if draft_length is None or target_length is None:
+        unknown = "the draft's" if draft_length is None else f"the target's ({source})"
+        result.add(
+            name, Status.NOT_CHECKED,
+            f"{unknown} config.json names none of {', '.join(rule.keys)} ({rule.derive}), so its context length is "
+            f"what its transformers config class defaults to; SGLang gives the draft the target's ({rule.override}) "
+            f"and refuses one longer than the draft's own ({rule.refuse})",
+            rule.refuse,
+        )  # fmt: skip
+        return
+    how = f"the draft gets the target's context length {target_length} (from {source}, {rule.override})"
+    if target_length <= draft_length:
+        result.add(name, Status.OK, f"{how}, within its own {draft_length}", rule.refuse)
+        return
+    environ = {**os.environ, **settings.environment}
+    allowed = [v for v in rule.allow_env if environ.get(v, "").lower() in (rule.true_values or ())]
+    if allowed:
+        result.add(
+            name, Status.WARN,
+            f"{how}, longer than its own {draft_length}; {allowed[0]} lets SGLang stretch the draft to it, past "
+            f"the length it was trained for: fewer tokens accepted on long prompts. Set context_length to "
+            f"{draft_length} to stay within it",
+            rule.refuse,
+        )  # fmt: skip
+        return
+    allow = f", or {rule.allow_env[0]}=1 in environment (the draft then runs past its length)" if rule.allow_env else ""
+    result.add(
+        name, Status.FAIL,
+        f"{how}, longer than the draft's own {draft_length} ({rule.derive}): SGLang raises ValueError when the draft "
+        f"loads, after the target. Set context_length to at most {draft_length}{allow}",
+        rule.refuse,
+    )  # fmt: skip
+
+
+def check_draft_model_impl(result: Preflight, settings: ServerSettings, index: SourceIndex, draft_arch: str) -> None:
+    """--model-impl reaches the draft too (there is no draft-only flag): an implementation that builds models from
+    another class than their architecture does not build the draft as its EAGLE-3 class."""
+    value = extra_arg(settings.extra_args, "--model-impl")
+    if value is None:
+        return
+    name = "draft model implementation"
+    rule = draft_inheritance.model_impl_rule(index)
+    if rule is None or value not in rule.values:
+        result.add(name, Status.NOT_CHECKED, f"what --model-impl {value} does to the draft is not read from this "
+                   "SGLang's source")  # fmt: skip
+    elif value in rule.replaced:
+        result.add(
+            name, Status.FAIL,
+            f"extra_args sets --model-impl {value}, which SGLang gives the draft too ({rule.inherit}): the draft "
+            f"{draft_arch} is then not built from its own class and fails when it loads, "
+            "after the target. Remove --model-impl from extra_args (SGLang has no draft-only setting for it)",
+            rule.replaced[value],
+        )  # fmt: skip
+    else:
+        result.add(name, Status.OK, f"--model-impl {value} (given to the draft too, {rule.inherit}) builds the draft "
+                   f"from its own class, {draft_arch}", rule.inherit)  # fmt: skip
+
+
+def check_draft_load_format(result: Preflight, settings: ServerSettings, index: SourceIndex, draft: Path) -> None:
+    """--load-format reaches the draft unless --speculative-draft-load-format is set: a format whose weight files
+    the draft's directory does not have fails the draft's load, after the target's."""
+    target_format = extra_arg(settings.extra_args, "--load-format")
+    draft_format = extra_arg(settings.extra_args, "--speculative-draft-load-format")
+    if target_format is None and draft_format is None:
+        return
+    name = "draft load format"
+    rule = draft_inheritance.load_format_rule(index)
+    used = draft_format or target_format
+    if rule is None or used not in rule.patterns:
+        result.add(name, Status.NOT_CHECKED, f"which weight files the {used} loader reads is not read from this "
+                   "SGLang's source")  # fmt: skip
+        return
+    how = f"--speculative-draft-load-format {draft_format}" if draft_format else (
+        f"--load-format {target_format}, which SGLang gives the draft too unless --speculative-draft-load-format "
+        f"is set ({rule.override})"
+    )  # fmt: skip
+
+    def files(patterns: list[str]) -> list[str]:
+        wanted = dict.fromkeys([*patterns, *rule.fallback])  # the default loader also takes these (fall_back_to_pt)
+        return sorted({p.name for pattern in wanted for p in draft.glob(pattern)})
+
+    patterns, where = rule.patterns[used]
+    found = files(patterns)
+    if found:
+        result.add(name, Status.OK, f"the draft loads with {how}: {', '.join(found[:3])}", where)
+        return
+    fits = [f for f, (p, _) in rule.patterns.items() if files(p)]
+    result.add(
+        name, Status.FAIL,
+        f"the draft loads with {how}; {draft} has no {' or '.join(dict.fromkeys([*patterns, *rule.fallback]))} "
+        f"file, so it fails when it loads, after the target. Add --speculative-draft-load-format "
+        f"{fits[0] if fits else 'auto'} to extra_args",
+        where,
+    )  # fmt: skip
