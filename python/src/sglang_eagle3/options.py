@@ -1,7 +1,8 @@
 """The options more than one command takes, each declared once (as pip-tools' scripts/options.py does).
 
 A command uses them as decorators: ``@options.json_output``. The server settings' options
-(--profile, --set, --config) come together as ``@options.server_settings``.
+(--profile, --set, --config) come together as ``@options.server_settings``; the A/B gate's
+(--threshold, --floor) as ``@options.gate``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from .cli_common import FiniteFloat
 from .models.hub import TOKEN_CREDENTIAL
 from .serving import settings
 
@@ -37,21 +39,45 @@ sglang = click.option(
 # -- the server settings -----------------------------------------------------------------------
 
 
+config = click.option(
+    "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
+    help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
+)  # fmt: skip
+assignments = click.option(
+    "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
+    help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
+)  # fmt: skip
+profile = click.option(
+    "--profile", type=click.Choice(settings.PROFILES), default=settings.PROFILES[0], show_default=True,
+    help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
+)  # fmt: skip
+
+
 def server_settings(func):
     """--profile, --set and --config: where `load_settings` takes the server settings from."""
+    return config(assignments(profile(func)))
+
+
+# -- the A/B gate (bench compare, bench ab) ------------------------------------------------------------
+
+
+def gate(func):
+    """--threshold and --floor: side B (EAGLE-3, or the new stack) against side A."""
     func = click.option(
-        "--profile", type=click.Choice(settings.PROFILES), default=settings.PROFILES[0], show_default=True,
-        help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
+        "--floor", type=FiniteFloat(0, inclusive=True), help="And B (EAGLE-3 in compare) at least this many tok/s."
+    )(func)
+    return click.option(
+        "--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
+        help="Minimum ratio of single-stream decode tok/s: B / A (EAGLE-3 / baseline in compare).",
     )(func)  # fmt: skip
-    func = click.option(
-        "--set", "assignments", multiple=True, metavar="FIELD=VALUE",
-        help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
-    )(func)  # fmt: skip
-    func = click.option(
-        "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
-        help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
-    )(func)  # fmt: skip
-    return func
+
+
+def output_dir(default: str):
+    """--output-dir: where a multi-run command writes its records, logs and plots."""
+    return click.option(
+        "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(default), show_default=True,
+        help="Directory for the results (JSON Lines), the servers' logs and the plots; created if missing.",
+    )  # fmt: skip
 
 
 # -- the server's API key (bench) -------------------------------------------------------------------

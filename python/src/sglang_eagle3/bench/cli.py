@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .. import options
-from ..cli_common import FiniteFloat, load_settings, writable_file
+from ..cli_common import load_settings, writable_file
 from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
 from ..judging import preflight
@@ -148,9 +148,7 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
 @bench_group.command("compare")
 @click.argument("baseline")
 @click.argument("eagle3")
-@click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
-              help="Minimum EAGLE-3 / baseline ratio of single-stream decode tok/s.")  # fmt: skip
-@click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And at least this many tok/s.")
+@options.gate
 @options.api_key_file
 def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
@@ -189,15 +187,10 @@ def settings_profiles() -> tuple[str, ...]:
 @_side_options("a", "Side A's sglang-eagle3 program (the reference), e.g. $(nix build --print-out-paths "
                ".#sglang-eagle3)/bin/sglang-eagle3; a command line is split like a shell's.")  # fmt: skip
 @_side_options("b", "Side B's sglang-eagle3 program (gated against A), e.g. the 0.5.23 stack's.")
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
-              help="Settings file both sides serve (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.")  # fmt: skip
-@click.option("--set", "assignments", multiple=True, metavar="FIELD=VALUE",
-              help="Override one setting on both sides (repeatable).")  # fmt: skip
-@click.option("--threshold", type=FiniteFloat(0, inclusive=False), default=1.0, show_default=True,
-              help="Minimum B / A ratio of single-stream decode tok/s.")  # fmt: skip
-@click.option("--floor", type=FiniteFloat(0, inclusive=True), help="And B at least this many tok/s.")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/ab"),
-              show_default=True, help="ab.jsonl (both sides' records), each side's server log, ab.png.")  # fmt: skip
+@options.config
+@options.assignments
+@options.gate
+@options.output_dir("results/ab")
 @bench_options
 def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b_profile, b_assignments, config,
              assignments, threshold, floor, output_dir, api, concurrencies, concurrency_sweep, requests, warmup,
@@ -257,8 +250,7 @@ def _int_list(text: str) -> list[int]:
     metavar="PATH",
     help="Draft model to sweep (repeatable: each is swept over the same grid). Default: the setting.",
 )
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/sweep"),
-              show_default=True)  # fmt: skip
+@options.output_dir("results/sweep")
 @options.sglang
 @bench_options
 def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang_target, api,
