@@ -19,9 +19,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SGLANG_VERSION
+from .. import SGLANG_VERSION, SGLANG_VERSIONS
 from ..serving import credentials
-from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
+from ..serving.launch_plan import sglang_args
+from ..serving.settings import (
+    TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_env, field_flag, field_origin, stack_app,
+)  # fmt: skip
 from ..source import attention_backends, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
@@ -165,6 +168,60 @@ def check_port(result: Preflight, host: str, port: int) -> None:
     result.add("port", Status.OK, f"{host}:{port} is free")
 
 
+# Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
+# releases derive most from the fields of srt/arg_groups/fields/.
+PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
+
+
+def check_settings_version(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+    """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
+    lacks stops it at start-up, a variable it lacks is silently ignored. Read from the tree's own source."""
+    try:
+        known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
+    except sglang_source.SGLangNotFound as err:
+        result.add("settings", Status.FAIL, str(err))
+        return
+    rendered = set(sglang_args(settings))
+    problems = []
+    for name, value in settings:
+        flag, env = field_flag(name), field_env(name)
+        missing = (flag in rendered and flag not in known) or (env and value is True and env not in variables)
+        if not missing:
+            continue
+        version, where = field_origin(name)
+        what = f"no flag {flag} ({PARSER})" if flag else f"no variable {env} (srt/environ.py, class Envs)"
+        close = difflib.get_close_matches(flag, list(known), n=1) if flag else []
+        instead = f"; its nearest flag is {close[0]} (put it in extra_args)" if close else ""
+        problems.append(
+            f"{name}: SGLang {tree.version} has {what}; it is in SGLang {version}"
+            f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
+            f"nix run .#{stack_app(version)}"
+        )
+    for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
+        if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):
+            problems.append(
+                f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
+                f"anywhere in its source): it would be silently ignored; drop it or check its name"
+            )
+    if problems:
+        result.add("settings", Status.FAIL, "; ".join(problems))
+    elif tree.version not in SGLANG_VERSIONS:
+        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
+                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
+                   "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
+    else:
+        result.add("settings", Status.OK, f"every flag and variable the settings give is one SGLang {tree.version} has")
+
+
+ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
+
+
+def _mentioned(tree: sglang_source.SGLangTree, variable: str) -> bool:
+    """Whether any of SGLang's Python files names the variable (read with os.environ rather than Envs)."""
+    needle = variable.encode()
+    return any(needle in path.read_bytes() for path in tree.package.rglob("*.py"))
+
+
 def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
     """extra_args must be flags this SGLang knows, and not ones a setting already owns."""
     if not settings.extra_args:
@@ -188,7 +245,11 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
         if name not in known:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            result.add("extra_args", Status.FAIL, f"SGLang {tree.version} has no flag {name}{hint}")
+            result.add(
+                "extra_args", Status.FAIL,
+                f"SGLang {tree.version} has no flag {name} ({PARSER}){hint}; flags differ between SGLang versions: "
+                f"use one this SGLang's `python -m sglang.launch_server --help` lists",
+            )  # fmt: skip
             return
         if name in owned_spellings:
             setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
@@ -265,12 +326,13 @@ def run(
     except sglang_source.SGLangNotFound as err:
         result.add("sglang", Status.FAIL, str(err))
     else:
-        if tree.version != SGLANG_VERSION:
+        if tree.version not in SGLANG_VERSIONS:
             result.add(
                 "sglang", Status.WARN,
                 f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
-                f"{SGLANG_VERSION}",
+                f"{' and '.join(SGLANG_VERSIONS)}",
             )  # fmt: skip
+        check_settings_version(result, settings, tree)
         check_probe(result, settings, tree, arch, compute_capability)
         if drafts:
             check_draft_path(result, settings, tree, arch)
