@@ -21,10 +21,9 @@ from pathlib import Path
 
 from .. import SGLANG_VERSION, SGLANG_VERSIONS
 from ..serving import credentials
+from ..serving import settings as server_settings
 from ..serving.launch_plan import sglang_args
-from ..serving.settings import (
-    TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_env, field_flag, field_origin, stack_app,
-)  # fmt: skip
+from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
 from ..source import attention_backends, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings, probe
@@ -184,18 +183,18 @@ def check_settings_version(result: Preflight, settings: ServerSettings, tree: sg
     rendered = set(sglang_args(settings))
     problems = []
     for name, value in settings:
-        flag, env = field_flag(name), field_env(name)
+        flag, env = field_flag(name), server_settings.field_env(name)
         missing = (flag in rendered and flag not in known) or (env and value is True and env not in variables)
         if not missing:
             continue
-        version, where = field_origin(name)
+        version, where = server_settings.field_origin(name)
         what = f"no flag {flag} ({PARSER})" if flag else f"no variable {env} (srt/environ.py, class Envs)"
         close = difflib.get_close_matches(flag, list(known), n=1) if flag else []
         instead = f"; its nearest flag is {close[0]} (put it in extra_args)" if close else ""
         problems.append(
             f"{name}: SGLang {tree.version} has {what}; it is in SGLang {version}"
             f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
-            f"nix run .#{stack_app(version)}"
+            f"nix run .#{server_settings.stack_app(version)}"
         )
     for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
         if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):

@@ -121,7 +121,7 @@ def server_flags(tree: SGLangTree) -> Flags:
                 takes_value = "StoreTrue" not in action.id
             for name in names:
                 flags[name] = (names, takes_value)
-    for path, cls in _namespace_classes(tree, module):
+    for _path, cls in _namespace_classes(tree, module):
         for field in cls.body:
             if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
                 for names, takes_value in _field_flags(field):
