@@ -366,6 +366,8 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
             tp_size=settings.tp_size,
             torch_symm_mem=settings.enable_torch_symm_mem,
             allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
+            pcie_ipc=settings.pcie_ipc_allreduce,
+            environment=settings.environment,
         )
     except SourceLayoutError as err:
         result.add(
@@ -381,17 +383,19 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
     if probed.class_location is None:
         result.add("probe", Status.FAIL, f"{found[0].message}; check 'architectures' in the model's config.json")
         return
-    flags = {probed.allreduce.torch_symm_mem.flag, probed.allreduce.allreduce_fusion.flag}
+    flags = {flag.flag for flag in probed.allreduce.flags}
     # Without speculative decoding only the all-reduce flags matter.
     judged = found if settings.speculative_algorithm else [f for f in found if f.name in flags]
     failed = [f"{f.name}: {f.message}" for f in judged if f.status is Status.FAIL]
     if failed:
         result.add("probe", Status.FAIL, "; ".join(failed) + " (fix: sglang-eagle3 patch apply)")
+    elif not probed.call_sites_read and settings.speculative_algorithm:
+        result.add("probe", Status.NOT_CHECKED, f"SGLang {tree.version}: {probe.UNREAD_CALL_SITES}")
     else:
         result.add("probe", Status.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
     for finding in found:
-        if finding.name in flags and finding.status is Status.WARN:
-            result.add("optimisations", Status.WARN, f"{finding.name}: {finding.message}")
+        if finding.name in flags and finding.status in (Status.WARN, Status.NOT_CHECKED):
+            result.add("optimisations", finding.status, f"{finding.name}: {finding.message}")
 
 
 def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
