@@ -453,7 +453,7 @@ def _pcie_ipc_order(index: SourceIndex) -> str:
     utils = path.parent / "device_communicators" / "custom_all_reduce_utils.py"
     pcie_off = next(
         (n.lineno for n in ast.walk(index.module(utils)) if isinstance(n, ast.If)
-         and ast.unparse(n.test) == "world_size > 2 and not full_nvlink"),
+         and ast.unparse(n.test).replace("(", "").replace(")", "") == "world_size > 2 and not full_nvlink"),
         "?",
     )  # fmt: skip
     return (
