@@ -246,8 +246,8 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
             hint = f"; did you mean {close[0]}?" if close else ""
             result.add(
                 "extra_args", Status.FAIL,
-                f"SGLang {tree.version} has no flag {name} ({PARSER}){hint}; flags differ between SGLang versions: "
-                f"use one this SGLang's `python -m sglang.launch_server --help` lists",
+                f"SGLang {tree.version} has no flag {name}{hint} ({PARSER}; flags differ between SGLang versions: "
+                "use one that this SGLang's `python -m sglang.launch_server --help` lists)",
             )  # fmt: skip
             return
         if name in owned_spellings:
