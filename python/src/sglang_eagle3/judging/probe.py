@@ -75,7 +75,7 @@ class ProbeResult(Judged):
     allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
     draft: Any = None  # draft_check.DraftReport when a draft model was given
-    # False when no call on the target was found even for EAGLE3, which needs some: the tree calls the target
+    # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
     # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
     call_sites_read: bool = True
 
@@ -243,7 +243,9 @@ def probe(
     for site in sites:
         by_method.setdefault(site.method, []).append(site)
 
-    read = bool(sites) or bool(canonical != "EAGLE3" and find_call_sites(index, algebra, "EAGLE3"))
+    # The default algorithm (EAGLE-3) always calls the target; finding none for it means the layout is not followed.
+    eagle3 = algebra.canonical(settings.default("speculative_algorithm"))
+    read = bool(sites) or bool(canonical != eagle3 and find_call_sites(index, algebra, eagle3))
     found = index.find_model_class(arch)
     methods = []
     for method, method_sites in by_method.items():
