@@ -16,7 +16,7 @@ from .exit_status import ExitStatus, help_text
 from .judging import patch_check, preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
-from .source import draft_inputs, patchset, sglang_release, sglang_source
+from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sglang_source
 from .source.source_index import SourceLayoutError
 
 
@@ -170,6 +170,14 @@ def patch_verify(target: str | None, as_json: bool) -> None:
     "--allreduce-fusion/--no-allreduce-fusion", default=settings.default("enable_flashinfer_allreduce_fusion"),
     show_default=True, help="Is it requested? (enable_flashinfer_allreduce_fusion)",
 )  # fmt: skip
+@click.option(
+    "--pcie-ipc-allreduce/--no-pcie-ipc-allreduce", "pcie_ipc", default=settings.default("pcie_ipc_allreduce"),
+    show_default=True, help="Is it requested? (pcie_ipc_allreduce; SGLang 0.5.23 and later)",
+)  # fmt: skip
+@click.option(
+    "--topology", type=click.Choice(allreduce_gates.TOPOLOGIES), default=None,
+    help="How the GPUs are connected (nvidia-smi topo -m). Default: PCIe, as on the tuned host (reported as assumed).",
+)  # fmt: skip
 @click.option("--draft", metavar="PATH", help="Draft model to check: a directory, or a hub id in the local HF cache.")
 @click.option(
     "--model", metavar="PATH", default=settings.default("model_path"), show_default=True,
@@ -177,8 +185,9 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 )  # fmt: skip
 @options.json_output
 def probe_command(
-    target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, draft, model, as_json
-):
+    target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, pcie_ipc, topology, draft,
+    model, as_json,
+):  # fmt: skip
     """Check, from SGLang's source, that it can serve ARCH with speculative decoding.
 
     No GPU, no weights: it finds every method the speculative path calls on the
@@ -204,6 +213,8 @@ def probe_command(
             tp_size=tp_size,
             torch_symm_mem=torch_symm_mem,
             allreduce_fusion=allreduce_fusion,
+            pcie_ipc=pcie_ipc,
+            topology=topology,
             draft=draft,
             model=model if draft else None,
         )

@@ -19,8 +19,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SGLANG_VERSION
+from .. import SGLANG_VERSION, SGLANG_VERSIONS
 from ..serving import credentials
+from ..serving import settings as server_settings
+from ..serving.launch_plan import sglang_args
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default, field_flag
 from ..source import attention_backends, draft_inheritance, draft_inputs, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
@@ -165,6 +167,60 @@ def check_port(result: Preflight, host: str, port: int) -> None:
     result.add("port", Status.OK, f"{host}:{port} is free")
 
 
+# Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
+# releases derive most from the fields of srt/arg_groups/fields/.
+PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
+
+
+def check_settings_version(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+    """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
+    lacks stops it at start-up, a variable it lacks is silently ignored. Read from the tree's own source."""
+    try:
+        known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
+    except sglang_source.SGLangNotFound as err:
+        result.add("settings", Status.FAIL, str(err))
+        return
+    rendered = set(sglang_args(settings))
+    problems = []
+    for name, value in settings:
+        flag, env = field_flag(name), server_settings.field_env(name)
+        missing = (flag in rendered and flag not in known) or (env and value is True and env not in variables)
+        if not missing:
+            continue
+        version, where = server_settings.field_origin(name)
+        what = f"no flag {flag} ({PARSER})" if flag else f"no variable {env} (srt/environ.py, class Envs)"
+        close = difflib.get_close_matches(flag, list(known), n=1) if flag else []
+        instead = f"; its nearest flag is {close[0]} (put it in extra_args)" if close else ""
+        problems.append(
+            f"{name}: SGLang {tree.version} has {what}; it is in SGLang {version}"
+            f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
+            f"nix run .#{server_settings.stack_app(version)}"
+        )
+    for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
+        if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):
+            problems.append(
+                f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
+                f"anywhere in its source): it would be silently ignored; drop it or check its name"
+            )
+    if problems:
+        result.add("settings", Status.FAIL, "; ".join(problems))
+    elif tree.version not in SGLANG_VERSIONS:
+        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
+                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
+                   "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
+    else:
+        result.add("settings", Status.OK, f"every flag and variable the settings give is one SGLang {tree.version} has")
+
+
+ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
+
+
+def _mentioned(tree: sglang_source.SGLangTree, variable: str) -> bool:
+    """Whether any of SGLang's Python files names the variable (read with os.environ rather than Envs)."""
+    needle = variable.encode()
+    return any(needle in path.read_bytes() for path in tree.package.rglob("*.py"))
+
+
 def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
     """extra_args must be flags this SGLang knows, and not ones a setting already owns."""
     if not settings.extra_args:
@@ -188,7 +244,11 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
         if name not in known:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            result.add("extra_args", Status.FAIL, f"SGLang {tree.version} has no flag {name}{hint}")
+            result.add(
+                "extra_args", Status.FAIL,
+                f"SGLang {tree.version} has no flag {name}{hint} ({PARSER}; flags differ between SGLang versions: "
+                "use one that this SGLang's `python -m sglang.launch_server --help` lists)",
+            )  # fmt: skip
             return
         if name in owned_spellings:
             setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
@@ -265,12 +325,13 @@ def run(
     except sglang_source.SGLangNotFound as err:
         result.add("sglang", Status.FAIL, str(err))
     else:
-        if tree.version != SGLANG_VERSION:
+        if tree.version not in SGLANG_VERSIONS:
             result.add(
                 "sglang", Status.WARN,
                 f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
-                f"{SGLANG_VERSION}",
+                f"{' and '.join(SGLANG_VERSIONS)}",
             )  # fmt: skip
+        check_settings_version(result, settings, tree)
         check_probe(result, settings, tree, arch, compute_capability)
         if drafts:
             check_draft_path(result, settings, tree, arch)
@@ -305,6 +366,8 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
             tp_size=settings.tp_size,
             torch_symm_mem=settings.enable_torch_symm_mem,
             allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
+            pcie_ipc=settings.pcie_ipc_allreduce,
+            environment=settings.environment,
         )
     except SourceLayoutError as err:
         result.add(
@@ -320,17 +383,19 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
     if probed.class_location is None:
         result.add("probe", Status.FAIL, f"{found[0].message}; check 'architectures' in the model's config.json")
         return
-    flags = {probed.allreduce.torch_symm_mem.flag, probed.allreduce.allreduce_fusion.flag}
+    flags = {flag.flag for flag in probed.allreduce.flags}
     # Without speculative decoding only the all-reduce flags matter.
     judged = found if settings.speculative_algorithm else [f for f in found if f.name in flags]
     failed = [f"{f.name}: {f.message}" for f in judged if f.status is Status.FAIL]
     if failed:
         result.add("probe", Status.FAIL, "; ".join(failed) + " (fix: sglang-eagle3 patch apply)")
+    elif not probed.call_sites_read and settings.speculative_algorithm:
+        result.add("probe", Status.NOT_CHECKED, f"SGLang {tree.version}: {probe.UNREAD_CALL_SITES}")
     else:
         result.add("probe", Status.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
     for finding in found:
-        if finding.name in flags and finding.status is Status.WARN:
-            result.add("optimisations", Status.WARN, f"{finding.name}: {finding.message}")
+        if finding.name in flags and finding.status in (Status.WARN, Status.NOT_CHECKED):
+            result.add("optimisations", finding.status, f"{finding.name}: {finding.message}")
 
 
 def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:

@@ -75,6 +75,9 @@ class ProbeResult(Judged):
     allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
     draft: Any = None  # draft_check.DraftReport when a draft model was given
+    # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
+    # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
+    call_sites_read: bool = True
 
     @property
     def missing(self) -> list[str]:
@@ -91,7 +94,9 @@ class ProbeResult(Judged):
         else:
             found = [Finding("target class", OK, self.arch, where=self.class_location)]
         found += [method_finding(m) for m in self.methods]
-        found += [flag_finding(f) for f in (self.allreduce.torch_symm_mem, self.allreduce.allreduce_fusion)]
+        if not self.call_sites_read:
+            found.append(Finding("call sites", Status.NOT_CHECKED, UNREAD_CALL_SITES))
+        found += [flag_finding(f) for f in self.allreduce.flags]
         found += [f.prefixed("draft") for f in self.draft.findings] if self.draft else []
         return found
 
@@ -100,6 +105,13 @@ class ProbeResult(Judged):
         data["draft"] = self.draft.to_dict() if self.draft else None
         data.update(findings.to_json(self.findings))
         return data
+
+
+UNREAD_CALL_SITES = (
+    "no call the speculative path makes on the target model was found in this SGLang's source (read: "
+    f"...{TARGET_RECEIVER_SUFFIX}.m() in srt/speculative/, self.model.m() in srt/model_executor/ under a "
+    "speculative condition); which methods the target class must provide is not checked"
+)
 
 
 def method_finding(m: MethodCheck) -> Finding:
@@ -113,6 +125,8 @@ def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
     """What SGLang does with an all-reduce flag: FAIL if it crashes the server, WARN with a warning, else OK."""
     if flag.effect is allreduce_gates.Effect.CRASH:
         return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
+    if flag.effect is allreduce_gates.Effect.UNKNOWN:
+        return Finding(flag.flag, Status.NOT_CHECKED, flag.detail)
     effect = str(flag.effect)
     message = flag.detail if flag.detail.startswith(effect) else f"{effect}: {flag.detail}" if flag.detail else effect
     if flag.warning and flag.effect is not allreduce_gates.Effect.IGNORED:  # an ignored flag's detail says it
@@ -211,6 +225,9 @@ def probe(
     allreduce_fusion: bool = settings.default("enable_flashinfer_allreduce_fusion"),
     draft: str | None = None,
     model: str | None = None,
+    pcie_ipc: bool = settings.default("pcie_ipc_allreduce"),
+    topology: str | None = None,
+    environment: dict | None = None,
 ) -> ProbeResult:
     """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
 
@@ -226,6 +243,9 @@ def probe(
     for site in sites:
         by_method.setdefault(site.method, []).append(site)
 
+    # The default algorithm (EAGLE-3) always calls the target; finding none for it means the layout is not followed.
+    eagle3 = algebra.canonical(settings.default("speculative_algorithm"))
+    read = bool(sites) or bool(canonical != eagle3 and find_call_sites(index, algebra, eagle3))
     found = index.find_model_class(arch)
     methods = []
     for method, method_sites in by_method.items():
@@ -236,8 +256,9 @@ def probe(
         methods.append(MethodCheck(method, provided, how, method_sites))
 
     allreduce = allreduce_gates.effects(
-        index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion
-    )
+        index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion,
+        pcie_ipc=pcie_ipc, topology=topology, environment=environment,
+    )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
     draft_report = None
     if draft is not None:
@@ -252,6 +273,7 @@ def probe(
         allreduce=allreduce,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
         draft=draft_report,
+        call_sites_read=read,
     )
 
 
@@ -265,7 +287,7 @@ def render_text(result: ProbeResult) -> str:
         "Methods the speculative path calls on the target model:",
     ]
     if not result.methods:
-        lines.append("  (none)")
+        lines.append("  (none)" if result.call_sites_read else f"  {by_name['call sites'].render()}")
     for m in result.methods:
         lines.append(f"  {by_name[m.method].render()}")
         for s in m.call_sites:
@@ -274,10 +296,13 @@ def render_text(result: ProbeResult) -> str:
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
     effects = result.allreduce
-    flags = [by_name[flag.flag] for flag in (effects.torch_symm_mem, effects.allreduce_fusion)]
+    flags = [by_name[flag.flag] for flag in effects.flags]
+    topology = "PCIe" if effects.topology == "pcie" else "NVLink"
+    topology += " (assumed: the tuned host's; --topology says otherwise)" if effects.topology_assumed else ""
     lines += [
         "",
-        f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}:",
+        f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}, "
+        f"{topology}:",
         *(f"  {f.render()}" for f in flags),
         "",
     ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import credentials
-from .settings import ServerSettings, field_flag
+from .settings import ServerSettings, field_env, field_flag
 
 
 def sglang_args(settings: ServerSettings) -> list[str]:
@@ -34,6 +34,11 @@ def sglang_args(settings: ServerSettings) -> list[str]:
     return args + list(settings.extra_args)
 
 
+def sglang_env(settings: ServerSettings) -> dict[str, str]:
+    """The SGLang variables of settings that are switches in its environment, not flags (pcie_ipc_allreduce)."""
+    return {field_env(name): "1" for name, value in settings if field_env(name) and value is True}
+
+
 @dataclass
 class LaunchPlan:
     argv: list[str]
@@ -49,7 +54,7 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
     python = python or sys.executable
     environ = os.environ if environ is None else environ
     args = sglang_args(settings)
-    env = dict(settings.environment)
+    env = {**sglang_env(settings), **settings.environment}
     sglang_argv = [python, "-m", "sglang.launch_server", *args]
     key_files = {}
     for secret in credentials.SECRET_ARGS:

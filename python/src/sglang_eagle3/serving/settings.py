@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
+from .. import SGLANG_VERSION
 from ..errors import BadInput
 from .credentials import SECRET_ARGS, secret_flag_in
 
@@ -133,6 +134,13 @@ class ServerSettings(BaseModel):
     enable_flashinfer_allreduce_fusion: bool = Field(
         True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work)."
     )
+    pcie_ipc_allreduce: bool = Field(
+        False, json_schema_extra={"sglang_flag": None, "sglang_env": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+                                  "sglang_version": "0.5.23", "sglang_where": "srt/environ.py:1539"},
+        description="FlashInfer PCIe-IPC all-reduce for GPUs without NVLink (SGLang 0.5.23 and later, upstream PR "
+        "#34528: TPOT 21.14 -> 13.62 ms at TP8 on 8x SM120, as reported there); sets "
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 for the server.",
+    )  # fmt: skip
 
     # -- serving ---------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
@@ -272,11 +280,36 @@ def draft_tree_problem(steps: int, topk: int, tokens: int, attention_backend: st
     return None
 
 
+def _extra(name: str) -> dict:
+    extra = ServerSettings.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
 def field_flag(name: str) -> str | None:
-    """The SGLang flag of a setting: ``--`` + its name with dashes; None for LAUNCHER_ONLY fields."""
-    if ServerSettings.model_fields[name].json_schema_extra is LAUNCHER_ONLY:
+    """The SGLang flag of a setting: ``--`` + its name with dashes; None for LAUNCHER_ONLY and environment ones."""
+    if "sglang_flag" in _extra(name):
         return None
     return "--" + name.replace("_", "-")
+
+
+def field_env(name: str) -> str | None:
+    """The SGLang environment variable a setting sets to 1 when true (pcie_ipc_allreduce), or None."""
+    return _extra(name).get("sglang_env")
+
+
+def field_origin(name: str) -> tuple[str, str | None]:
+    """(the SGLang version a setting is written for, where it is in that version's source if not the default's).
+
+    SGLang's flags and variables differ between versions; preflight reads the installed tree's parser and
+    environ.py and refuses a setting it lacks, naming this version (tests check it against the real wheels).
+    """
+    return _extra(name).get("sglang_version", SGLANG_VERSION), _extra(name).get("sglang_where")
+
+
+def stack_app(version: str) -> str:
+    """The flake app that serves with a given SGLang version: serve-eagle3 (0.5.9), serve-eagle3-0_5_23 (dots
+    would split Nix attribute paths)."""
+    return "serve-eagle3" if version == SGLANG_VERSION else "serve-eagle3-" + version.replace(".", "_")
 
 
 def _parse_value(name: str, raw: str) -> Any:
@@ -401,7 +434,7 @@ def json_schema() -> dict:
 
 def reference_markdown() -> str:
     """The settings reference table for docs/serve.md, generated from the definition."""
-    rows = ["| setting | type | default | SGLang flag | description |", "|---|---|---|---|---|"]
+    rows = ["| setting | type | default | SGLang flag or variable | description |", "|---|---|---|---|---|"]
     schema = json_schema()["properties"]
     for name, info in ServerSettings.model_fields.items():
         prop = schema[name]
@@ -410,6 +443,7 @@ def reference_markdown() -> str:
         sglang = field_flag(name)
         rows.append(
             f"| `{name}` | {' or '.join(kinds)} | `{json.dumps(default, default=str)}` | "
-            f"{f'`{sglang}`' if sglang else '(launcher)'} | {info.description} |"
+            f"{f'`{sglang}`' if sglang else f'`{field_env(name)}=1`' if field_env(name) else '(launcher)'} | "
+            f"{info.description} |"
         )
     return "\n".join(rows)

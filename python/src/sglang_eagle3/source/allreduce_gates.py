@@ -36,6 +36,7 @@ class Effect(enum.StrEnum):
     ACTIVE = "active"  # in effect because it was asked for
     AUTO = "auto"  # SGLang turns it on by itself here
     IGNORED = "ignored"  # accepted and silently without effect
+    UNKNOWN = "not checked"  # depends on something the source does not let us decide
 
 
 @dataclass
@@ -53,6 +54,13 @@ class AllReduceEffects:
     tp_size: int
     torch_symm_mem: FlagEffect
     allreduce_fusion: FlagEffect
+    pcie_ipc: FlagEffect | None = None  # None: this SGLang has no PCIe-IPC all-reduce and it was not asked for
+    topology: str = "pcie"
+    topology_assumed: bool = True
+
+    @property
+    def flags(self) -> list[FlagEffect]:
+        return [f for f in (self.torch_symm_mem, self.allreduce_fusion, self.pcie_ipc) if f is not None]
 
 
 def _value(node: ast.expr, names: dict):
@@ -100,6 +108,18 @@ def _sm_majors(index: SourceIndex, function_name: str) -> list[int]:
     return []
 
 
+def _lookup(cls: ast.ClassDef, table: str) -> tuple[int | None, bool]:
+    """(line, tolerant) of the first lookup of ``table``: ``table.get(key)`` tolerates a missing key, ``table[key]``
+    raises KeyError."""
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table):
+            return n.lineno, False
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get":
+            if ast.unparse(n.func.value).endswith(table):
+                return n.lineno, True
+    return None, False
+
+
 def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requested: bool) -> FlagEffect:
     comm_dir = index.tree.srt / "distributed" / "device_communicators"
     utils_path, comm_path = comm_dir / "all_reduce_utils.py", comm_dir / "torch_symm_mem.py"
@@ -127,11 +147,7 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
     )
 
     def line(table: str) -> str:
-        lineno = next(
-            (n.lineno for n in ast.walk(cls) if isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith(table)),
-            cls.lineno,
-        )
-        return f"{index.rel(comm_path)}:{lineno}"
+        return f"{index.rel(comm_path)}:{_lookup(cls, table)[0] or cls.lineno}"
 
     flag = SYMM_MEM_FLAG
     if not requested:
@@ -140,6 +156,13 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
         return FlagEffect(
             flag, True, Effect.DISABLED, f"capability major {major} < {minimum}: the communicator disables itself"
         )
+    if major not in sizes and _lookup(cls, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")[1]:
+        return FlagEffect(
+            flag, True, Effect.DISABLED,
+            f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has no SM{major}x entry (keys {sorted(sizes)}): the communicator "
+            f"disables itself ({line('TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES')}); all-reduce falls back",
+            warning=f"{flag} is requested but not active on SM{major}x: unset enable_torch_symm_mem",
+        )  # fmt: skip
     if major not in sizes:
         return FlagEffect(
             flag,
@@ -152,7 +175,7 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
         return FlagEffect(
             flag, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
         )
-    if major not in multimem:
+    if major not in multimem and not _lookup(cls, "_WORLD_SIZES_MULTIMEM")[1]:
         return FlagEffect(
             flag,
             True,
@@ -160,7 +183,7 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
             f"KeyError: {major} at {line('_WORLD_SIZES_MULTIMEM')} on the first all-reduce: "
             f"_WORLD_SIZES_MULTIMEM has keys {sorted(multimem)} only",
         )
-    kernel = "multimem" if tp_size in multimem[major] else "two-shot"
+    kernel = "multimem" if tp_size in multimem.get(major, ()) else "two-shot"
     return FlagEffect(
         flag,
         True,
@@ -189,7 +212,10 @@ def _flashinfer_jit_majors(index: SourceIndex) -> tuple[list[int] | None, str | 
     return None, None
 
 
-def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool) -> FlagEffect:
+def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool, environment: dict | None = None):
+    resolver = index.tree.srt / "layers" / "flashinfer_comm_fusion.py"
+    if not (index.tree.srt / "layers" / "communicator.py").is_file() and resolver.is_file():
+        return _resolver_fusion_effect(index, resolver, major, requested, environment or {})
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
     gate = expect(
@@ -263,6 +289,179 @@ def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool) -> 
     )
 
 
+def _sm(node: ast.AST) -> set[int]:
+    """Majors named by ``get_platform().is_sm90`` / ``is_sm100`` / ``is_sm120`` in an expression."""
+    names = [
+        n.attr if isinstance(n, ast.Attribute) else n.id
+        for n in ast.walk(node)
+        if isinstance(n, (ast.Attribute, ast.Name))
+    ]
+    return {int(m.group(1)) // 10 for m in (re.fullmatch(r"_?is_sm(\d+)(?:_supported)?", x) for x in names) if m}
+
+
+def _env_switches(node: ast.AST) -> list[str]:
+    """``envs.NAME.get()`` calls in an expression: the SGLang variables it reads."""
+    return [
+        n.func.value.attr for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
+        and isinstance(n.func.value, ast.Attribute) and ast.unparse(n.func.value.value) == "envs"
+    ]  # fmt: skip
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("true", "1", "yes", "y")  # srt/environ.py EnvBool
+
+
+def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested: bool, environment: dict):
+    """Releases after 0.5.9 (PR #30700): --enable-flashinfer-allreduce-fusion becomes backend "auto", and
+    _resolve_backend raises ValueError on GPUs its first test does not admit, when the workspaces are built at
+    start-up. A patched tree may admit SM120 under an extra condition (opt-in): that condition is read, not assumed."""
+    module = index.module(resolver)
+    fn = expect(
+        next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "_resolve_backend"), None),
+        f"_resolve_backend in {index.rel(resolver)}",
+    )
+    gate = expect(
+        next((n for n in fn.body if isinstance(n, ast.If) and any(isinstance(b, ast.Raise) for b in n.body)), None),
+        f"a capability test that raises in {index.rel(resolver)} _resolve_backend",
+    )
+    where = f"{index.rel(resolver)}:{gate.lineno}"
+    test = gate.test.operand if isinstance(gate.test, ast.UnaryOp) and isinstance(gate.test.op, ast.Not) else None
+    if test is None:
+        raise SourceLayoutError(f"{where}: expected `if not (...): raise`, found `if {ast.unparse(gate.test)}`")
+    admitted, conditional = set(), {}
+    for term in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]:
+        majors = _sm(term)
+        if isinstance(term, ast.BoolOp) and isinstance(term.op, ast.And):
+            rest = [v for v in term.values if not _sm(v)]
+            conditional.update(dict.fromkeys(majors, rest))
+        else:
+            admitted |= majors
+    allowed = ", ".join(f"SM{m}x" for m in sorted(admitted))
+    auto = _auto_majors(index)
+    if major in auto[0]:
+        return FlagEffect(FUSION_FLAG, requested, Effect.AUTO, f"auto-enabled on SM{major}x for the supported "
+                          f"models ({auto[1]})")  # fmt: skip
+    if not requested:
+        return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
+    if major in admitted:
+        return FlagEffect(
+            FUSION_FLAG, True, Effect.ACTIVE, f"active because it was requested ({where} admits {allowed})"
+        )
+    crash = (
+        f"ValueError at {where} when the fusion workspaces are built at start-up: the backend resolver admits "
+        f"{allowed} only"
+    )
+    if major not in conditional:
+        return FlagEffect(FUSION_FLAG, True, Effect.CRASH, crash)
+    condition = " and ".join(ast.unparse(c) for c in conditional[major])
+    switches = [v for c in conditional[major] for v in _env_switches(c)]
+    if len(switches) != len(conditional[major]):
+        return FlagEffect(FUSION_FLAG, True, Effect.UNKNOWN, f"{where} admits SM{major}x only if {condition}; "
+                          "whether that holds at start-up is not read from the settings")  # fmt: skip
+    missing = [v for v in switches if not _truthy(environment.get(v))]
+    if missing:
+        return FlagEffect(FUSION_FLAG, True, Effect.CRASH, f"{crash}, and SM{major}x only with {condition} (opt-in: "
+                          f"set {', '.join(f'{v}=1' for v in missing)} in environment)")  # fmt: skip
+    return FlagEffect(
+        FUSION_FLAG, True, Effect.ACTIVE, f"active on SM{major}x by explicit opt-in ({where}: {condition})",
+        warning=f"{FUSION_FLAG} on SM{major}x is opt-in and unproven: the fused kernels need peer-to-peer access, "
+        "which PCIe hosts may lack (upstream PR #32330 regressed TP4); check the server log",
+    )  # fmt: skip
+
+
+BACKEND_FIELD = "flashinfer_allreduce_fusion_backend"
+
+
+def _auto_majors(index: SourceIndex) -> tuple[set[int], str | None]:
+    """Where SGLang turns fusion on by itself: an `if` returning {"flashinfer_allreduce_fusion_backend": ...}."""
+    path = index.tree.srt / "arg_groups" / "overrides.py"
+    try:
+        module = index.module(path)
+    except SourceLayoutError:
+        return set(), None
+    for node in ast.walk(module):
+        if isinstance(node, ast.If) and any(
+            isinstance(r, ast.Return) and isinstance(r.value, ast.Dict)
+            and any(isinstance(k, ast.Constant) and k.value == BACKEND_FIELD for k in r.value.keys)
+            and not (isinstance(r.value.values[0], ast.Constant) and r.value.values[0].value is None)
+            for r in node.body
+        ):  # fmt: skip
+            return _sm(node.test), f"{index.rel(path)}:{node.lineno}"
+    return set(), None
+
+
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+
+
+def pcie_ipc_effect(index: SourceIndex, tp_size: int, requested: bool, topology: str) -> FlagEffect | None:
+    """FlashInfer's PCIe-IPC all-reduce (upstream PR #34528, srt/distributed/device_communicators/pcie_ipc_ar.py):
+    built for the tp group when the variable is set (eligible_group), for the world sizes the kernels support, if
+    FlashInfer has it; chosen for a reduction after custom all-reduce (parallel_state.py), for bf16 tensors up to
+    the decode-sized workspace. It has no compute capability test."""
+    path = index.tree.srt / "distributed" / "device_communicators" / "pcie_ipc_ar.py"
+    if not path.is_file():
+        if not requested:
+            return None
+        return FlagEffect(PCIE_IPC_ENV, True, Effect.IGNORED, f"this SGLang has no {index.rel(path)}",
+                          warning=f"{PCIE_IPC_ENV} is ignored: this SGLang has no PCIe-IPC all-reduce")  # fmt: skip
+    module = index.module(path)
+    eligible = expect(
+        next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "eligible_group"), None),
+        f"eligible_group in {index.rel(path)}",
+    )
+    switch = next((n for n in ast.walk(eligible) if isinstance(n, ast.Call) and _env_switches(n)), None)
+    if switch is None or PCIE_IPC_ENV not in _env_switches(switch):
+        raise SourceLayoutError(f"{index.rel(path)}:{eligible.lineno}: eligible_group does not read {PCIE_IPC_ENV}")
+    gate = f"{index.rel(path)}:{switch.lineno}"
+    if not requested:
+        return FlagEffect(PCIE_IPC_ENV, False, Effect.NOT_REQUESTED, f"off unless {PCIE_IPC_ENV} is set ({gate})")
+    sizes_node = _assignments(module.body).get("_SUPPORTED_WORLD_SIZES")
+    sizes = expect(
+        _constants(module.body).get("_SUPPORTED_WORLD_SIZES"), f"_SUPPORTED_WORLD_SIZES in {index.rel(path)}"
+    )
+    if tp_size not in sizes:
+        return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes)} "
+                          f"({index.rel(path)}:{sizes_node.lineno}): the communicator is not built")  # fmt: skip
+    init = index.tree.root / "flashinfer" / "comm" / "__init__.py"
+    if init.is_file() and "PcieIpcAllReduceWorkspace" not in init.read_text(errors="replace"):
+        return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, "the FlashInfer beside this SGLang has no "
+                          "PcieIpcAllReduceWorkspace: it falls back to NCCL")  # fmt: skip
+    order = _pcie_ipc_order(index)
+    detail = (
+        f"active ({gate}), world size {tp_size}, no compute capability test; serves bf16 reductions up to the "
+        f"decode-sized workspace (max_bs x draft tokens x hidden), NCCL the larger (prefill) ones"
+    )
+    warning = None if init.is_file() else (
+        f"{PCIE_IPC_ENV}: whether the FlashInfer SGLang loads has PcieIpcAllReduceWorkspace is not checked "
+        "(none beside this SGLang); without it the server logs 'no pcie_ipc_comm' and uses NCCL"
+    )  # fmt: skip
+    if topology == "nvlink" and tp_size > 2:
+        return FlagEffect(PCIE_IPC_ENV, True, Effect.LOADS, f"loads, but on NVLink custom all-reduce is tried first "
+                          f"({order}) and takes the reductions it accepts", warning)  # fmt: skip
+    return FlagEffect(PCIE_IPC_ENV, True, Effect.ACTIVE, f"{detail}; custom all-reduce, tried first ({order}), is "
+                      f"off on more than two PCIe-only GPUs", warning)  # fmt: skip
+
+
+def _pcie_ipc_order(index: SourceIndex) -> str:
+    """Where parallel_state.py picks "ca" before "pcie_ipc" (file:line of each return)."""
+    path = index.tree.srt / "distributed" / "parallel_state.py"
+    lines = {
+        n.value.value: n.lineno for n in ast.walk(index.module(path))
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Constant) and n.value.value in ("ca", "pcie_ipc")
+    }  # fmt: skip
+    utils = path.parent / "device_communicators" / "custom_all_reduce_utils.py"
+    pcie_off = next(
+        (n.lineno for n in ast.walk(index.module(utils)) if isinstance(n, ast.If)
+         and ast.unparse(n.test).replace("(", "").replace(")", "") == "world_size > 2 and not full_nvlink"),
+        "?",
+    )  # fmt: skip
+    return (
+        f"{index.rel(path)}:{lines.get('ca', '?')} before :{lines.get('pcie_ipc', '?')}; off on PCIe: "
+        f"{index.rel(utils)}:{pcie_off}"
+    )
+
+
 # NVIDIA GPU generations: Maxwell (5.x) to Blackwell (10.x, 12.x).
 KNOWN_MAJORS = range(5, 13)
 
@@ -281,10 +480,24 @@ def capability_major(compute_capability: str) -> int:
     return major
 
 
+TOPOLOGIES = ("pcie", "nvlink")
+
+
 def effects(
-    index: SourceIndex, compute_capability: str, tp_size: int, torch_symm_mem: bool, allreduce_fusion: bool
+    index: SourceIndex,
+    compute_capability: str,
+    tp_size: int,
+    torch_symm_mem: bool,
+    allreduce_fusion: bool,
+    pcie_ipc: bool = False,
+    topology: str | None = None,
+    environment: dict | None = None,
 ) -> AllReduceEffects:
+    """``topology`` None: the tuned host's (PCIe), reported as assumed."""
     major = capability_major(compute_capability)
+    if topology is not None and topology not in TOPOLOGIES:
+        raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
     symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
-    fusion = allreduce_fusion_effect(index, major, allreduce_fusion)
-    return AllReduceEffects(compute_capability, tp_size, symm, fusion)
+    fusion = allreduce_fusion_effect(index, major, allreduce_fusion, environment)
+    ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie")
+    return AllReduceEffects(compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None)

@@ -91,14 +91,25 @@ def locate(target: str | Path | None = None) -> SGLangTree:
     )
 
 
-def server_flags(tree: SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
-    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value)."""
-    flags = {}
-    source = tree.srt / "server_args.py"
+Flags = dict[str, tuple[frozenset[str], bool]]
+
+
+def _parse(source: Path) -> ast.Module:
     try:
-        module = ast.parse(source.read_bytes(), filename=str(source))
+        return ast.parse(source.read_bytes(), filename=str(source))
     except (OSError, SyntaxError, ValueError) as err:
         raise SGLangNotFound(f"cannot read SGLang's flags from {source}: {err}") from None
+
+
+def server_flags(tree: SGLangTree) -> Flags:
+    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value).
+
+    0.5.9 calls parser.add_argument for each flag in srt/server_args.py. Later releases declare
+    most flags as annotated fields of namespace classes (srt/arg_groups/fields/) and add only a
+    few by hand; both are read.
+    """
+    module = _parse(tree.srt / "server_args.py")
+    flags: Flags = {}
     for node in ast.walk(module):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
             names = frozenset(
@@ -106,6 +117,84 @@ def server_flags(tree: SGLangTree) -> dict[str, tuple[frozenset[str], bool]]:
             )
             action = next((k.value for k in node.keywords if k.arg == "action"), None)
             takes_value = not (isinstance(action, ast.Constant) and str(action.value).startswith("store_"))
+            if isinstance(action, ast.Name) and action.id.startswith("Deprecated"):  # DeprecatedStoreTrueAction
+                takes_value = "StoreTrue" not in action.id
             for name in names:
                 flags[name] = (names, takes_value)
+    for _path, cls in _namespace_classes(tree, module):
+        for field in cls.body:
+            if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+                for names, takes_value in _field_flags(field):
+                    flags.update(dict.fromkeys(names, (names, takes_value)))
     return flags
+
+
+def _namespace_classes(tree: SGLangTree, server_args: ast.Module):
+    """The classes listed in server_args.py's _INPUT_NAMESPACES, found through its imports."""
+    listed = next(
+        (
+            [e.id for e in node.value.elts if isinstance(e, ast.Name)]
+            for node in server_args.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets)
+            and isinstance(node.value, ast.List)
+        ),
+        [],
+    )
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in server_args.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.")
+        for alias in node.names
+    }
+    for name in listed:
+        if name not in imported:
+            raise SGLangNotFound(f"cannot find where srt/server_args.py imports {name} (of _INPUT_NAMESPACES) from")
+        path = tree.root.joinpath(*imported[name].split(".")).with_suffix(".py")
+        cls = next((n for n in _parse(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if cls is None:
+            raise SGLangNotFound(f"{tree.relative(path)} has no class {name} (of _INPUT_NAMESPACES)")
+        yield path, cls
+
+
+def _field_flags(field: ast.AnnAssign):
+    """The flags of one ``name: A[T, "help" | Arg(...)]`` field, as add_cli_args_from_dataclass derives them
+    (srt/arg_groups/arg_utils.py): no Arg or help -> no flag; Arg(no_cli=True) -> none; cli_name and aliases;
+    a bool (or Optional[bool]) is store_true; BooleanOptionalAction adds --no-NAME; anything else takes a value."""
+    ann = field.annotation
+    if not (isinstance(ann, ast.Subscript) and ast.unparse(ann.value) in ("A", "Annotated")):
+        return
+    elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    meta = next((e for e in elts[1:] if isinstance(e, ast.Constant) and isinstance(e.value, str)), None)
+    arg = next((e for e in elts[1:] if isinstance(e, ast.Call) and ast.unparse(e.func) == "Arg"), None)
+    if meta is None and arg is None:
+        return
+    keywords = {k.arg: k.value for k in arg.keywords} if arg is not None else {}
+    if ast.unparse(keywords.get("no_cli", ast.Constant(False))) == "True":
+        return
+    cli_name = keywords.get("cli_name")
+    primary = cli_name.value if isinstance(cli_name, ast.Constant) else "--" + field.target.id.replace("_", "-")
+    aliases = [e.value for e in getattr(keywords.get("aliases"), "elts", []) if isinstance(e, ast.Constant)]
+    action = ast.unparse(keywords["action"]) if "action" in keywords else None
+    inner = ast.unparse(elts[0]).replace(" ", "")
+    boolean = inner in ("bool", "Optional[bool]", "bool|None", "None|bool")
+    if action is not None and action.endswith("BooleanOptionalAction"):
+        yield frozenset([primary, *aliases]), False
+        yield frozenset("--no-" + n.removeprefix("--") for n in [primary, *aliases]), False
+    else:
+        yield frozenset([primary, *aliases]), action is not None or not boolean
+
+
+def environment_variables(tree: SGLangTree) -> dict[str, int]:
+    """The variables srt/environ.py's Envs class declares (``NAME = EnvBool(...)``): name -> line."""
+    module = _parse(tree.srt / "environ.py")
+    envs = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "Envs"), None)
+    if envs is None:
+        raise SGLangNotFound(f"{tree.srt / 'environ.py'} has no class Envs")
+    return {
+        t.id: node.lineno
+        for node in envs.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }

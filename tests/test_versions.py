@@ -1,0 +1,210 @@
+"""Both SGLang versions the flake builds (0.5.9, 0.5.23): each tree's own parser, environ.py and all-reduce gates,
+read from the real wheels (0.5.23 cannot be imported here: it needs Python 3.11 and its CUDA wheels, so its
+parser is read from its source, as preflight does).
+
+A setting one version lacks is refused by preflight, naming the version that has it and its stack's app.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import REPO
+from sglang_eagle3 import SGLANG_VERSIONS
+from sglang_eagle3.judging import preflight, probe
+from sglang_eagle3.serving import launch_plan, settings
+from sglang_eagle3.source import allreduce_gates, sglang_source
+from sglang_eagle3.source.allreduce_gates import Effect
+from sglang_eagle3.source.source_index import SourceIndex
+from support import pins
+from support.gpus import fake_nvidia_smi
+
+PCIE = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+
+
+@pytest.fixture(params=["0.5.9", "0.5.23"])
+def tree(request):
+    """Each pristine tree, with its version."""
+    fixture = "pristine_tree" if request.param == "0.5.9" else "newest_tree"
+    found = sglang_source.locate(request.getfixturevalue(fixture))
+    assert found.version == request.param
+    return found
+
+
+def source_line(tree, where: str) -> str:
+    path, line = where.rsplit(":", 1)
+    return (tree.package / path).read_text().splitlines()[int(line) - 1]
+
+
+def test_the_versions_are_the_pinned_stacks():
+    assert SGLANG_VERSIONS == (pins.pins()["sglang"]["version"], pins.pins()["sglang-0.5.23"]["version"])
+
+
+def test_the_parser_of_each_tree_is_read(tree):
+    flags = sglang_source.server_flags(tree)
+    assert flags["--tp-size"] == (frozenset({"--tp-size", "--tensor-parallel-size"}), True)
+    assert flags["--enable-flashinfer-allreduce-fusion"][1] is False  # store_true (deprecated on 0.5.23)
+    if tree.version == "0.5.9":
+        assert "--cuda-graph-max-bs" in flags and "--flashinfer-allreduce-fusion-backend" not in flags
+    else:  # fields of srt/arg_groups/fields/, by add_cli_args_from_dataclass's rules
+        assert "--cuda-graph-max-bs" not in flags and flags["--cuda-graph-max-bs-decode"][1] is True
+        assert flags["--flashinfer-allreduce-fusion-backend"][1] is True
+        assert flags["--no-enable-tf32-matmul"][1] is False  # BooleanOptionalAction
+        assert flags["--disable-cuda-graph"][1] is False  # DeprecatedStoreTrueAction, added by hand
+    variables = sglang_source.environment_variables(tree)
+    assert "SGLANG_USE_MODELSCOPE" in variables
+    assert ("SGLANG_ENABLE_SPEC_V2" in variables) == (tree.version == "0.5.9")  # 0.5.23 reads it nowhere
+    assert (PCIE in variables) == (tree.version == "0.5.23")
+
+
+def test_a_settings_origin_is_where_it_says(pristine_tree, newest_tree):
+    """pcie_ipc_allreduce names 0.5.23's environ.py line; 0.5.9 has no such variable."""
+    version, where = settings.field_origin("pcie_ipc_allreduce")
+    assert version == "0.5.23" and PCIE in source_line(sglang_source.locate(newest_tree), where)
+    assert PCIE not in sglang_source.environment_variables(sglang_source.locate(pristine_tree))
+
+
+def run_preflight(tmp_path, tree, **values):
+    s = settings.ServerSettings(**values)
+    return preflight.run(s, str(tree.root), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+
+
+def finding(report, name):
+    return next(f for f in report.findings if f.name == name)
+
+
+@pytest.mark.parametrize(
+    "values, refused_on, message",
+    [
+        ({"pcie_ipc_allreduce": True}, "0.5.9", "pcie_ipc_allreduce: SGLang 0.5.9 has no variable " + PCIE),
+        ({"cuda_graph_max_bs": 8}, "0.5.23", "cuda_graph_max_bs: SGLang 0.5.23 has no flag --cuda-graph-max-bs"),
+    ],
+)
+def test_a_setting_the_tree_lacks_is_refused_naming_the_version_and_its_stack(tmp_path, tree, values, refused_on,
+                                                                             message):  # fmt: skip
+    report = run_preflight(tmp_path, tree, **values)
+    found = finding(report, "settings")
+    if tree.version != refused_on:
+        assert found.status is preflight.Status.OK, found.message
+        return
+    assert found.status is preflight.Status.FAIL and message in found.message and not report.passed
+    other = next(v for v in SGLANG_VERSIONS if v != refused_on)
+    assert f"it is in SGLang {other}" in found.message
+    assert f"nix run .#{settings.stack_app(other)}" in found.message
+    if refused_on == "0.5.23":
+        assert "its nearest flag is --cuda-graph-max-bs-decode" in found.message
+    else:
+        assert "(srt/environ.py:1539)" in found.message and "serve-eagle3-0_5_23" in found.message
+
+
+def test_an_environment_variable_the_tree_never_reads_is_refused(tmp_path, tree):
+    report = run_preflight(tmp_path, tree, environment={PCIE: "1", "SGLANG_ENABLE_SPEC_V2": "1",
+                                                         "SGLANG_USE_MODELSCOPE": "0"})  # fmt: skip
+    found = finding(report, "settings")
+    assert found.status is preflight.Status.FAIL and "SGLANG_USE_MODELSCOPE" not in found.message
+    lacks = PCIE if tree.version == "0.5.9" else "SGLANG_ENABLE_SPEC_V2"
+    assert f"SGLang {tree.version} does not read {lacks}" in found.message
+    assert f"does not read {({PCIE, 'SGLANG_ENABLE_SPEC_V2'} - {lacks}).pop()}" not in found.message
+
+
+def test_pcie_ipc_allreduce_is_a_variable_not_a_flag():
+    plan = launch_plan.build(settings.ServerSettings(pcie_ipc_allreduce=True), python="python")
+    assert plan.env[PCIE] == "1" and not any("pcie" in a for a in plan.argv)
+    assert PCIE not in launch_plan.build(settings.ServerSettings(), python="python").env
+
+
+def gates(tree, **kw):
+    args = {"compute_capability": "12.0", "tp_size": 8, "torch_symm_mem": True, "allreduce_fusion": True} | kw
+    return allreduce_gates.effects(SourceIndex(tree), **args)
+
+
+def test_sm120_allreduce_gates_of_each_tree(tree):
+    effects = gates(tree, pcie_ipc=True)
+    symm, fusion, ipc = effects.torch_symm_mem, effects.allreduce_fusion, effects.pcie_ipc
+    assert effects.topology == "pcie" and effects.topology_assumed
+    if tree.version == "0.5.9":
+        assert symm.effect is Effect.CRASH and "KeyError: 12" in symm.detail
+        assert fusion.effect is Effect.IGNORED
+        assert ipc.effect is Effect.IGNORED and ipc.warning
+        return
+    # 0.5.23: TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(...) -> None disables the communicator (PR #24548)
+    assert symm.effect is Effect.DISABLED and symm.warning
+    assert ".get(" in source_line(tree, symm.detail.split("(")[-1].split(")")[0])
+    # the backend resolver raises on anything but SM90/SM10x when the workspaces are built
+    assert fusion.effect is Effect.CRASH and "admits SM9x, SM10x only" in fusion.detail
+    where = fusion.detail.split("ValueError at ")[1].split(" ")[0]
+    assert "is_sm90" in source_line(tree, where) and "not" in source_line(tree, where)
+    assert ipc.effect is Effect.ACTIVE and "no compute capability test" in ipc.detail
+    assert PCIE in source_line(tree, ipc.detail.split("active (")[1].split(")")[0])
+    assert "custom_all_reduce_utils.py:" in ipc.detail and ":?" not in ipc.detail
+
+
+def test_pcie_ipc_conditions_on_0523(newest_tree):
+    tree = sglang_source.locate(newest_tree)
+    assert gates(tree, tp_size=6, pcie_ipc=True).pcie_ipc.effect is Effect.DISABLED  # _SUPPORTED_WORLD_SIZES
+    assert gates(tree, pcie_ipc=True, topology="nvlink").pcie_ipc.effect is Effect.LOADS  # custom AR first
+    assert gates(tree).pcie_ipc.effect is Effect.NOT_REQUESTED
+    with pytest.raises(ValueError, match="topology"):
+        gates(tree, topology="infiniband")
+
+
+def test_sm90_fusion_is_automatic_on_both(tree):
+    assert gates(tree, compute_capability="9.0").allreduce_fusion.effect is Effect.AUTO
+
+
+@pytest.fixture
+def opt_in_tree(newest_tree, tmp_path):
+    """0.5.23 with its resolver admitting SM120 under an extra condition, as the opt-in patch of the 0.5.23 series
+    will (it is written by another change; this edit stands in for it so the reading of the condition is tested)."""
+    root = tmp_path / "tree"
+    shutil.copytree(newest_tree / "sglang", root / "sglang")
+    path = root / "sglang" / "srt" / "layers" / "flashinfer_comm_fusion.py"
+    text = path.read_text()
+    old = "if not (get_platform().is_sm90 or get_platform().is_sm100):"
+    assert old in text
+
+    def write(condition: str):
+        path.write_text(text.replace(old, f"if not (get_platform().is_sm90 or get_platform().is_sm100 or "
+                                          f"(get_platform().is_sm120 and {condition})):"))  # fmt: skip
+        return sglang_source.SGLangTree(root, "0.5.23")
+
+    return write
+
+
+def test_an_opt_in_condition_is_read_not_assumed(opt_in_tree):
+    tree = opt_in_tree("envs.SGLANG_SM120_ALLREDUCE_FUSION.get()")
+    assert gates(tree).allreduce_fusion.effect is Effect.CRASH
+    assert "SGLANG_SM120_ALLREDUCE_FUSION=1" in gates(tree).allreduce_fusion.detail
+    active = gates(tree, environment={"SGLANG_SM120_ALLREDUCE_FUSION": "1"}).allreduce_fusion
+    assert active.effect is Effect.ACTIVE and active.warning
+    unknown = gates(opt_in_tree("_p2p_available()")).allreduce_fusion
+    assert unknown.effect is Effect.UNKNOWN
+    assert probe.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
+
+
+def test_probe_on_0523_says_not_checked_where_it_cannot_read(newest_tree, run_cli):
+    result = run_cli("probe", "--target", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert "[ ?? ] call sites" in result.stdout and "Verdict: NOT CHECKED" not in result.stdout  # WARN wins
+    assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: active" in result.stdout
+    failed = run_cli("probe", "--target", str(newest_tree))  # the defaults request fusion: ValueError on SM120
+    assert failed.returncode == 1 and "would crash the server: ValueError" in failed.stdout
+
+
+def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
+    smi = fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")
+    args = ["--set", "pcie_ipc_allreduce=true", "--set", "enable_flashinfer_allreduce_fusion=false"]
+    result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), *args, env={"SGLANG_EAGLE3_NVIDIA_SMI": smi})
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode == (1 if tree.version == "0.5.9" else 0)  # 0.5.23: warnings and not-checked only
+    assert f"env:     {PCIE}=1" in result.stdout
+    if tree.version == "0.5.9":
+        assert "[FAIL] settings: pcie_ipc_allreduce: SGLang 0.5.9 has no variable" in result.stdout
+    else:
+        assert "[ OK ] settings" in result.stdout and "[ ?? ] probe" in result.stdout
+
+
+def test_docs_have_the_settings_by_version_section():
+    text = (REPO / "docs" / "upgrade.md").read_text()
+    assert "## Settings by version" in text and "serve-eagle3-0_5_23" in text
