@@ -114,6 +114,15 @@ def test_another_series_is_checked_when_named(run_cli, newest_tree):
     assert "`sglang-eagle3 patch check --against 0.5.23 --series patches/sglang-0.5.9`" in markdown
 
 
+def test_the_0_5_9_patch_0005_is_recognised_once_the_log_redacts_the_keys(run_cli, patched_newest):
+    """On pristine 0.5.23 it is still needed (tests/test_patch_check.py); with the keys among the
+    redaction's secrets, the check reads that and says so."""
+    report = check(run_cli, patched_newest, "--series", str(REPO / "patches" / "sglang-0.5.9"))
+    p = report["patches"][4]
+    assert p["outcome"] == "already upstream" and p["where"] == "srt/entrypoints/engine.py:311"
+    assert "lists api_key and admin_api_key among its secrets (srt/sampling/watermarking/core.py:29)" in p["message"]
+
+
 def test_apply_and_verify_take_the_trees_own_series(run_cli, newest_tree, tree_copy):
     tree = tree_copy(newest_tree)
     verify = run_cli("patch", "verify", "--target", str(tree), env=ENV)

@@ -292,6 +292,13 @@ def _server_args_log(index: SourceIndex, patch: patchset.Patch) -> Recognised | 
         return None
     if log.logged == "server_args":
         return Outcome.STILL_NEEDED, f"{log.where} logs repr(server_args), API keys included", log.where
+    if log.redacted_by:
+        return (
+            Outcome.UPSTREAM,
+            f"{log.where} logs server_args={log.logged}, whose redaction lists api_key and admin_api_key "
+            f"among its secrets ({log.redacted_by})",
+            log.where,
+        )
     resolved = upstream.resolved_dict_drops_api_key(index)
     if log.via_resolved_dict and not log.names_api_key and resolved and not resolved[0]:
         return (
