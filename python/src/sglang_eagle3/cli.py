@@ -27,9 +27,10 @@ def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
     )
 
 
-def _series() -> patchset.PatchSeries:
+def _series(directory: Path | None = None, version: str | None = None) -> patchset.PatchSeries:
+    """The series in ``directory``, else SGLang ``version``'s own (patches/sglang-<version>/), else the default."""
     try:
-        return patchset.PatchSeries.load()
+        return patchset.PatchSeries.load(directory) if directory else patchset.PatchSeries.for_version(version)
     except patchset.PatchError as err:  # a series that cannot be read: this install is broken or misconfigured
         raise BadInput(str(err)) from None
 
@@ -68,8 +69,9 @@ def patch_list() -> None:
 @patch.command("apply")
 @options.target
 def patch_apply(target: str | None) -> None:
-    """Apply every patch not yet applied; all or nothing."""
-    series, tree = _series(), sglang_source.locate(target)
+    """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
+    tree = sglang_source.locate(target)
+    series = _series(version=tree.version)
     try:
         result = patchset.apply(series, tree)
     except patchset.PatchError as err:
@@ -88,15 +90,21 @@ def patch_apply(target: str | None) -> None:
 
 @patch.command("check")
 @options.against
+@click.option(
+    "--series", "series_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The patch series to check (a patches/sglang-<version> directory). Default: the tree's own "
+    "version's series when this project has one, else the default series.",
+)  # fmt: skip
 @options.json_output
 @click.option("--markdown", is_flag=True, help="A Markdown table of the outcomes (as docs/upgrade.md shows them).")
-def patch_check_command(against: str, as_json: bool, markdown: bool) -> None:
+def patch_check_command(against: str, series_dir: Path | None, as_json: bool, markdown: bool) -> None:
     """For each patch: applies, already applied, already upstream, not needed, still needed or conflicts.
 
     Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
     still needed there or conflicts, i.e. the series needs work for that version.
     """
-    series, tree = _series(), sglang_release.resolve(against)
+    tree = sglang_release.resolve(against)
+    series = _series(series_dir, tree.version)
     report = patch_check.check(series, tree)
     if markdown:
         click.echo(report.markdown())
@@ -110,7 +118,8 @@ def patch_check_command(against: str, as_json: bool, markdown: bool) -> None:
 @options.json_output
 def patch_verify(target: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
-    series, tree = _series(), sglang_source.locate(target)
+    tree = sglang_source.locate(target)
+    series = _series(version=tree.version)
     try:
         statuses = patchset.verify(series, tree)
     except patchset.PatchError as err:

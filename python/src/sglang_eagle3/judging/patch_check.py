@@ -102,15 +102,22 @@ class CheckReport(Judged):
             "target": str(self.tree.package),
             "sglang_version": self.tree.version,
             "series_version": self.series.sglang_version,
+            "series": str(self.series.directory),
             "patches": [c.to_dict() for c in self.checks],
             **findings.to_json(self.findings),
         }
 
+    @property
+    def command(self) -> str:
+        """The command that checks this series on this version (--series when it is not the version's own)."""
+        other = self.series.sglang_version != self.tree.version
+        series = f" --series patches/sglang-{self.series.sglang_version}" if other else ""
+        return f"sglang-eagle3 patch check --against {self.tree.version}{series}"
+
     def markdown(self) -> str:
-        """A table of the series on this tree (docs/upgrade.md embeds one per SGLang version)."""
+        """A table of the series on this tree (docs/upgrade.md embeds one per SGLang version and series)."""
         rows = [
-            f"SGLang {self.tree.version}: patch set for {self.series.sglang_version} checked with "
-            f"`sglang-eagle3 patch check --against {self.tree.version}`",
+            f"SGLang {self.tree.version}: patch set for {self.series.sglang_version} checked with `{self.command}`",
             "",
             "| Patch | What it does | Outcome | How it was recognised, or why |",
             "|---|---|---|---|",
@@ -124,7 +131,7 @@ class CheckReport(Judged):
         lines = [
             f"SGLang {self.tree.version or '(unknown version)'} at {self.tree.package}",
             f"Patch set for SGLang {self.series.sglang_version} ({len(self.checks)} patches, "
-            f"{' '.join(patchset.PATCH_FLAGS[:2])}):",
+            f"{' '.join(patchset.PATCH_FLAGS[:2])}) from {self.series.directory}:",
             "",
         ]
         for check in self.checks:
@@ -285,6 +292,13 @@ def _server_args_log(index: SourceIndex, patch: patchset.Patch) -> Recognised | 
         return None
     if log.logged == "server_args":
         return Outcome.STILL_NEEDED, f"{log.where} logs repr(server_args), API keys included", log.where
+    if log.redacted_by:
+        return (
+            Outcome.UPSTREAM,
+            f"{log.where} logs server_args={log.logged}, whose redaction lists api_key and admin_api_key "
+            f"among its secrets ({log.redacted_by})",
+            log.where,
+        )
     resolved = upstream.resolved_dict_drops_api_key(index)
     if log.via_resolved_dict and not log.names_api_key and resolved and not resolved[0]:
         return (

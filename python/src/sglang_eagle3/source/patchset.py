@@ -82,8 +82,9 @@ class PatchSeries:
     patches: tuple[Patch, ...]
 
     @classmethod
-    def load(cls, directory: Path | None = None) -> PatchSeries:
-        directory = directory or default_series_dir()
+    def load(cls, directory: Path | None = None, version: str | None = None) -> PatchSeries:
+        """The series in ``directory``, else the one for SGLang ``version`` (default: the pinned one)."""
+        directory = directory or default_series_dir(version)
         series_file = directory / "series"
         if not series_file.is_file():
             raise PatchError(f"no series file in {directory}")
@@ -94,10 +95,16 @@ class PatchSeries:
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise PatchError(f"{series_file} lists patches that do not exist: {', '.join(missing)}")
-        match = re.fullmatch(r"sglang-(.+)", directory.name)
-        if not match:
+        version = series_version(directory)
+        if version is None:
             raise PatchError(f"patch directory {directory} must be named sglang-<version>")
-        return cls(directory, match.group(1), tuple(Patch(n, directory / n) for n in names))
+        return cls(directory, version, tuple(Patch(n, directory / n) for n in names))
+
+    @classmethod
+    def for_version(cls, version: str | None) -> PatchSeries:
+        """SGLang ``version``'s own series when this project has one, else the pinned version's."""
+        directory = find_series_dir(version) if version else None
+        return cls.load(directory)
 
 
 def read_series(series_file: Path) -> list[str]:
@@ -110,23 +117,43 @@ def read_series(series_file: Path) -> list[str]:
     return names
 
 
-def default_series_dir() -> Path:
-    """Where the patch set is: $SGLANG_EAGLE3_PATCHES, the copy inside a built wheel, or the repo."""
+def series_version(directory: Path) -> str | None:
+    """``sglang-0.5.23`` -> ``0.5.23``; a Nix store copy (``<hash>-sglang-0.5.23``) counts too."""
+    match = re.fullmatch(r"(?:[0-9a-z]{32}-)?sglang-(.+)", directory.name)
+    return match.group(1) if match else None
+
+
+def find_series_dir(version: str | None = None) -> Path | None:
+    """Where the series for SGLang ``version`` (default: the pinned one) is, or None when there is none.
+
+    The one place a series is looked up: patches/sglang-<version>/, in the copy inside a built
+    wheel or in the repo. $SGLANG_EAGLE3_PATCHES (set by the Nix package to its stack's series)
+    is the default series, and the series of the version it is named for.
+    """
     from .. import SGLANG_VERSION
 
     candidates = []
-    if os.environ.get("SGLANG_EAGLE3_PATCHES"):
-        candidates.append(Path(os.environ["SGLANG_EAGLE3_PATCHES"]))
+    given = os.environ.get("SGLANG_EAGLE3_PATCHES")
+    if given and (version is None or series_version(Path(given)) == version):
+        candidates.append(Path(given))
+    name = f"sglang-{version or SGLANG_VERSION}"
     package = Path(__file__).resolve().parents[1]
-    candidates.append(package / "patches" / f"sglang-{SGLANG_VERSION}")  # wheel (force-include)
-    candidates.append(package.parents[2] / "patches" / f"sglang-{SGLANG_VERSION}")  # repo checkout
-    for candidate in candidates:
-        if (candidate / "series").is_file():
-            return candidate
-    raise PatchError(
-        "cannot find the patch set; set SGLANG_EAGLE3_PATCHES to the patches/sglang-"
-        f"{SGLANG_VERSION} directory of this project"
-    )
+    candidates.append(package / "patches" / name)  # wheel (force-include)
+    candidates.append(package.parents[2] / "patches" / name)  # repo checkout
+    return next((c for c in candidates if (c / "series").is_file()), None)
+
+
+def default_series_dir(version: str | None = None) -> Path:
+    """The series for SGLang ``version`` (default: the pinned one); PatchError when there is none."""
+    from .. import SGLANG_VERSION
+
+    found = find_series_dir(version)
+    if found is None:
+        raise PatchError(
+            f"cannot find the patch set for SGLang {version or SGLANG_VERSION}; set SGLANG_EAGLE3_PATCHES to "
+            f"the patches/sglang-{version or SGLANG_VERSION} directory of this project"
+        )
+    return found
 
 
 class PatchState(enum.Enum):

@@ -91,6 +91,9 @@ class ServerArgsLog:
     logged: str  # the expression logged, as source: "server_args" (its repr) or "helper(server_args)"
     via_resolved_dict: str | None  # file:line of the helper's ``.resolved_dict()`` when the log goes through it
     names_api_key: bool  # the helper mentions api_key (it could drop or redact it)
+    redacted_by: str | None = (
+        None  # file:line of the secret names the helper's redaction uses, when both keys are in them
+    )
 
 
 def server_args_log(index: SourceIndex) -> ServerArgsLog | None:
@@ -115,7 +118,7 @@ def server_args_log(index: SourceIndex) -> ServerArgsLog | None:
             ):
                 continue
             logged = part.value
-            resolved, names_key = None, False
+            resolved, names_key, redacted = None, False, None
             if isinstance(logged, ast.Call) and isinstance(logged.func, ast.Name) and logged.func.id in helpers:
                 helper = helpers[logged.func.id]
                 calls = [
@@ -124,7 +127,33 @@ def server_args_log(index: SourceIndex) -> ServerArgsLog | None:
                 ]  # fmt: skip
                 resolved = f"{index.rel(path)}:{calls[0].lineno}" if calls else None
                 names_key = "api_key" in ast.unparse(helper)
-            return ServerArgsLog(f"{index.rel(path)}:{node.lineno}", ast.unparse(logged), resolved, names_key)
+                redacted = _redaction_names_keys(index, module, helper)
+            where = f"{index.rel(path)}:{node.lineno}"
+            return ServerArgsLog(where, ast.unparse(logged), resolved, names_key, redacted)
+    return None
+
+
+API_KEYS = {"api_key", "admin_api_key"}
+
+
+def _redaction_names_keys(index: SourceIndex, module: ast.Module, helper: ast.FunctionDef) -> str | None:
+    """file:line of a module-level ``*SECRET*`` name set, in the module of a function the helper calls
+    (e.g. 0.5.23's redact_watermark_secrets), that lists both API keys (directly or through a name it joins)."""
+    imported = {a.asname or a.name: n.module for n in module.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    for call in (n for n in ast.walk(helper) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+        path = index.module_path(imported.get(call.func.id) or "")
+        if path is None:
+            continue
+        assigns = [
+            n for n in index.module(path).body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+        ]
+        strings = {
+            a.targets[0].id: {c.value for c in ast.walk(a.value) if isinstance(c, ast.Constant)} for a in assigns
+        }
+        for a in (a for a in assigns if "SECRET" in a.targets[0].id):
+            joined = [strings.get(n.id, set()) for n in ast.walk(a.value) if isinstance(n, ast.Name)]
+            if API_KEYS <= strings[a.targets[0].id].union(*joined):
+                return f"{index.rel(path)}:{a.lineno}"
     return None
 
 
