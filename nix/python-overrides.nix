@@ -113,13 +113,18 @@ let
       };
     });
 
-  # Dependencies the policy drops, removed from the packages that declare them.
+  # Dependencies the policy drops, removed from the packages that declare them, in their
+  # extras too (torch 2.14.1 requires cuda-toolkit[cublas,cudart,...], whose extras name pip's
+  # CUDA libraries).
   droppedNames = lib.attrNames audit.dropped;
   withoutDropped =
     drv:
     drv.overrideAttrs (old: {
       passthru = old.passthru // {
         dependencies = removeAttrs old.passthru.dependencies droppedNames;
+        optional-dependencies = lib.mapAttrs (_: deps: removeAttrs deps droppedNames) (
+          old.passthru.optional-dependencies or { }
+        );
       };
     });
   dependents = lib.unique (lib.concatMap (d: d.requiredBy) (lib.attrValues audit.dropped));
