@@ -54,8 +54,9 @@
           // lib.optionalAttrs (cudaCapabilities != null) { inherit cudaCapabilities; };
         };
 
+      # One function, every pinned stack (nix/pins.json "stacks"); version null: the default.
       mkStack =
-        pkgs:
+        pkgs: version:
         import ./nix/stack.nix {
           inherit
             pkgs
@@ -63,23 +64,33 @@
             uv2nix
             pyproject-nix
             pyproject-build-systems
+            version
             ;
           src = ./.;
         };
 
+      pins = import ./nix/pins.nix;
       pkgs = mkPkgs { inherit system; };
-      stack = mkStack pkgs;
+      stack = mkStack pkgs null;
+      # Every pinned stack by version, for the versioned outputs. Their names carry the version
+      # with "_" for "." (sglang-eagle3-0_5_23): a dot would split the attribute path of
+      # `nix run .#serve-eagle3-0.5.23`.
+      stacks = lib.mapAttrs (version: _: mkStack pkgs version) pins.stacks;
+      suffix = version: lib.replaceStrings [ "." ] [ "_" ] version;
+      versioned = prefix: f: lib.mapAttrs' (version: s: lib.nameValuePair "${prefix}-${suffix version}" (f s)) stacks;
 
-      app = name: args: {
+      app = package: name: args: {
         type = "app";
-        program = "${pkgs.writeShellScript name ''exec ${lib.getExe stack.package} ${args} "$@"''}";
+        program = "${pkgs.writeShellScript name ''exec ${lib.getExe package} ${args} "$@"''}";
         meta.description = "sglang-eagle3 ${args}";
       };
     in
     {
       lib = {
-        # The stack for chosen GPU generations only: (lib.mkStack { cudaCapabilities = [ "12.0" ]; }).package
-        mkStack = args: mkStack (mkPkgs ({ inherit system; } // args));
+        # The stack for chosen GPU generations only: (lib.mkStack { cudaCapabilities = [ "12.0" ]; }).package;
+        # another pinned stack: (lib.mkStack { version = "0.5.23"; }).package
+        mkStack =
+          args: mkStack (mkPkgs ({ inherit system; } // removeAttrs args [ "version" ])) (args.version or null);
         # The GPU A/B gate against other model directories.
         mkGpuCheck =
           args:
@@ -107,14 +118,19 @@
         );
         # Needs GPUs (system feature "cuda"); deliberately not in `checks`.
         gpu-throughput-check = self.lib.mkGpuCheck { };
-      };
+      }
+      # Each pinned stack by its SGLang version: sglang-eagle3-0_5_23, sglang-wheel-0_5_23, ...
+      // versioned "sglang-eagle3" (s: s.package)
+      // versioned "sglang-wheel" (s: s.sglangWheel);
 
       apps.${system} = {
         default = self.apps.${system}.serve-eagle3;
-        serve-eagle3 = app "serve-eagle3" "serve";
-        bench = app "bench" "bench";
-        probe = app "probe" "probe";
-      };
+        serve-eagle3 = app stack.package "serve-eagle3" "serve";
+        bench = app stack.package "bench" "bench";
+        probe = app stack.package "probe" "probe";
+      }
+      # nix run .#serve-eagle3-0_5_23
+      // versioned "serve-eagle3" (s: app s.package "serve-eagle3-${s.version}" "serve");
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [
@@ -148,8 +164,16 @@
           # The launcher without the CUDA stack: enough for the settings and unit checks.
           package = stack.toolsEnv;
           routerPackage = stack.routerEnv;
+          # The other stacks' server packages, each given to services.sglang-eagle3.package.
+          stackPackages = lib.mapAttrs' (version: s: lib.nameValuePair (suffix version) s.package) (
+            lib.filterAttrs (_: s: s.version != stack.version) stacks
+          );
         };
-      };
+      }
+      # Building another stack's patched wheel applies its series with no fuzz.
+      // lib.mapAttrs' (version: s: lib.nameValuePair "patch-series-${suffix version}" s.sglangWheel) (
+        lib.filterAttrs (_: s: s.version != stack.version) stacks
+      );
 
       nixosModules = {
         default = self.nixosModules.sglang-eagle3;
@@ -173,7 +197,7 @@
       };
 
       overlays.default = final: _prev: {
-        sglang-eagle3 = (mkStack final).package;
+        sglang-eagle3 = (mkStack final null).package;
       };
 
       formatter.${system} = pkgs.nixfmt-tree;

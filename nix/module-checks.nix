@@ -17,6 +17,9 @@
   module,
   package,
   routerPackage,
+  # Other stacks' server packages by name (0_5_23 = packages.sglang-eagle3-0_5_23): each is
+  # given to services.sglang-eagle3.package in a host of its own (module-package-<name>).
+  stackPackages ? { },
 }:
 let
   # What every real GPU host has from its hardware configuration; without them NixOS's own
@@ -408,3 +411,31 @@ in
     );
     pkgs.runCommand "sglang-eagle3-module-assertions" { } "touch $out";
 }
+# Another stack's package through services.sglang-eagle3.package: the 8-GPU host's server
+# unit runs that package's sglang-eagle3. Decided at evaluation time; the check's build does
+# not build the package (the whole CUDA stack), only the host's assertions are forced.
+// lib.mapAttrs' (
+  name: stackPackage:
+  let
+    host = evalHost [
+      ../modules/examples/8-gpu-host.nix
+      { services.sglang-eagle3.package = lib.mkForce stackPackage; }
+    ];
+    service = host.config.systemd.services.sglang-eagle3;
+    exe = builtins.unsafeDiscardStringContext (lib.getExe stackPackage);
+  in
+  lib.nameValuePair "module-package-${name}" (
+    assert expect "module-package-${name}" [
+      (noFailedAssertions host)
+      {
+        ok = lib.hasPrefix "${exe} serve --config " (builtins.unsafeDiscardStringContext service.serviceConfig.ExecStart);
+        what = "the server unit runs ${exe}: ${service.serviceConfig.ExecStart}";
+      }
+      {
+        ok = lib.elem stackPackage host.config.environment.systemPackages;
+        what = "the host has the stack's package installed";
+      }
+    ];
+    assertWarn host (pkgs.runCommand "sglang-eagle3-module-package-${name}" { } "touch $out")
+  )
+) stackPackages

@@ -1,10 +1,16 @@
-# The SGLang patch series: exactly the files listed in patches/sglang-<version>/series,
-# in order, the same list the Python patch tool applies. Builtins only.
+# The SGLang patch series of one SGLang version: exactly the files listed in
+# patches/sglang-<version>/series, in order, the same list the Python patch tool applies.
+# Builtins only: `import ./patch-series.nix "0.5.9"`.
+version:
 let
-  pins = import ./pins.nix;
-  version = pins.artifacts.sglang.version;
   dir = ../patches + "/sglang-${version}";
-  lines = builtins.filter builtins.isString (builtins.split "\n" (builtins.readFile (dir + "/series")));
+  series = dir + "/series";
+  text =
+    if builtins.pathExists series then
+      builtins.readFile series
+    else
+      throw "patches/sglang-${version}/series does not exist: a pinned stack needs its patch series (an empty one, comments only, applies nothing)";
+  lines = builtins.filter builtins.isString (builtins.split "\n" text);
   # "name.patch  # comment" -> "name.patch"; blank and comment-only lines -> null
   nameOf =
     line:

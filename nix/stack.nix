@@ -1,6 +1,8 @@
-# The whole serving stack for one system: CUDA 13 toolchain, the Python environment from
-# python/uv.lock (SGLang 0.5.9 patched, torch cu130, FlashInfer, sgl-kernel cu130), and
-# the sglang-eagle3 command wrapped with what it needs at run time.
+# One pinned serving stack for one system: CUDA 13 toolchain, the Python environment from
+# the stack's uv.lock (0.5.9, the default: python/uv.lock, SGLang 0.5.9 patched, torch cu130,
+# FlashInfer 0.6.3, sgl-kernel cu130; 0.5.23: nix/stacks/sglang-0.5.23/uv.lock), and the
+# sglang-eagle3 command wrapped with what it needs at run time. Which stack: `version`, a key
+# of nix/pins.json's "stacks" (null: the default); everything else is the same function.
 {
   pkgs,
   lib,
@@ -8,10 +10,15 @@
   pyproject-nix,
   pyproject-build-systems,
   src,
+  version ? null,
 }:
 let
   pins = import ./pins.nix;
-  series = import ./patch-series.nix;
+  stack = pins.stackOf version;
+  series = import ./patch-series.nix stack.version;
+  # The uv project whose extras (server, test, router) are the environments: sglang-eagle3
+  # itself for 0.5.9; for another stack, the project that pins its versions beside it.
+  project = stack.project;
   python = pkgs."python${lib.replaceStrings [ "." ] [ "" ] pins.stack.python}";
   cuda = import ./cuda.nix { inherit pkgs lib; };
   # CUDA capabilities chosen for this stack, or [ ] (nixpkgs' default: its config option is
@@ -28,7 +35,7 @@ let
       ;
   };
 
-  workspace = uv2nix.lib.workspace.loadWorkspace { workspaceRoot = src + "/python"; };
+  workspace = uv2nix.lib.workspace.loadWorkspace { workspaceRoot = src + "/${stack.workspace}"; };
 
   pythonSet =
     (pkgs.callPackage pyproject-nix.build.packages { inherit python; }).overrideScope
@@ -43,12 +50,13 @@ let
               cuda
               python
               src
+              stack
               ;
           })
         ]
       );
 
-  serverEnv = pythonSet.mkVirtualEnv "sglang-eagle3-env" { sglang-eagle3 = [ "server" ]; };
+  serverEnv = pythonSet.mkVirtualEnv "sglang-eagle3-env" { ${project} = [ "server" ]; };
 
   # The launcher, probe, patch tool and benchmark without the server stack: what the NixOS
   # module checks run, and enough to drive a server on another host.
@@ -60,7 +68,7 @@ let
 
   # The router host's environment: the launcher (sglang-eagle3-router reads the API key from
   # a file) and sglang-router 0.3.2, without SGLang or CUDA.
-  routerEnv = (pythonSet.mkVirtualEnv "sglang-eagle3-router-env" { sglang-eagle3 = [ "router" ]; }).overrideAttrs (old: {
+  routerEnv = (pythonSet.mkVirtualEnv "sglang-eagle3-router-env" { ${project} = [ "router" ]; }).overrideAttrs (old: {
     meta = (old.meta or { }) // {
       mainProgram = "sglang-eagle3-router";
     };
@@ -71,25 +79,25 @@ let
   lintEnv = pythonSet.mkVirtualEnv "sglang-eagle3-lint-env" { ruff = [ ]; };
 
   # The CPU test suite imports SGLang from the trees it unpacks and replaces sgl_kernel by a
-  # stand-in, so its environment leaves out the CUDA kernel package, which both SGLang and
-  # the `server` extra list.
+  # stand-in, so its environment leaves out the CUDA kernel package (sgl-kernel, renamed
+  # sglang-kernel in 0.5.23), which both SGLang and the `server` extra list.
   withoutKernel = _final: prev: {
     sglang = prev.sglang.overrideAttrs (old: {
       passthru = old.passthru // {
-        dependencies = removeAttrs old.passthru.dependencies [ "sgl-kernel" ];
+        dependencies = removeAttrs old.passthru.dependencies [ stack.kernel ];
       };
     });
-    sglang-eagle3 = prev.sglang-eagle3.overrideAttrs (old: {
+    ${project} = prev.${project}.overrideAttrs (old: {
       passthru = old.passthru // {
         optional-dependencies = old.passthru.optional-dependencies // {
-          server = removeAttrs old.passthru.optional-dependencies.server [ "sgl-kernel" ];
+          server = removeAttrs old.passthru.optional-dependencies.server [ stack.kernel ];
         };
       };
     });
   };
   testSet = pythonSet.overrideScope withoutKernel;
   testSpec = {
-    sglang-eagle3 = [
+    ${project} = [
       "server"
       "test"
       "router"
@@ -99,10 +107,14 @@ let
 
   # `nix develop`: the test environment with sglang-eagle3 installed editable from the
   # working tree ($REPO_ROOT, set by the shell hook), as uv2nix's templates do, so tests and
-  # the CLI run the code being edited, not a store copy.
+  # the CLI run the code being edited, not a store copy. (uv2nix makes the path of
+  # sglang-eagle3 relative to the workspace's root: $REPO_ROOT/python for 0.5.9.)
   devSet = testSet.overrideScope (
     lib.composeManyExtensions [
-      (workspace.mkEditablePyprojectOverlay { root = "$REPO_ROOT/python"; })
+      (workspace.mkEditablePyprojectOverlay {
+        root = "$REPO_ROOT/${stack.workspace}";
+        members = [ "sglang-eagle3" ];
+      })
       (final: prev: {
         sglang-eagle3 = prev.sglang-eagle3.overrideAttrs (old: {
           # Built from the same files as the non-editable package (hatch's force-include
@@ -120,7 +132,8 @@ let
   };
 
   package = pkgs.symlinkJoin {
-    name = "sglang-eagle3-${pythonSet.sglang-eagle3.version}";
+    # The default stack's package keeps its name; another stack's names its SGLang.
+    name = "sglang-eagle3-${pythonSet.sglang-eagle3.version}" + lib.optionalString (!stack.isDefault) "-sglang-${stack.version}";
     paths = [ serverEnv ];
     nativeBuildInputs = [ pkgs.makeWrapper ];
     postBuild = ''
@@ -139,7 +152,9 @@ let
         cuda
         runtime
         runtimeEnv
+        series
         ;
+      stack = removeAttrs stack [ "sglangPin" ];
       sglangWheel = pythonSet.sglang.src;
       editablePackage = devSet.sglang-eagle3;
     };
@@ -163,6 +178,8 @@ in
     runtime
     runtimeEnv
     python
+    series
     ;
+  inherit (stack) version;
   sglangWheel = pythonSet.sglang.src;
 }

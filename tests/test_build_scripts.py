@@ -121,3 +121,36 @@ def test_formatting_check_runs_on_a_read_only_source(tmp_path):
     finally:
         for path in [source, *source.rglob("*")]:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+@needs_patch
+def test_patched_0_5_23_wheel_is_its_pristine_wheel_plus_its_series(newest_wheel, tmp_path):
+    """The second stack's build step (packages.sglang-wheel-0_5_23) on the real 0.5.23 wheel:
+    patches/sglang-0.5.23/series applied with no fuzz, every other file unchanged."""
+    pin = pins.pins()[pins.pins()["stacks"]["0.5.23"]["sglang"]]
+    store_named = tmp_path / f"{STORE_PREFIX}{pin['wheel']}"
+    shutil.copy(newest_wheel, store_named)
+    series_dir = REPO / "patches" / "sglang-0.5.23"
+    names = patchset.read_series(series_dir / "series")
+    env = {**os.environ, "PATH": tool_path(), "PATCH_FLAGS": " ".join(patchset.PATCH_FLAGS)}
+    command = ["bash", str(SCRIPTS / "patch-wheel.sh"), str(store_named), pin["wheel"], str(tmp_path / "out")]
+    result = subprocess.run([*command, *(str(series_dir / n) for n in names)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = (tmp_path / "out").iterdir()
+    assert wheel.name == pin["wheel"]
+    built, pristine = wheel_files(wheel), wheel_files(newest_wheel)
+    assert set(built) == set(pristine), "the same files, no more, no fewer"
+    touched = {f for name in names for f in patchset.Patch(name, series_dir / name).files}
+    unpacked = tmp_path / "expected"
+    unpacked.mkdir()
+    with zipfile.ZipFile(newest_wheel) as archive:
+        archive.extractall(unpacked, members=sorted(touched))
+    for name in names:
+        applied = subprocess.run(["patch", *patchset.PATCH_FLAGS, "-d", str(unpacked), "-i", str(series_dir / name)],
+                                 capture_output=True, text=True)  # fmt: skip
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+    for name, content in built.items():
+        if name.endswith(".dist-info/RECORD"):
+            continue
+        expected = (unpacked / name).read_bytes() if name in touched else pristine[name]
+        assert content == expected, f"{name} is not the pristine wheel plus the series"

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from sglang_eagle3.source import patchset
 from support import pins
 from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
 
@@ -51,9 +52,12 @@ def test_flake_check_evaluates_every_output_with_no_warning(ws):
         "checks.x86_64-linux.module-assertions", "checks.x86_64-linux.module-monitoring",
         "checks.x86_64-linux.module-models", "checks.x86_64-linux.module-cluster", "formatter.x86_64-linux",
         "packages.x86_64-linux.sglang-router", "packages.x86_64-linux.router-vm-test",
+        # the second pinned stack (tests/test_flake.py, "the SGLang 0.5.23 stack")
+        "packages.x86_64-linux.sglang-eagle3-0_5_23", "packages.x86_64-linux.sglang-wheel-0_5_23",
+        "checks.x86_64-linux.module-package-0_5_23", "checks.x86_64-linux.patch-series-0_5_23",
     ):  # fmt: skip
         assert output in checked, f"nix flake check did not evaluate {output}"
-    for app in ("default", "serve-eagle3", "bench", "probe"):
+    for app in ("default", "serve-eagle3", "bench", "probe", "serve-eagle3-0_5_23"):
         assert f"checking app 'apps.{SYSTEM}.{app}'" in result.stderr
 
 
@@ -72,9 +76,11 @@ def test_the_patched_wheel_derivation_calls_the_tested_script(ws):
     assert re.search(r"bash /nix/store/[a-z0-9]{32}-patch-wheel\.sh ", command), command
     assert "sglang-0.5.9-py3-none-any.whl $out" in command
     names = re.findall(r"/(\d{4}-[\w.-]+\.patch)", command)
-    series = ws.eval_expr('(import "${flake}/nix/patch-series.nix").names')
+    series = ws.eval_expr('(import "${flake}/nix/patch-series.nix" "0.5.9").names')
     assert names == series
-    assert info["env"]["PATCH_FLAGS"] == " ".join(ws.eval_expr('(import "${flake}/nix/patch-series.nix").flags'))
+    assert info["env"]["PATCH_FLAGS"] == " ".join(
+        ws.eval_expr('(import "${flake}/nix/patch-series.nix" "0.5.9").flags')
+    )
 
 
 def test_the_patched_wheel_builds_with_the_pinned_wheel(ws, pristine_wheel, patched_tree, tmp_path):
@@ -313,3 +319,119 @@ def test_a_host_without_root_file_system_or_boot_loader_fails_nixos_own_assertio
     )
     assert "The ‘fileSystems’ option does not specify your root file system." in failed
     assert any("boot.loader.grub.devices" in m for m in failed)
+
+
+# -- the SGLang 0.5.23 stack ------------------------------------------------------------------
+
+NEWEST = "0.5.23"
+NEWEST_PIN = pins.pins()["stacks"][NEWEST]["sglang"]
+
+
+def nix_deps(ws, attribute: str) -> set[str]:
+    """The store names (no hash) of an environment's Python packages, as uv2nix lists them."""
+    deps = ws.eval(f"{attribute}.NIX_PYPROJECT_DEPS")
+    return {re.sub(r"^/nix/store/[a-z0-9]{32}-", "", p) for p in deps.split(":")}
+
+
+def test_the_0_5_23_package_is_its_lock_its_wheel_and_its_series(ws):
+    package = f"packages.{SYSTEM}.sglang-eagle3-0_5_23"
+    assert ws.eval(f"{package}.name") == "sglang-eagle3-0.1.0-sglang-0.5.23"
+    assert ws.eval(f"packages.{SYSTEM}.default.name") == "sglang-eagle3-0.1.0", "the default stack keeps its name"
+    assert ws.eval(f"{package}.passthru.stack.version") == NEWEST
+    # CPython 3.12, as the default stack.
+    assert ws.eval(f"{package}.passthru.pythonSet.python.pythonVersion") == "3.12"
+    lock = tomllib.loads((REPO / "nix/stacks/sglang-0.5.23/uv.lock").read_text())
+    locked = {p["name"]: p["version"] for p in lock["package"]}
+    server = nix_deps(ws, f"{package}.passthru.serverEnv")
+    for name in ("sglang", "torch", "sglang-kernel", "flashinfer-python", "transformers", "triton"):
+        assert f"{name}-{locked[name]}" in server, f"{name} {locked[name]} not in the 0.5.23 server environment"
+    assert locked["torch"] == "2.14.1" and locked["sglang"] == "0.5.23"
+    # The CUDA libraries come from cudaPackages_13_0, not pip's wheels (as in the 0.5.9 stack),
+    # also where they are reached through an extra (torch -> cuda-toolkit[cublas,cudart,...]).
+    dropped = json.loads((REPO / "nix/stacks/sglang-0.5.23/wheel-libraries.json").read_text())["dropped"]
+    assert {"nvidia-cublas", "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"} <= set(dropped)
+    assert not [d for d in server if re.sub(r"-[\d.]+$", "", d) in dropped], server
+    # The test environment leaves out the kernel package, renamed sglang-kernel in 0.5.23.
+    assert not [d for d in nix_deps(ws, f"{package}.passthru.testEnv") if d.startswith("sglang-kernel-")]
+    # sglang is the patched wheel of this stack, the wrapper points at this stack's series.
+    assert ws.eval(f"{package}.passthru.pythonSet.sglang.src.name") == "sglang-0.5.23-patched-wheel"
+    series_dir = ws.eval(f"{package}.passthru.series.dir")
+    assert series_dir.endswith("/patches/sglang-0.5.23")
+    (info,) = json.loads(ws.nix("derivation", "show", f"{ws.ref}#{package}").stdout).values()
+    # The series directory, copied to the store on its own (named after it).
+    assert re.search(
+        r"--set-default SGLANG_EAGLE3_PATCHES /nix/store/[a-z0-9]{32}-sglang-0\.5\.23\\n", json.dumps(info["env"])
+    )
+
+
+def test_the_0_5_23_wheel_derivation_fetches_the_pinned_wheel_and_applies_its_series(ws):
+    pin = pins.pins()[NEWEST_PIN]
+    assert pin["wheel"] == "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl"
+    wheel = f"packages.{SYSTEM}.sglang-wheel-0_5_23"
+    assert ws.eval(f"{wheel}.pristine.outputHash") == pin["sha256"]
+    assert ws.eval(f"{wheel}.pristine.name") == pin["wheel"]
+    drv = json.loads(ws.nix("derivation", "show", f"{ws.ref}#{wheel}").stdout)
+    (info,) = drv.values()
+    command = info["env"]["buildCommand"]
+    assert re.search(r"bash /nix/store/[a-z0-9]{32}-patch-wheel\.sh ", command), command
+    assert f"{pin['wheel']} $out" in command
+    names = re.findall(r"/patches/sglang-0\.5\.23/([\w.-]+\.patch)", command)
+    assert names == ws.eval_expr('(import "${flake}/nix/patch-series.nix" "0.5.23").names')
+    assert names == patchset.read_series(REPO / "patches" / "sglang-0.5.23" / "series")
+    assert ws.eval(f"checks.{SYSTEM}.patch-series-0_5_23.drvPath") == ws.eval(f"{wheel}.drvPath")
+
+
+def test_the_0_5_23_wheel_builds_from_the_real_pinned_wheel(ws, newest_wheel, tmp_path):
+    """The derivation run here on the real 0.5.23 wheel (put in the store as fetchurl would)."""
+    if shutil.which("patch") is None:
+        pytest.skip("needs GNU patch")
+    pin = pins.pins()[NEWEST_PIN]
+    named = tmp_path / pin["wheel"]
+    shutil.copy(newest_wheel, named)
+    assert ws.nix("store", "add-file", str(named)).stdout.strip() == ws.eval(
+        f"packages.{SYSTEM}.sglang-wheel-0_5_23.pristine.outPath"
+    )
+    out = ws.nix("build", "--no-link", "--print-out-paths", "--option", "sandbox", "false",
+                 f"{ws.ref}#packages.{SYSTEM}.sglang-wheel-0_5_23").stdout.strip()  # fmt: skip
+    (built,) = Path(out).glob("*.whl")
+    assert built.name == pin["wheel"]
+    with zipfile.ZipFile(built) as archive, zipfile.ZipFile(newest_wheel) as pristine:
+        files = lambda z: sorted(n for n in z.namelist() if not n.endswith("/"))  # noqa: E731
+        assert files(archive) == files(pristine), "the same files, no more, no fewer"
+        touched = {f for n in patchset.read_series(REPO / "patches/sglang-0.5.23/series")
+                   for f in patchset.Patch(n, REPO / "patches/sglang-0.5.23" / n).files}  # fmt: skip
+        for name in pristine.namelist():
+            if not name.endswith(("/", "RECORD")) and name not in touched:
+                assert archive.read(name) == pristine.read(name), f"{name} changed, but no patch touches it"
+
+
+def test_the_0_5_23_app_and_the_module_check_use_the_0_5_23_package(ws):
+    app = f"apps.{SYSTEM}.serve-eagle3-0_5_23"
+    assert re.fullmatch(r"/nix/store/[a-z0-9]{32}-serve-eagle3-0\.5\.23", ws.eval(f"{app}.program"))
+    assert ws.eval(f"{app}.meta.description") == "sglang-eagle3 serve"
+    exe = ws.eval(f"packages.{SYSTEM}.sglang-eagle3-0_5_23", apply='p: p.outPath + "/bin/sglang-eagle3"')
+    # The script's derivation (reading the script itself would build it during evaluation).
+    context = f"builtins.attrNames (builtins.getContext flake.apps.{SYSTEM}.serve-eagle3-0_5_23.program)"
+    (script_drv,) = ws.eval_expr(context)
+    (info,) = json.loads(ws.nix("derivation", "show", f"{script_drv}^*").stdout).values()
+    assert f"exec {exe} serve" in json.dumps(info["env"])
+    host = ws.eval_expr(
+        'let h = inputs.nixpkgs.lib.nixosSystem { system = "x86_64-linux"; modules = [ flake.nixosModules.default '
+        '"${flake}/modules/examples/8-gpu-host.nix" { services.sglang-eagle3.package = '
+        "flake.packages.x86_64-linux.sglang-eagle3-0_5_23; } ]; }; "
+        "in h.config.systemd.services.sglang-eagle3.serviceConfig.ExecStart"
+    )
+    assert host.startswith(f"{exe} serve --config ")
+
+
+def test_lib_mk_stack_picks_the_version_and_names_the_known_ones(ws):
+    assert ws.eval_expr('(flake.lib.mkStack { version = "0.5.23"; }).package.passthru.stack.version') == NEWEST
+    assert ws.eval_expr("(flake.lib.mkStack { }).package.passthru.stack.version") == "0.5.9"
+    chosen = ws.eval_expr(
+        '(flake.lib.mkStack { version = "0.5.23"; cudaCapabilities = [ "12.0" ]; }).package.passthru.runtimeEnv'
+    )
+    assert chosen["TORCH_CUDA_ARCH_LIST"] == "12.0"
+    unknown = f'((builtins.getFlake "{ws.ref}").lib.mkStack {{ version = "0.6"; }}).package.name'
+    failed = ws.nix("eval", "--impure", "--expr", unknown, check=False)
+    assert failed.returncode != 0
+    assert "nix/pins.json has no stack '0.6'; the pinned stacks are: 0.5.23, 0.5.9" in failed.stderr

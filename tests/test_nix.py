@@ -62,7 +62,9 @@ def test_nix_file_parses(path):
 
 @needs_nix
 def test_nix_and_python_apply_the_same_patch_series_with_the_same_flags():
-    series = nix_eval("let s = import ./nix/patch-series.nix; in { inherit (s) names flags version; }")
+    series = nix_eval(
+        f'let s = import ./nix/patch-series.nix "{SGLANG_VERSION}"; in {{ inherit (s) names flags version; }}'
+    )
     python_series = patchset.PatchSeries.load()
     assert series["names"] == [p.name for p in python_series.patches]
     assert series["flags"] == patchset.PATCH_FLAGS
@@ -71,7 +73,7 @@ def test_nix_and_python_apply_the_same_patch_series_with_the_same_flags():
 
 @needs_nix
 def test_every_pin_evaluates_to_fetchurl_arguments_with_a_real_hash():
-    names = [n for n in PINS if n not in ("_comment", "stack")]
+    names = [n for n in PINS if n not in ("_comment", "stack", "stacks")]
     args = nix_eval(f"map (import ./nix/pins.nix).fetchurlArgs {json.dumps(names).replace(',', ' ')}")
     for name, arg in zip(names, args, strict=True):
         assert re.fullmatch(r"[0-9a-f]{64}", arg["sha256"]), name
@@ -129,6 +131,68 @@ def test_versions_agree_across_nix_uv_lock_patches_and_launcher():
     assert any(d["name"] == "transformers" for d in locked("sglang")["dependencies"])
     assert locked("transformers")["version"] == "4.57.1" and locked("torch")["version"] == "2.9.1"
     assert PINS["stack"]["cudaPackages"] == "cudaPackages_" + PINS["stack"]["cuda"].replace(".", "_")
+
+
+# -- the second stack: its lock and its pins agree ---------------------------------------------
+
+STACKS = {v: s for v, s in PINS["stacks"].items() if not v.startswith("_")}
+NEWEST_LOCK = tomllib.loads((REPO / STACKS["0.5.23"]["workspace"] / "uv.lock").read_text())
+
+
+@needs_nix
+def test_every_stack_names_its_pins_lock_series_and_data():
+    stacks = nix_eval("builtins.mapAttrs (v: _: (import ./nix/pins.nix).stackOf v) (import ./nix/pins.nix).stacks")
+    assert set(stacks) == set(STACKS) and PINS["stack"]["default"] in stacks
+    for version, stack in stacks.items():
+        assert stack["sglangPin"] == PINS[stack["sglang"]] and stack["sglangPin"]["version"] == version
+        assert (REPO / stack["workspace"] / "uv.lock").is_file() and (
+            REPO / stack["workspace"] / "pyproject.toml"
+        ).is_file()
+        assert (REPO / "patches" / f"sglang-{version}" / "series").is_file()
+        for data in (
+            "wheel-closure.json",
+            "wheel-libraries.json",
+            "runtime-lookup-policy.json",
+            "runtime-lookups.json",
+        ):
+            assert (REPO / stack["data"] / data).is_file(), (version, data)
+    missing = subprocess.run(
+        [NIX, "--eval", "-E", '(import ./nix/pins.nix).stackOf "0.6"'], capture_output=True, text=True
+    )
+    assert missing.returncode != 0 and "nix/pins.json has no stack '0.6'; the pinned stacks are:" in missing.stderr
+
+
+@pytest.mark.parametrize("pin", ["sglang-0.5.23", "torch-2.14.1", "flashinfer-python-0.7.2", "sglang-kernel-0.4.10"])
+def test_the_0_5_23_pins_are_its_uv_lock_versions_and_hashes(pin):
+    name = re.sub(r"-[\d.]+$", "", pin)
+    (package,) = [p for p in NEWEST_LOCK["package"] if p["name"] == name]
+    wheels = {Path(w["url"]).name: w for w in package["wheels"]}
+    assert PINS[pin]["version"] == package["version"]
+    assert wheels[PINS[pin]["wheel"]]["hash"] == "sha256:" + PINS[pin]["sha256"]
+    assert wheels[PINS[pin]["wheel"]]["url"] == PINS[pin]["url"]
+
+
+def test_the_0_5_23_lock_is_for_cpython_3_12_on_x86_64_linux_and_pins_what_sglang_pins(newest_tree):
+    markers = NEWEST_LOCK["supported-markers"]
+    assert markers == [
+        "python_full_version == '3.12.*' and implementation_name == 'cpython' "
+        "and platform_machine == 'x86_64' and sys_platform == 'linux'"
+    ]
+    assert f"{PINS['stack']['python']}.*" in markers[0]
+    # Every == pin of SGLang 0.5.23's own METADATA (the real wheel) is what the lock resolved.
+    metadata = next(newest_tree.glob("sglang-0.5.23.dist-info")) / "METADATA"
+    requires = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
+                if line.startswith("Requires-Dist:") and "extra ==" not in line]  # fmt: skip
+    locked = {p["name"]: p["version"] for p in NEWEST_LOCK["package"]}
+    normalise = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
+    pinned = {}
+    for requirement in requires:
+        match = re.match(r"([A-Za-z0-9_.-]+)(\[[^]]*\])?==([\w.]+)(;.*)?$", requirement)
+        if match and not (match.group(4) and "aarch64" in match.group(4) and "x86_64" not in match.group(4)):
+            pinned[normalise(match.group(1))] = match.group(3)
+    assert {"torch", "transformers", "flashinfer-python", "sglang-kernel", "tokenizers"} <= set(pinned)
+    assert {n: locked.get(n) for n in pinned} == pinned
+    assert locked["torch"] == "2.14.1" and locked["sglang"] == "0.5.23"
 
 
 @pytest.mark.parametrize("name", ["sglang", "flashinfer-python", "flashinfer-cubin"])

@@ -185,3 +185,65 @@ def test_the_overlay_gives_autopatchelf_what_the_data_says(overlay, name):
     assert "auto-patchelf-hook" in nix["nativeBuildInputs"], "uv2nix patches every wheel"
     if name in POLICY["cudaWheels"]:
         assert nix["src"] == PINS[POLICY["cudaWheels"][name]["pin"]]["wheel"]
+
+
+# -- the SGLang 0.5.23 stack (nix/stacks/sglang-0.5.23), with the same rules ------------------
+
+NEWEST_DIR = REPO / "nix" / "stacks" / "sglang-0.5.23"
+NEWEST = json.loads((NEWEST_DIR / "wheel-libraries.json").read_text())
+NEWEST_POLICY = json.loads((NEWEST_DIR / "wheel-closure.json").read_text())
+
+
+def resolve_in(data: dict, policy: dict, name: str, soname: str) -> tuple[str, str | None]:
+    """resolve() for another stack's data and policy (nix/python-overrides.nix, `package:` included)."""
+    cuda = {s: m for m, sonames in data["cudaPackages_13_0"].items() for s in sonames}
+    if soname in cuda:
+        return "cuda", cuda[soname]
+    for pattern, kind in policy["providers"].items():
+        if not pattern.startswith("_") and re.fullmatch(pattern, soname):
+            return tuple(kind.split(":", 1)) if ":" in kind else (kind, None)
+    if soname in policy["ignoreMissing"].get(name, {}):
+        return "ignore", None
+    return "unresolved", None
+
+
+def test_0_5_23_data_covers_the_closure_its_uv_lock_pins():
+    audit = generator()
+    lock = tomllib.loads((NEWEST_DIR / "uv.lock").read_text())
+    environment = audit.marker_environment(NEWEST_POLICY["python"])
+    root = NEWEST_POLICY["root"]
+    closure, _ = audit.resolve_closure(lock, root["package"], root["extras"], environment)
+    assert {n for n in closure if audit.dropped(n, NEWEST_POLICY)} == set(NEWEST["dropped"])
+    assert NEWEST_POLICY["cudaWheels"] == {}, "PyPI's torch 2.14.1 is the CUDA 13 build: nothing is swapped"
+    for name, record in NEWEST["packages"].items():
+        assert record["version"] == closure[name]["version"], name
+        assert record["wheel"] == audit.best_wheel(closure[name], "cp312")["url"].rsplit("/", 1)[1], name
+    # torch 2.14.1 links CUDA 13's libraries itself (no translation, as for 0.5.9's proxies).
+    assert {"libcudart.so.13", "libcublas.so.13", "libnccl.so.2"} <= set(NEWEST["packages"]["torch"]["needs"])
+    assert "sglang" in NEWEST["packages"], "SGLang 0.5.23's wheel has ELF files of its own"
+    assert NEWEST["cudaPackages_13_0"] == DATA["cudaPackages_13_0"], "one nixpkgs CUDA set for both stacks"
+
+
+@pytest.mark.parametrize("name", sorted(NEWEST["packages"]))
+def test_0_5_23_every_needed_soname_is_provided_or_ignored_with_a_reason(name):
+    record = NEWEST["packages"][name]
+    kinds = {s: resolve_in(NEWEST, NEWEST_POLICY, name, s) for s in external_needs(record)}
+    assert [s for s, (kind, _) in kinds.items() if kind == "unresolved"] == [], name
+    for soname, (kind, attr) in kinds.items():
+        if kind == "package":  # another wheel of the closure ships it
+            assert soname in NEWEST["packages"][attr]["provides"], (soname, attr)
+        if kind == "ignore":
+            assert len(NEWEST_POLICY["ignoreMissing"][name][soname]) > 40
+
+
+def test_0_5_23_overlay_adds_the_providing_wheels_to_autopatchelfs_search_path(tmp_path_factory):
+    if reason:
+        pytest.skip(reason)
+    ws = Workspace(tmp_path_factory.mktemp("flake"))
+    set_ = "flake.packages.x86_64-linux.sglang-eagle3-0_5_23.passthru.pythonSet"
+    got = ws.eval_expr(f"let s = {set_}; in {{ tilelang = s.tilelang.preFixup; tvm = s.apache-tvm-ffi.outPath; "
+                       f"z3 = s.z3-solver.outPath; site = s.python.sitePackages; "
+                       f"numba = s.numba.autoPatchelfIgnoreMissingDeps; }}")  # fmt: skip
+    assert f"addAutoPatchelfSearchPath {got['tvm']}/{got['site']}" in got["tilelang"]
+    assert f"addAutoPatchelfSearchPath {got['z3']}/{got['site']}" in got["tilelang"]
+    assert {"libgomp.so.1.0.0", "libtbb.so.12"} <= set(got["numba"])

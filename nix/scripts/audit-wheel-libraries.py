@@ -4,7 +4,7 @@
 The Nix build (uv2nix) runs autoPatchelf on every wheel, which fails on any NEEDED
 soname that nothing in the build provides. This generator reads the wheels themselves:
 
-1. The server closure is resolved from python/uv.lock the way uv2nix resolves it for
+1. The server closure is resolved from the stack's uv.lock the way uv2nix resolves it for
    CPython 3.12 on x86_64-linux (PEP 508 markers, extras), minus what
    nix/wheel-closure.json drops; the three CUDA wheels swapped for cu130 builds are read
    from their closest PyPI build (named as a proxy in the data).
@@ -18,7 +18,10 @@ soname that nothing in the build provides. This generator reads the wheels thems
 The result is data; tests/test_wheel_libraries.py proves every soname is resolved by
 what the Nix build provides, and nix/python-overrides.nix derives the overrides from it.
 
-    python nix/scripts/audit-wheel-libraries.py [--cache DIR] [--check]
+    python nix/scripts/audit-wheel-libraries.py [--stack VERSION] [--cache DIR] [--check]
+
+A stack (nix/pins.json "stacks") names its uv.lock and the directory of its policy and data:
+0.5.9 (the default) python/uv.lock and nix/; 0.5.23 nix/stacks/sglang-0.5.23/.
 
 Needs: pyelftools, packaging (both in the test environment); network access to PyPI.
 """
@@ -45,10 +48,24 @@ from elftools.elf.elffile import ELFFile
 from packaging.markers import Marker
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK = REPO / "python" / "uv.lock"
-POLICY = REPO / "nix" / "wheel-closure.json"
 PINS = REPO / "nix" / "pins.json"
-OUTPUT = REPO / "nix" / "wheel-libraries.json"
+
+
+def stack_files(version: str | None = None) -> dict[str, Path]:
+    """The lock, policies and data of a stack of nix/pins.json (None: the default stack)."""
+    pins = json.loads(PINS.read_text())
+    stacks = {v: s for v, s in pins["stacks"].items() if not v.startswith("_")}
+    version = version or pins["stack"]["default"]
+    if version not in stacks:
+        raise SystemExit(f"no stack {version!r} in nix/pins.json (stacks: {', '.join(stacks)})")
+    stack, data = stacks[version], REPO / stacks[version]["data"]
+    return {
+        "lock": REPO / stack["workspace"] / "uv.lock",
+        "policy": data / "wheel-closure.json",
+        "output": data / "wheel-libraries.json",
+        "lookupPolicy": data / "runtime-lookup-policy.json",
+        "lookups": data / "runtime-lookups.json",
+    }
 
 
 def marker_environment(python: str) -> dict[str, str]:
@@ -189,16 +206,18 @@ def elf_libraries(wheel: Path) -> tuple[list[str], list[str], int]:
 
 
 def pypi_wheel(requirement: str, cache: Path) -> Path:
-    """The manylinux x86_64 wheel of name==version from PyPI's JSON API (sha256 as PyPI publishes it)."""
+    """The manylinux x86_64 wheel of name==version from PyPI's simple index (PEP 691 JSON), sha256 as published."""
     name, version = requirement.split("==")
-    index = f"https://pypi.org/pypi/{name}/json"
-    with urllib.request.urlopen(index, timeout=60) as response:
-        files = json.load(response)["releases"].get(version, [])
-    wheels = [f for f in files if f["filename"].endswith(".whl") and "x86_64" in f["filename"]]
+    index = f"https://pypi.org/simple/{name}/"
+    request = urllib.request.Request(index, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    prefix = f"{name.replace('-', '_')}-{version}-"
+    wheels = [f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith("x86_64.whl")]
     if not wheels:
         raise SystemExit(f"PyPI has no x86_64 wheel of {requirement}")
-    # Mirrors of PyPI may give file URLs relative to the JSON document.
-    return download(urllib.parse.urljoin(index, wheels[0]["url"]), wheels[0]["digests"]["sha256"], cache)
+    # Mirrors of PyPI may give file URLs relative to the index page.
+    return download(urllib.parse.urljoin(index, wheels[0]["url"]), wheels[0]["hashes"]["sha256"], cache)
 
 
 def stem(soname: str) -> str:
@@ -208,13 +227,16 @@ def stem(soname: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", help="A stack of nix/pins.json (default: the default stack).")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sglang-eagle3-wheel-audit")
-    parser.add_argument("--check", action="store_true", help="Exit 1 if nix/wheel-libraries.json differs.")
+    parser.add_argument("--check", action="store_true", help="Exit 1 if the stack's wheel-libraries.json differs.")
     args = parser.parse_args()
+    files = stack_files(args.stack)
+    output = files["output"]
 
-    policy = json.loads(POLICY.read_text())
+    policy = json.loads(files["policy"].read_text())
     pins = json.loads(PINS.read_text())
-    lock = tomllib.loads(LOCK.read_text())
+    lock = tomllib.loads(files["lock"].read_text())
     environment = marker_environment(policy["python"])
     python_tag = "cp" + environment["python_version"].replace(".", "")
 
@@ -237,8 +259,8 @@ def main() -> None:
         if why:
             dropped_names[name] = {"why": why, "requiredBy": sorted(dependents.get(name, ()))}
             continue
-        if package.get("source", {}).get("editable") or package.get("source", {}).get("virtual"):
-            continue  # this project itself: no ELF files
+        if {"editable", "virtual", "directory"} & set(package.get("source", {})):
+            continue  # this project itself (and a stack's project): no ELF files
         wheel = best_wheel(package, python_tag)
         path = download(wheel["url"], wheel["hash"].removeprefix("sha256:"), args.cache)
         provides, needs, count = elf_libraries(path)
@@ -263,8 +285,9 @@ def main() -> None:
     data = {
         "_comment": " ".join(
             [
-                "GENERATED by nix/scripts/audit-wheel-libraries.py from python/uv.lock, nix/pins.json and",
-                "nix/wheel-closure.json; do not edit. packages: every wheel of the Nix server closure that holds",
+                "GENERATED by nix/scripts/audit-wheel-libraries.py from",
+                f"{files['lock'].relative_to(REPO)}, nix/pins.json and {files['policy'].relative_to(REPO)};",
+                "do not edit. packages: every wheel of the Nix server closure that holds",
                 "x86-64 ELF files, with the sonames it provides and needs. cudaPackages_13_0: the sonames each",
                 "member ships. dropped: what the closure leaves out and which packages depend on it (their",
                 "dependency on it is removed).",
@@ -277,12 +300,12 @@ def main() -> None:
     }
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     if args.check:
-        if OUTPUT.read_text() != text:
-            raise SystemExit(f"{OUTPUT} is stale: run {Path(__file__).relative_to(REPO)}")
-        print(f"{OUTPUT.relative_to(REPO)} is up to date")
+        if output.read_text() != text:
+            raise SystemExit(f"{output} is stale: run {Path(__file__).relative_to(REPO)}")
+        print(f"{output.relative_to(REPO)} is up to date")
         return
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(REPO)}: {len(packages)} packages with ELF files", file=sys.stderr)
+    output.write_text(text)
+    print(f"wrote {output.relative_to(REPO)}: {len(packages)} packages with ELF files", file=sys.stderr)
 
 
 if __name__ == "__main__":
