@@ -619,3 +619,148 @@ def test_generated_quantization_pairs(pristine_tree, target, draft, override):
     assert found.status == ("fail" if reaches and reaches != draft else "ok"), found
     if found.status == "fail":
         assert f"--speculative-draft-model-quantization {draft or 'unquant'}" in found.message
+
+
+# -- item 4: --json-model-override-args reaches the draft's config ------------------------------------
+
+
+def test_the_override_rule_is_where_the_finding_says(pristine_tree):
+    rule = draft_inheritance.override_rule(pristine_index(pristine_tree))
+    assert "model_override_args=server_args.json_model_override_args" in source_lines(pristine_tree, rule.inherit)
+    assert "self.model_override_args = json.loads(model_override_args)" in source_lines(pristine_tree, rule.parse)
+    applied = source_lines(pristine_tree, f"{rule.apply}-{int(rule.apply.split(':')[1]) + 1}")
+    assert "if model_override_args:" in applied and "config.update(model_override_args)" in applied
+    assert "server_args.json_model_override_args = (" in source_lines(pristine_tree, rule.replaced)
+    assert (rule.inherit, rule.parse, rule.apply) == (
+        "srt/configs/model_config.py:255", "srt/configs/model_config.py:123", "srt/utils/hf_transformers_utils.py:392"
+    )  # fmt: skip
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+DRAFT_KEYS = ["architectures", "hidden_size", "num_hidden_layers", "max_position_embeddings", "eagle_config",
+              "vocab_size", "n_routed_experts", "kv_lora_rank"]  # fmt: skip
+
+
+@GENERATED
+@given(override=st.dictionaries(st.sampled_from(DRAFT_KEYS), JSON_VALUES, max_size=4))
+def test_the_override_is_applied_as_transformers_applies_it(pristine_tree, override):
+    """SGLang's own statements (json.loads, then config.update) run on a stand-in config: what they make of the
+    draft's config.json equals what the real transformers LlamaConfig (the version SGLang 0.5.9 pins) holds."""
+    from importlib.metadata import version
+
+    from transformers import LlamaConfig
+
+    pinned = next((pristine_tree / "sglang-0.5.9.dist-info").glob("METADATA")).read_text()
+    assert f"Requires-Dist: transformers=={version('transformers')}" in pinned  # the oracle is the one SGLang runs
+    rule = draft_inheritance.override_rule(pristine_index(pristine_tree))
+    config = eagle3_draft_config((1, 29, 57))
+    parsed = rule.parsed(json.dumps(override))
+    applied = rule.applied(config, parsed)
+    real = LlamaConfig.from_dict(config)
+    if parsed:  # get_config: `if model_override_args: config.update(model_override_args)`
+        real.update(parsed)
+    assert {key: getattr(real, key) for key in applied} == applied
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ({"num_hidden_layers": 61}, "draft layers: the draft has 61 layers"),
+        ({"architectures": ["DeepseekV3ForCausalLM"]}, "draft architecture: DeepseekV3ForCausalLM is a model class"),
+        ({"hidden_size": 4096}, "draft hidden size: the draft expects target hidden states of width 4096"),
+        ({"max_position_embeddings": 2048}, "draft context length: the draft gets the target's context length 262144"),
+        ({"vocab_size": 32000}, "draft vocabulary: vocab_size 32000 differs from the target's 163840"),
+        ("{'num_hidden_layers': 61}", "is not JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ],
+)  # fmt: skip
+def test_an_override_that_breaks_the_draft_fails_preflight(tmp_path, patched_tree, run_cli, override, says):
+    """Kimi-K2.5's config nests its text model: an override of top-level fields (meant for the target) leaves
+    the target's text model as it is, and reaches the Llama-architecture draft's own fields."""
+    target = kimi_with_length(tmp_path / "Kimi-K2.5", 262144)
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    value = override if isinstance(override, str) else json.dumps(override)
+    result = run_cli(
+        "serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"model_path={target}",
+        "--set", f"speculative_draft_model_path={draft}", "--set", f"port={free_port()}",
+        "--set", f"extra_args={json.dumps(['--json-model-override-args', value])}",
+        env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"),
+             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": ""},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("[FAIL]")]
+    assert len(failed) == 1 and failed[0].startswith("[FAIL] draft model override: "), result.stdout
+    assert "--json-model-override-args" in failed[0] and says in failed[0], failed[0]
+    assert "Traceback" not in result.stderr and value not in failed[0]  # the finding does not repeat the value
+
+
+@pytest.mark.parametrize(
+    "value, status",
+    [
+        ('{"rope_theta": 50000}', "ok"),  # a field the draft has, to a value it takes
+        ('{"n_routed_experts": 384, "kv_lora_rank": 512}', "ok"),  # the target's keys: the Llama draft reads neither
+        ("{}", "ok"), ("null", "ok"),  # empty: get_config applies nothing
+        ("[1, 2]", "not_checked"), ('"layers"', "not_checked"),  # parsed, but no object of config fields
+        ('{"text_config": {"hidden_size": 7168}}', "not_checked"),
+    ],
+)  # fmt: skip
+def test_overrides_the_draft_takes_or_that_are_not_checked(tmp_path, pristine_tree, value, status):
+    target = kimi_with_length(tmp_path / "Kimi-K2.5", 262144)
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    _, found = preflight_checks(tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(
+        draft), extra_args=["--json-model-override-args", value])  # fmt: skip
+    finding = found["draft model override"]
+    assert finding.status == status and finding.where == "srt/utils/hf_transformers_utils.py:392", finding
+
+
+def draft_with_override(tree, tmp, override: dict, context_length=None):
+    target = kimi_with_length(Path(tmp) / "target", 262144)
+    draft = write_draft(Path(tmp) / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    s = server_settings.ServerSettings(
+        model_path=str(target), speculative_draft_model_path=str(draft), context_length=context_length,
+        extra_args=["--json-model-override-args", json.dumps(override)],
+    )  # fmt: skip
+    report = preflight.Preflight()
+    preflight.check_draft(report, s, sglang_source.locate(tree))
+    return {f.name: f for f in report.findings}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    layers=st.sampled_from([..., 1, 2, 61]),
+    hidden=st.sampled_from([..., 7168, 7167, 4096]),
+    length=st.sampled_from([..., 131071, 131072, 262144]),
+    arch=st.sampled_from([..., "LlamaForCausalLMEagle3", "LlamaForCausalLMEagle", "DeepseekV3ForCausalLM"]),
+    target_key=st.sampled_from([..., "n_routed_experts", "qk_rope_head_dim"]),
+    context_length=st.sampled_from([None, 131072]),
+)
+def test_generated_overrides(pristine_tree, layers, hidden, length, arch, target_key, context_length):
+    values = {"num_hidden_layers": layers, "hidden_size": hidden, "max_position_embeddings": length,
+              "architectures": [arch] if arch is not ... else ..., target_key: 64}  # fmt: skip
+    override = {k: v for k, v in values.items() if v is not ... and k is not ...}
+    with tempfile.TemporaryDirectory() as tmp:
+        found = draft_with_override(pristine_tree, tmp, override, context_length)
+    finding = found["draft model override"]
+    # What the draft (hidden 7168, 1 layer, length 262144, LlamaForCausalLMEagle3, for EAGLE3) takes, by the rules
+    # the draft checks read: llama_eagle3.py:198 (1 layer), the target's hidden size 7168, the EAGLE3 EntryClass,
+    # a length of its own at least the target's (context_length, else the target's 262144: eagle_worker.py:107).
+    # The target's keys are ones the Llama draft never reads.
+    breaks = (
+        override.get("num_hidden_layers", 1) != 1
+        or override.get("hidden_size", 7168) != 7168
+        or override.get("architectures", ["LlamaForCausalLMEagle3"]) != ["LlamaForCausalLMEagle3"]
+        or (context_length or 262144) > override.get("max_position_embeddings", 262144)
+    )
+    if not override:
+        assert finding.status == "ok" and "is empty" in finding.message
+    elif breaks:
+        assert finding.status == "fail" and "--json-model-override-args" in finding.message, finding
+    else:
+        assert finding.status == "ok", finding
