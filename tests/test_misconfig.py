@@ -764,3 +764,110 @@ def test_generated_overrides(pristine_tree, layers, hidden, length, arch, target
         assert finding.status == "fail" and "--json-model-override-args" in finding.message, finding
     else:
         assert finding.status == "ok", finding
+
+
+# -- item 4, the other way round: the draft's runner turns the target's chunked prefix cache off (#22780) --------
+
+
+def test_the_chunked_prefix_rule_is_where_the_findings_say(pristine_tree):
+    rule = draft_inheritance.chunked_prefix_rule(pristine_index(pristine_tree))
+    assert rule.turn_off == "srt/model_executor/model_runner.py:685"
+    turn_off = source_lines(pristine_tree, "srt/model_executor/model_runner.py:685-690")
+    assert "not self.use_mla_backend" in turn_off and "server_args.disable_chunked_prefix_cache = True" in turn_off
+    listed = re.search(r"CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS = \[(.*?)\]", (
+        pristine_tree / "sglang/srt/model_executor/model_runner.py").read_text(), re.DOTALL).group(1)  # fmt: skip
+    assert rule.supported == re.findall(r'"(\w+)"', listed)
+    assert source_lines(pristine_tree, rule.every_runner).strip() == "self.model_specific_adjustment()"
+    first, second = int(rule.draft_after_target.split(":")[1]) - 1, rule.draft_after_target
+    assert source_lines(pristine_tree, f"srt/managers/scheduler.py:{first}").strip() == "self.init_tp_model_worker()"
+    assert source_lines(pristine_tree, second).strip() == "self.maybe_init_draft_worker()"
+    kept = source_lines(pristine_tree, f"{rule.model_keeps}-{int(rule.model_keeps.split(':')[1]) + 2}")
+    assert "self.disable_chunked_prefix_cache = (" in kept and "get_global_server_args()" in kept
+    assert rule.reads["fa3"] == rule.reads["fa4"] == [("srt/layers/attention/flashattention_backend.py:943", True)]
+    assert "assert not get_global_server_args().disable_chunked_prefix_cache" in source_lines(
+        pristine_tree, "srt/layers/attention/flashattention_backend.py:943"
+    )
+    assert rule.reads["flashinfer"] == [("srt/layers/attention/flashinfer_mla_backend.py:210", False)]
+    built = source_lines(pristine_tree, "srt/layers/attention/flashinfer_mla_backend.py:194-210")
+    assert built.lstrip().startswith("def __init__(") and "not get_global_server_args().disable_chunked" in built
+
+
+def asserts_per_prefill(tree) -> set[str]:
+    """The backends whose factory (attention_registry.py, read here as text) imports its class from a module that
+    asserts the flag is off outside ``__init__``: on each forward, after the draft's runner has changed it."""
+    registry = (tree / "sglang/srt/layers/attention/attention_registry.py").read_text()
+    found = set()
+    for block in registry.split("@register_attention_backend(")[1:]:
+        name = block.split('"')[1]
+        for module in re.findall(r"from sglang\.srt\.layers\.attention\.(\w+) import", block):
+            text = (tree / f"sglang/srt/layers/attention/{module}.py").read_text()
+            for method in re.split(r"\n    def ", text)[1:]:
+                if (
+                    not method.startswith("__init__")
+                    and "assert not get_global_server_args().disable_chunked" in method
+                ):
+                    found.add(name)
+    return found
+
+
+def test_the_oracle_finds_the_flashattention_backends(pristine_tree):
+    assert {"fa3", "fa4"} <= asserts_per_prefill(pristine_tree) and "flashinfer" not in asserts_per_prefill(
+        pristine_tree)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides, status, says",
+    [
+        ({}, "ok", "flashinfer reads the flag only when it is built (srt/layers/attention/flashinfer_mla_backend.py"),
+        ({"attention_backend": "fa3"}, "warn", "fa3 reads it again on each prefill (srt/layers/attention/"
+         "flashattention_backend.py:943: asserts it is off)"),
+        ({"attention_backend": "fa4", "speculative_draft_attention_backend": "flashinfer"}, "warn",
+         "Add --disable-chunked-prefix-cache to extra_args, or set attention_backend flashinfer"),
+        ({"attention_backend": "fa3", "extra_args": ["--disable-chunked-prefix-cache"]}, "ok",
+         "extra_args sets --disable-chunked-prefix-cache"),
+        ({"attention_backend": "triton"}, "ok", "attention_backend triton is not one of flashinfer, fa3"),
+        ({"attention_backend": "fa3", "extra_args": ["--prefill-attention-backend", "flashinfer"]}, "not_checked",
+         "with --prefill-attention-backend in extra_args"),
+    ],
+)  # fmt: skip
+def test_the_draft_turns_the_targets_chunked_prefix_cache_off(tmp_path, pristine_tree, overrides, status, says):
+    """Kimi-K2.5 (MLA) with a Llama-architecture draft: the draft's runner turns the flag on after the target
+    was built; FlashAttention (fa3, fa4) asserts it is off on the target's next long-prompt prefill."""
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(draft), **overrides
+    )
+    finding = found["draft chunked prefix cache"]
+    assert finding.status == status and says in finding.message, finding
+    assert finding.where.startswith(("srt/model_executor/model_runner.py:", "srt/layers/attention/"))
+
+
+MHA_TARGETS = ["LlamaForCausalLM", "Qwen3MoeForCausalLM"]
+
+
+@GENERATED
+@given(
+    backend=st.sampled_from(["flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla", "triton",
+                             "torch_native", "trtllm_mha", "intel_xpu"]),
+    target=st.sampled_from([*MLA_DRAFTS, *MHA_TARGETS]),
+    draft=st.sampled_from([*MHA_DRAFTS, *MLA_DRAFTS]),
+    disable=st.booleans(),
+    split=st.sampled_from([None, "--prefill-attention-backend", "--decode-attention-backend"]),
+)  # fmt: skip
+def test_generated_chunked_prefix_cases(pristine_tree, backend, target, draft, disable, split):
+    args = [*(["--disable-chunked-prefix-cache"] if disable else []), *([split, "flashinfer"] if split else [])]
+    found = inherited(pristine_tree, None, "check_draft_chunked_prefix", draft, target, attention_backend=backend,
+                      extra_args=args)  # fmt: skip
+    # model_runner.py:685-690: a runner turns the flag on for a non-MLA model or a backend outside the list; the
+    # target's own runner already did unless it is MLA on a listed backend. Only then does the draft's change it.
+    listed = backend in ["flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla"]
+    changes = not disable and target in MLA_DRAFTS and draft not in MLA_DRAFTS and listed
+    if not changes:
+        assert found.status == "ok", found
+    elif split:
+        assert found.status == "not_checked", found
+    elif backend in asserts_per_prefill(pristine_tree):
+        assert found.status == "warn" and "--disable-chunked-prefix-cache" in found.message, found
+    else:
+        assert found.status == "ok" and "only when it is built" in found.message, found
