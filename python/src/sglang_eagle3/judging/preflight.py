@@ -651,7 +651,12 @@ def check_draft_model_override(
                    f"({rule.apply}) makes of it is not checked here", rule.apply)  # fmt: skip
         return
     keys = ", ".join(sorted(override))
-    problems = _overridden_draft_problems(result, settings, index, rule, override, draft, target)
+    try:
+        problems = _overridden_draft_problems(result, settings, index, rule, override, draft, target)
+    except OSError as err:  # no scratch directory or links here (read-only /tmp, no symlinks)
+        result.add(name, Status.NOT_CHECKED, f"the draft with {OVERRIDE_FLAG} applied could not be copied to check "
+                   f"it: {err.strerror or err}", rule.apply)  # fmt: skip
+        return
     reaches = f"{OVERRIDE_FLAG} ({keys}), which SGLang applies to the draft's config too ({rule.inherit}, {rule.apply})"
     if not problems:
         result.add(
