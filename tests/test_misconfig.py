@@ -619,3 +619,255 @@ def test_generated_quantization_pairs(pristine_tree, target, draft, override):
     assert found.status == ("fail" if reaches and reaches != draft else "ok"), found
     if found.status == "fail":
         assert f"--speculative-draft-model-quantization {draft or 'unquant'}" in found.message
+
+
+# -- item 4: --json-model-override-args reaches the draft's config ------------------------------------
+
+
+def test_the_override_rule_is_where_the_finding_says(pristine_tree):
+    rule = draft_inheritance.override_rule(pristine_index(pristine_tree))
+    assert "model_override_args=server_args.json_model_override_args" in source_lines(pristine_tree, rule.inherit)
+    assert "self.model_override_args = json.loads(model_override_args)" in source_lines(pristine_tree, rule.parse)
+    applied = source_lines(pristine_tree, f"{rule.apply}-{int(rule.apply.split(':')[1]) + 1}")
+    assert "if model_override_args:" in applied and "config.update(model_override_args)" in applied
+    assert "server_args.json_model_override_args = (" in source_lines(pristine_tree, rule.replaced)
+    assert (rule.inherit, rule.parse, rule.apply) == (
+        "srt/configs/model_config.py:255", "srt/configs/model_config.py:123", "srt/utils/hf_transformers_utils.py:392"
+    )  # fmt: skip
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+DRAFT_KEYS = ["architectures", "hidden_size", "num_hidden_layers", "max_position_embeddings", "eagle_config",
+              "vocab_size", "n_routed_experts", "kv_lora_rank"]  # fmt: skip
+
+
+@GENERATED
+@given(override=st.dictionaries(st.sampled_from(DRAFT_KEYS), JSON_VALUES, max_size=4))
+def test_the_override_is_applied_as_transformers_applies_it(pristine_tree, override):
+    """SGLang's own statements (json.loads, then config.update) run on a stand-in config: what they make of the
+    draft's config.json equals what the real transformers LlamaConfig (the version SGLang 0.5.9 pins) holds."""
+    from importlib.metadata import version
+
+    from transformers import LlamaConfig
+
+    pinned = next((pristine_tree / "sglang-0.5.9.dist-info").glob("METADATA")).read_text()
+    assert f"Requires-Dist: transformers=={version('transformers')}" in pinned  # the oracle is the one SGLang runs
+    rule = draft_inheritance.override_rule(pristine_index(pristine_tree))
+    config = eagle3_draft_config((1, 29, 57))
+    parsed = rule.parsed(json.dumps(override))
+    applied = rule.applied(config, parsed)
+    real = LlamaConfig.from_dict(config)
+    if parsed:  # get_config: `if model_override_args: config.update(model_override_args)`
+        real.update(parsed)
+    assert {key: getattr(real, key) for key in applied} == applied
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ({"num_hidden_layers": 61}, "draft layers: the draft has 61 layers"),
+        ({"architectures": ["DeepseekV3ForCausalLM"]}, "draft architecture: DeepseekV3ForCausalLM is a model class"),
+        ({"hidden_size": 4096}, "draft hidden size: the draft expects target hidden states of width 4096"),
+        ({"max_position_embeddings": 2048}, "draft context length: the draft gets the target's context length 262144"),
+        ({"vocab_size": 32000}, "draft vocabulary: vocab_size 32000 differs from the target's 163840"),
+        ("{'num_hidden_layers': 61}", "is not JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ],
+)  # fmt: skip
+def test_an_override_that_breaks_the_draft_fails_preflight(tmp_path, patched_tree, run_cli, override, says):
+    """Kimi-K2.5's config nests its text model: an override of top-level fields (meant for the target) leaves
+    the target's text model as it is, and reaches the Llama-architecture draft's own fields."""
+    target = kimi_with_length(tmp_path / "Kimi-K2.5", 262144)
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    value = override if isinstance(override, str) else json.dumps(override)
+    result = run_cli(
+        "serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"model_path={target}",
+        "--set", f"speculative_draft_model_path={draft}", "--set", f"port={free_port()}",
+        "--set", f"extra_args={json.dumps(['--json-model-override-args', value])}",
+        env={"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"),
+             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": ""},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("[FAIL]")]
+    assert len(failed) == 1 and failed[0].startswith("[FAIL] draft model override: "), result.stdout
+    assert "--json-model-override-args" in failed[0] and says in failed[0], failed[0]
+    assert "Traceback" not in result.stderr and value not in failed[0]  # the finding does not repeat the value
+
+
+@pytest.mark.parametrize(
+    "value, status",
+    [
+        ('{"rope_theta": 50000}', "ok"),  # a field the draft has, to a value it takes
+        ('{"n_routed_experts": 384, "kv_lora_rank": 512}', "ok"),  # the target's keys: the Llama draft reads neither
+        ("{}", "ok"), ("null", "ok"),  # empty: get_config applies nothing
+        ("[1, 2]", "not_checked"), ('"layers"', "not_checked"),  # parsed, but no object of config fields
+        ('{"text_config": {"hidden_size": 7168}}', "not_checked"),
+    ],
+)  # fmt: skip
+def test_overrides_the_draft_takes_or_that_are_not_checked(tmp_path, pristine_tree, value, status):
+    target = kimi_with_length(tmp_path / "Kimi-K2.5", 262144)
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    _, found = preflight_checks(tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(
+        draft), extra_args=["--json-model-override-args", value])  # fmt: skip
+    finding = found["draft model override"]
+    assert finding.status == status and finding.where == "srt/utils/hf_transformers_utils.py:392", finding
+
+
+def draft_with_override(tree, tmp, override: dict, context_length=None):
+    target = kimi_with_length(Path(tmp) / "target", 262144)
+    draft = write_draft(Path(tmp) / "draft", eagle3_draft_config((1, 29, 57), max_position_embeddings=262144),
+                        d2t_rows=32000)  # fmt: skip
+    s = server_settings.ServerSettings(
+        model_path=str(target), speculative_draft_model_path=str(draft), context_length=context_length,
+        extra_args=["--json-model-override-args", json.dumps(override)],
+    )  # fmt: skip
+    report = preflight.Preflight()
+    preflight.check_draft(report, s, sglang_source.locate(tree))
+    return {f.name: f for f in report.findings}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    layers=st.sampled_from([..., 1, 2, 61]),
+    hidden=st.sampled_from([..., 7168, 7167, 4096]),
+    length=st.sampled_from([..., 131071, 131072, 262144]),
+    arch=st.sampled_from([..., "LlamaForCausalLMEagle3", "LlamaForCausalLMEagle", "DeepseekV3ForCausalLM"]),
+    target_key=st.sampled_from([..., "n_routed_experts", "qk_rope_head_dim"]),
+    context_length=st.sampled_from([None, 131072]),
+)
+def test_generated_overrides(pristine_tree, layers, hidden, length, arch, target_key, context_length):
+    values = {"num_hidden_layers": layers, "hidden_size": hidden, "max_position_embeddings": length,
+              "architectures": [arch] if arch is not ... else ..., target_key: 64}  # fmt: skip
+    override = {k: v for k, v in values.items() if v is not ... and k is not ...}
+    with tempfile.TemporaryDirectory() as tmp:
+        found = draft_with_override(pristine_tree, tmp, override, context_length)
+    finding = found["draft model override"]
+    # What the draft (hidden 7168, 1 layer, length 262144, LlamaForCausalLMEagle3, for EAGLE3) takes, by the rules
+    # the draft checks read: llama_eagle3.py:198 (1 layer), the target's hidden size 7168, the EAGLE3 EntryClass,
+    # a length of its own at least the target's (context_length, else the target's 262144: eagle_worker.py:107).
+    # The target's keys are ones the Llama draft never reads.
+    breaks = (
+        override.get("num_hidden_layers", 1) != 1
+        or override.get("hidden_size", 7168) != 7168
+        or override.get("architectures", ["LlamaForCausalLMEagle3"]) != ["LlamaForCausalLMEagle3"]
+        or (context_length or 262144) > override.get("max_position_embeddings", 262144)
+    )
+    if not override:
+        assert finding.status == "ok" and "is empty" in finding.message
+    elif breaks:
+        assert finding.status == "fail" and "--json-model-override-args" in finding.message, finding
+    else:
+        assert finding.status == "ok", finding
+
+
+# -- item 4, the other way round: the draft's runner turns the target's chunked prefix cache off (#22780) --------
+
+
+def test_the_chunked_prefix_rule_is_where_the_findings_say(pristine_tree):
+    rule = draft_inheritance.chunked_prefix_rule(pristine_index(pristine_tree))
+    assert rule.turn_off == "srt/model_executor/model_runner.py:685"
+    turn_off = source_lines(pristine_tree, "srt/model_executor/model_runner.py:685-690")
+    assert "not self.use_mla_backend" in turn_off and "server_args.disable_chunked_prefix_cache = True" in turn_off
+    listed = re.search(r"CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS = \[(.*?)\]", (
+        pristine_tree / "sglang/srt/model_executor/model_runner.py").read_text(), re.DOTALL).group(1)  # fmt: skip
+    assert rule.supported == re.findall(r'"(\w+)"', listed)
+    assert source_lines(pristine_tree, rule.every_runner).strip() == "self.model_specific_adjustment()"
+    first, second = int(rule.draft_after_target.split(":")[1]) - 1, rule.draft_after_target
+    assert source_lines(pristine_tree, f"srt/managers/scheduler.py:{first}").strip() == "self.init_tp_model_worker()"
+    assert source_lines(pristine_tree, second).strip() == "self.maybe_init_draft_worker()"
+    kept = source_lines(pristine_tree, f"{rule.model_keeps}-{int(rule.model_keeps.split(':')[1]) + 2}")
+    assert "self.disable_chunked_prefix_cache = (" in kept and "get_global_server_args()" in kept
+    assert rule.reads["fa3"] == rule.reads["fa4"] == [("srt/layers/attention/flashattention_backend.py:943", True)]
+    assert "assert not get_global_server_args().disable_chunked_prefix_cache" in source_lines(
+        pristine_tree, "srt/layers/attention/flashattention_backend.py:943"
+    )
+    assert rule.reads["flashinfer"] == [("srt/layers/attention/flashinfer_mla_backend.py:210", False)]
+    built = source_lines(pristine_tree, "srt/layers/attention/flashinfer_mla_backend.py:194-210")
+    assert built.lstrip().startswith("def __init__(") and "not get_global_server_args().disable_chunked" in built
+
+
+def asserts_per_prefill(tree) -> set[str]:
+    """The backends whose factory (attention_registry.py, read here as text) imports its class from a module that
+    asserts the flag is off outside ``__init__``: on each forward, after the draft's runner has changed it."""
+    registry = (tree / "sglang/srt/layers/attention/attention_registry.py").read_text()
+    found = set()
+    for block in registry.split("@register_attention_backend(")[1:]:
+        name = block.split('"')[1]
+        for module in re.findall(r"from sglang\.srt\.layers\.attention\.(\w+) import", block):
+            text = (tree / f"sglang/srt/layers/attention/{module}.py").read_text()
+            for method in re.split(r"\n    def ", text)[1:]:
+                if (
+                    not method.startswith("__init__")
+                    and "assert not get_global_server_args().disable_chunked" in method
+                ):
+                    found.add(name)
+    return found
+
+
+def test_the_oracle_finds_the_flashattention_backends(pristine_tree):
+    assert {"fa3", "fa4"} <= asserts_per_prefill(pristine_tree) and "flashinfer" not in asserts_per_prefill(
+        pristine_tree)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides, status, says",
+    [
+        ({}, "ok", "flashinfer reads the flag only when it is built (srt/layers/attention/flashinfer_mla_backend.py"),
+        ({"attention_backend": "fa3"}, "warn", "fa3 reads it again on each prefill (srt/layers/attention/"
+         "flashattention_backend.py:943: asserts it is off)"),
+        ({"attention_backend": "fa4", "speculative_draft_attention_backend": "flashinfer"}, "warn",
+         "Add --disable-chunked-prefix-cache to extra_args, or set attention_backend flashinfer"),
+        ({"attention_backend": "fa3", "extra_args": ["--disable-chunked-prefix-cache"]}, "ok",
+         "extra_args sets --disable-chunked-prefix-cache"),
+        ({"attention_backend": "triton"}, "ok", "attention_backend triton is not one of flashinfer, fa3"),
+        ({"attention_backend": "fa3", "extra_args": ["--prefill-attention-backend", "flashinfer"]}, "not_checked",
+         "with --prefill-attention-backend in extra_args"),
+    ],
+)  # fmt: skip
+def test_the_draft_turns_the_targets_chunked_prefix_cache_off(tmp_path, pristine_tree, overrides, status, says):
+    """Kimi-K2.5 (MLA) with a Llama-architecture draft: the draft's runner turns the flag on after the target
+    was built; FlashAttention (fa3, fa4) asserts it is off on the target's next long-prompt prefill."""
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
+    _, found = preflight_checks(
+        tmp_path, pristine_tree, model_path=str(target), speculative_draft_model_path=str(draft), **overrides
+    )
+    finding = found["draft chunked prefix cache"]
+    assert finding.status == status and says in finding.message, finding
+    assert finding.where.startswith(("srt/model_executor/model_runner.py:", "srt/layers/attention/"))
+
+
+MHA_TARGETS = ["LlamaForCausalLM", "Qwen3MoeForCausalLM"]
+
+
+@GENERATED
+@given(
+    backend=st.sampled_from(["flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla", "triton",
+                             "torch_native", "trtllm_mha", "intel_xpu"]),
+    target=st.sampled_from([*MLA_DRAFTS, *MHA_TARGETS]),
+    draft=st.sampled_from([*MHA_DRAFTS, *MLA_DRAFTS]),
+    disable=st.booleans(),
+    split=st.sampled_from([None, "--prefill-attention-backend", "--decode-attention-backend"]),
+)  # fmt: skip
+def test_generated_chunked_prefix_cases(pristine_tree, backend, target, draft, disable, split):
+    args = [*(["--disable-chunked-prefix-cache"] if disable else []), *([split, "flashinfer"] if split else [])]
+    found = inherited(pristine_tree, None, "check_draft_chunked_prefix", draft, target, attention_backend=backend,
+                      extra_args=args)  # fmt: skip
+    # model_runner.py:685-690: a runner turns the flag on for a non-MLA model or a backend outside the list; the
+    # target's own runner already did unless it is MLA on a listed backend. Only then does the draft's change it.
+    listed = backend in ["flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla"]
+    changes = not disable and target in MLA_DRAFTS and draft not in MLA_DRAFTS and listed
+    if not changes:
+        assert found.status == "ok", found
+    elif split:
+        assert found.status == "not_checked", found
+    elif backend in asserts_per_prefill(pristine_tree):
+        assert found.status == "warn" and "--disable-chunked-prefix-cache" in found.message, found
+    else:
+        assert found.status == "ok" and "only when it is built" in found.message, found

@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -418,10 +419,12 @@ def check_draft(result: Preflight, settings: ServerSettings, tree: sglang_source
     if draft.architecture:
         check_draft_attention(result, settings, index, draft.architecture)
         check_draft_model_impl(result, settings, index, draft.architecture)
+        check_draft_chunked_prefix(result, settings, index, draft.architecture, draft.target.architecture)
     if draft.draft_directory:
         check_draft_quantization(result, settings, index, Path(draft.draft_directory))
         check_draft_context(result, settings, index, Path(draft.draft_directory), draft.target.directory)
         check_draft_load_format(result, settings, index, Path(draft.draft_directory))
+        check_draft_model_override(result, settings, index, Path(draft.draft_directory), draft.target.directory)
 
 
 def extra_arg(args: list[str], flag: str) -> str | None:
@@ -671,3 +674,172 @@ def check_draft_load_format(result: Preflight, settings: ServerSettings, index: 
         f"{fits[0] if fits else 'auto'} to extra_args",
         where,
     )  # fmt: skip
+
+
+def check_draft_model_override(
+    result: Preflight, settings: ServerSettings, index: SourceIndex, draft: Path, target: str | None
+) -> None:
+    """--json-model-override-args reaches the draft's config too (get_config applies it to every model's): the
+    draft checks run again on the draft's and the target's config.json as SGLang overrides them."""
+    text = extra_arg(settings.extra_args, OVERRIDE_FLAG)
+    if text is None:
+        return
+    name = "draft model override"
+    rule = draft_inheritance.override_rule(index)
+    if rule is None:
+        result.add(name, Status.NOT_CHECKED, f"how this SGLang applies {OVERRIDE_FLAG} is not read from its source")
+        return
+    if rule.replaced and extra_arg(settings.extra_args, "--speculative-token-map") is not None:
+        result.add(name, Status.NOT_CHECKED, f"with --speculative-token-map the EAGLE worker may give the draft an "
+                   f"override of its own instead of {OVERRIDE_FLAG} ({rule.replaced})", rule.replaced)  # fmt: skip
+        return
+    try:
+        override = rule.parsed(text)
+    except json.JSONDecodeError as err:  # the value is not shown: extra_args may hold secrets
+        result.add(
+            name, Status.FAIL,
+            f"extra_args gives {OVERRIDE_FLAG} a value that is not JSON ({err.msg} at column {err.colno}): SGLang "
+            f"parses it with json.loads ({rule.parse}) and stops when it reads the target's config. Write it as a "
+            f"JSON object of config fields, e.g. {OVERRIDE_FLAG} '{{\"max_position_embeddings\": 131072}}'",
+            rule.parse,
+        )  # fmt: skip
+        return
+    if not override:
+        result.add(name, Status.OK, f"{OVERRIDE_FLAG} is empty: SGLang applies it only when it is not "
+                   f"({rule.apply})", rule.apply)  # fmt: skip
+        return
+    if not isinstance(override, dict) or "text_config" in override:
+        what = "replaces the whole text_config" if isinstance(override, dict) else (
+            f"is a JSON {type(override).__name__}, not an object of config fields"
+        )  # fmt: skip
+        result.add(name, Status.NOT_CHECKED, f"{OVERRIDE_FLAG} {what}; what the transformers config's update "
+                   f"({rule.apply}) makes of it is not checked here", rule.apply)  # fmt: skip
+        return
+    keys = ", ".join(sorted(override))
+    try:
+        problems = _overridden_draft_problems(result, settings, index, rule, override, draft, target)
+    except OSError as err:  # no scratch directory or links here (read-only /tmp, no symlinks)
+        result.add(name, Status.NOT_CHECKED, f"the draft with {OVERRIDE_FLAG} applied could not be copied to check "
+                   f"it: {err.strerror or err}", rule.apply)  # fmt: skip
+        return
+    reaches = f"{OVERRIDE_FLAG} ({keys}), which SGLang applies to the draft's config too ({rule.inherit}, {rule.apply})"
+    if not problems:
+        result.add(
+            name, Status.OK, f"extra_args sets {reaches}; the draft checks come out the same with it", rule.apply
+        )
+        return
+    worst = findings.verdict(problems)
+    said = "; ".join(f"{f.name}: {f.message}" for f in problems)
+    outcome = {
+        Status.FAIL: f"with it the draft fails: {said}. SGLang has no draft-only override: keep in {OVERRIDE_FLAG} "
+        "only keys the draft can take, or remove it",
+        Status.WARN: f"with it: {said}",
+    }.get(worst, f"with it these draft checks cannot tell: {said}")
+    result.add(name, worst, f"extra_args sets {reaches}; {outcome}", rule.apply)
+
+
+OVERRIDE_FLAG = "--json-model-override-args"
+
+
+def _overridden_draft_problems(
+    result: Preflight, settings: ServerSettings, index: SourceIndex, rule, override: dict, draft: Path,
+    target: str | None,
+) -> list[Finding]:  # fmt: skip
+    """The draft checks (those that read a config.json) on scratch copies of the draft and the target with the
+    override applied; the findings worse than without it, named as the draft checks name them."""
+    before = {f.name: f.status for f in result.findings}
+    checked = Preflight()
+    with tempfile.TemporaryDirectory(prefix="sglang-eagle3-override-") as tmp:
+        copy = _overridden_copy(rule, override, draft, Path(tmp) / "draft")
+        target_copy = str(_overridden_copy(rule, override, Path(target), Path(tmp) / "target")) if target else None
+        shown = {str(copy): str(draft), str(target_copy): str(target)}  # the messages name the real directories
+        try:
+            report = draft_check.check(
+                index.tree, str(copy), target_copy or settings.model_path, algorithm=settings.speculative_algorithm
+            )
+        except draft_check.DraftInputError as err:
+            return [Finding("draft config", Status.FAIL, _shown(str(err), shown))]
+        checked.findings += [f.prefixed("draft") for f in report.findings]
+        if report.architecture:
+            check_draft_attention(checked, settings, index, report.architecture)
+        check_draft_quantization(checked, settings, index, copy)
+        check_draft_context(checked, settings, index, copy, target_copy)
+        rank = list(Status).index
+        return [
+            Finding(f.name, f.status, _shown(f.message, shown), f.where)
+            for f in checked.findings
+            if rank(f.status) > rank(before.get(f.name, Status.OK))
+        ]
+
+
+def _overridden_copy(rule, override: dict, model: Path, copy: Path) -> Path:
+    """``copy``: the model's config.json with the override applied (get_config's own statement), and links to
+    every other file of the model (the draft checks read the weights' headers)."""
+    copy.mkdir()
+    config = json.loads((model / "config.json").read_text())  # read and checked by the draft checks already
+    (copy / "config.json").write_text(json.dumps(rule.applied(config, override)))
+    for entry in model.iterdir():
+        if entry.name != "config.json":
+            (copy / entry.name).symlink_to(entry.resolve())
+    return copy
+
+
+def _shown(message: str, paths: dict[str, str]) -> str:
+    for scratch, real in paths.items():
+        message = message.replace(scratch, real)
+    return message
+
+
+def check_draft_chunked_prefix(
+    result: Preflight, settings: ServerSettings, index: SourceIndex, draft_arch: str, target_arch: str
+) -> None:
+    """The other way round (sgl-project/sglang #22780): the draft's runner turns the chunked prefix cache off in
+    the server args it shares with the target, after the target was built with it on. A backend that reads the
+    flag again on each prefill then finds it off on the target's MLA chunked-prefix path, and asserts."""
+    name, flag = "draft chunked prefix cache", "--disable-chunked-prefix-cache"
+    rule, mla = draft_inheritance.chunked_prefix_rule(index), attention_backends.mla_architectures(index)
+    backend = settings.attention_backend
+    split = [f for f in ("--prefill-attention-backend", "--decode-attention-backend") if extra_arg(
+        settings.extra_args, f) is not None]  # fmt: skip
+    if rule is None or mla is None:
+        result.add(name, Status.NOT_CHECKED, "whether the draft's runner changes the target's chunked prefix cache "
+                   "is not read from this SGLang's source")  # fmt: skip
+    elif flag in settings.extra_args:
+        result.add(
+            name, Status.OK, f"extra_args sets {flag}: the target is built with the chunked prefix cache off, so the "
+            f"draft's runner turning it off ({rule.turn_off}) changes nothing", rule.turn_off,
+        )  # fmt: skip
+    elif target_arch not in mla[0] or draft_arch in mla[0] or backend not in rule.supported:
+        why = (
+            f"the target {target_arch} is not MLA" if target_arch not in mla[0]
+            else f"attention_backend {backend} is not one of {', '.join(rule.supported)}"
+            if backend not in rule.supported else f"the draft {draft_arch} is MLA, as the target is"
+        )  # fmt: skip
+        result.add(name, Status.OK, f"{why}: the draft's runner turns the chunked prefix cache off ({rule.turn_off}) "
+                   "only where the target's own runner already has", rule.turn_off)  # fmt: skip
+    elif split or backend not in rule.reads:
+        what = f"with {split[0]} in extra_args, which backend runs" if split else f"which classes {backend} builds for"
+        result.add(name, Status.NOT_CHECKED, f"{what} the target's prefill, and whether it reads the chunked prefix "
+                   "cache flag on each prefill, is not read here", rule.turn_off)  # fmt: skip
+    else:
+        per_request = [where for where, each in rule.reads[backend] if each]
+        how = (
+            f"the draft {draft_arch} is not MLA, so its runner ({rule.every_runner}) turns "
+            f"disable_chunked_prefix_cache on ({rule.turn_off}) in the server args it shares with the target, after "
+            f"the target was built ({rule.draft_after_target}) and its MLA attention kept the flag off "
+            f"({rule.model_keeps})"
+        )  # fmt: skip
+        if not per_request:
+            built = ", ".join(where for where, _ in rule.reads[backend]) or "nowhere"
+            result.add(name, Status.OK, f"{how}; {backend} reads the flag only when it is built ({built}), before "
+                       "that: the target keeps its chunked prefix cache", rule.turn_off)  # fmt: skip
+            return
+        calm = [b for b in rule.supported if rule.reads.get(b) and not any(each for _, each in rule.reads[b])]
+        result.add(
+            name, Status.WARN,
+            f"{how}; {backend} reads it again on each prefill ({per_request[0]}: asserts it is off), so the first "
+            "prefill of a long prompt that attends to a cached or earlier chunk's prefix on the target's "
+            "chunked-prefix path raises AssertionError and stops the server (sgl-project/sglang #22780). Add "
+            f"{flag} to extra_args" + (f", or set attention_backend {calm[0]}" if calm else ""),
+            per_request[0],
+        )  # fmt: skip

@@ -17,6 +17,7 @@ Each reading returns the file:line it comes from, or None where the source does 
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -248,3 +249,177 @@ def load_format_rule(index: SourceIndex) -> LoadFormatRule | None:
     if override is None or not patterns:
         return None
     return LoadFormatRule(_where(index, scheduler, override), patterns, fallback)
+
+
+# -- --json-model-override-args -----------------------------------------------------------------
+
+
+class _ConfigStandIn:
+    """What get_config's ``config.update(...)`` is called on: transformers' PretrainedConfig.update sets each
+    key of the dict as an attribute, so a key replaces the whole field (no merge into nested objects)."""
+
+    def __init__(self, data: dict):
+        self.data = dict(data)
+
+    def update(self, config_dict) -> None:
+        for key, value in config_dict.items():
+            self.data[key] = value
+
+
+@dataclass
+class OverrideRule:
+    inherit: str  # ModelConfig.from_server_args passes server_args.json_model_override_args to the draft too
+    parse: str  # ModelConfig: self.model_override_args = json.loads(model_override_args)
+    apply: str  # get_config: if model_override_args: config.update(model_override_args)
+    replaced: str | None  # the EAGLE worker gives the draft another override instead (--speculative-token-map)
+    parse_statement: ast.Assign
+    statement: ast.If
+
+    def parsed(self, text: str):
+        """What ModelConfig's own statement makes of the flag's text (json.JSONDecodeError when it is no JSON)."""
+        namespace = {"__builtins__": {}, "json": json, "model_override_args": text, "self": SimpleNamespace()}
+        exec(compile(ast.Module(body=[self.parse_statement], type_ignores=[]), "<sglang source>", "exec"), namespace)
+        return namespace["self"].model_override_args
+
+    def applied(self, config: dict, override) -> dict:
+        """config.json as the model's config reads after get_config's own statement has run on it."""
+        stand_in = _ConfigStandIn(config)
+        namespace = {"__builtins__": {}, "config": stand_in, "model_override_args": override}
+        exec(compile(ast.Module(body=[self.statement], type_ignores=[]), "<sglang source>", "exec"), namespace)
+        return stand_in.data
+
+
+def override_rule(index: SourceIndex) -> OverrideRule | None:
+    inherit = inherited_keyword(index, "model_override_args", "server_args.json_model_override_args")
+    srt = index.tree.srt
+    config, utils, worker = (srt / "configs" / "model_config.py", srt / "utils" / "hf_transformers_utils.py",
+                             srt / "speculative" / "eagle_worker.py")  # fmt: skip
+    if inherit is None or not (utils.is_file() and worker.is_file()):
+        return None
+    cls = next((n for n in index.module(config).body if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
+    init = _function(cls, "__init__") if cls else None  # type: ignore[arg-type]
+    parse = next(
+        (n for n in ast.walk(init) if isinstance(n, ast.Assign)
+         and ast.unparse(n) == "self.model_override_args = json.loads(model_override_args)"), None,
+    ) if init else None  # fmt: skip
+    get_config = _function(index.module(utils), "get_config")
+    apply = next(
+        (n for n in ast.walk(get_config) if isinstance(n, ast.If) and ast.unparse(n.test) == "model_override_args"
+         and [ast.unparse(s) for s in n.body] == ["config.update(model_override_args)"]), None,
+    ) if get_config else None  # fmt: skip
+    replaced = next(
+        (n for n in ast.walk(index.module(worker)) if isinstance(n, ast.Assign)
+         and ast.unparse(n.targets[0]) == "server_args.json_model_override_args"), None,
+    )  # fmt: skip
+    if parse is None or apply is None:
+        return None
+    return OverrideRule(
+        inherit, _where(index, config, parse), _where(index, utils, apply),
+        _where(index, worker, replaced) if replaced else None, parse, apply,
+    )  # fmt: skip
+
+
+# -- the chunked prefix cache (the other way round: the draft changes the target's setting) ------------
+
+TURN_OFF_TEST = (
+    "not self.use_mla_backend or server_args.attention_backend not in CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS"
+)
+FLAG = "get_global_server_args().disable_chunked_prefix_cache"
+
+
+@dataclass
+class ChunkedPrefixRule:
+    turn_off: str  # model_specific_adjustment: non-MLA model, or a backend outside the list -> flag on
+    supported: list[str]  # CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS
+    every_runner: str  # ModelRunner.__init__ runs that adjustment for every runner, the draft's too
+    draft_after_target: str  # Scheduler.init_model_worker builds the target's worker, then the draft's
+    model_keeps: str  # the target's MLA attention keeps the value it finds when it is built
+    reads: dict[str, list[tuple[str, bool]]]  # backend -> (file:line, read per request) of the flag in its classes
+
+
+def chunked_prefix_rule(index: SourceIndex) -> ChunkedPrefixRule | None:
+    srt = index.tree.srt
+    runner, scheduler = srt / "model_executor" / "model_runner.py", srt / "managers" / "scheduler.py"
+    if not (runner.is_file() and scheduler.is_file()):
+        return None
+    module = index.module(runner)
+    supported = next(
+        (_list_of_strings(n.value) for n in module.body if isinstance(n, ast.Assign)
+         and ast.unparse(n.targets[0]) == "CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS"), None,
+    )  # fmt: skip
+    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner"), None)
+    adjust, init = (_function(cls, "model_specific_adjustment"), _function(cls, "__init__")) if cls else (None, None)
+    turn_off = next(
+        (n for n in ast.walk(adjust) if isinstance(n, ast.If) and ast.unparse(n.test) == TURN_OFF_TEST
+         and [ast.unparse(s) for s in n.body] == ["server_args.disable_chunked_prefix_cache = True"]), None,
+    ) if adjust else None  # fmt: skip
+    every = next(
+        (s for s, conditions in statements_with_conditions(init.body if init else [])
+         if not conditions and ast.unparse(s) == "self.model_specific_adjustment()"), None,
+    )  # fmt: skip
+    workers = _function(index.module(scheduler), "init_model_worker")
+    calls = [ast.unparse(s) for s in workers.body[:2]] if workers else []
+    keeps = _model_keeps(index)
+    if not (supported and turn_off and every and keeps) or calls != [
+        "self.init_tp_model_worker()", "self.maybe_init_draft_worker()"
+    ]:  # fmt: skip
+        return None
+    return ChunkedPrefixRule(
+        _where(index, runner, turn_off), supported, _where(index, runner, every),
+        _where(index, scheduler, workers.body[1]), keeps, _backend_reads(index),
+    )  # fmt: skip
+
+
+def _model_keeps(index: SourceIndex) -> str | None:
+    """Where DeepSeek's MLA attention (Kimi-K2.5's text model) copies the flag into itself when it is built."""
+    for path in sorted((index.tree.srt / "models" / "deepseek_common").rglob("*.py")):
+        for node in ast.walk(index.module(path)):
+            if isinstance(node, ast.Assign) and ast.unparse(node) == f"self.disable_chunked_prefix_cache = {FLAG}":
+                return _where(index, path, node)
+    return None
+
+
+def _backend_reads(index: SourceIndex) -> dict[str, list[tuple[str, bool]]]:
+    """Each registered backend's reads of the flag in the classes its factory builds (and their SGLang bases):
+    in ``__init__`` (when the backend is built) or in another method (on each forward)."""
+    registry = index.tree.srt / "layers" / "attention" / "attention_registry.py"
+    if not registry.is_file():
+        return {}
+    found = {}
+    for factory in index.module(registry).body:
+        name = next(
+            (d.args[0].value for d in getattr(factory, "decorator_list", []) if isinstance(d, ast.Call)
+             and ast.unparse(d.func) == "register_attention_backend" and d.args
+             and isinstance(d.args[0], ast.Constant)), None,
+        )  # fmt: skip
+        if name is None:
+            continue
+        imported = {
+            alias.asname or alias.name: node.module
+            for node in ast.walk(factory)
+            if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names
+        }
+        classes = []
+        for node in ast.walk(factory):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported:
+                path = index.module_path(imported[node.func.id])
+                resolved = index.resolve_name(path, node.func.id) if path else None
+                if resolved is None:
+                    classes = None  # a class this reader cannot follow: what the backend reads is not known
+                    break
+                classes.append(resolved)
+        if classes:
+            found[name] = sorted(set(_class_reads(index, classes)))
+    return found
+
+
+def _class_reads(index: SourceIndex, classes: list[tuple[Path, ast.ClassDef]], depth: int = 0):
+    for path, cls in classes:
+        for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(method):
+                if isinstance(node, ast.Attribute) and ast.unparse(node) == FLAG:
+                    yield _where(index, path, node), method.name != "__init__"
+        bases = [index.resolve_name(path, ast.unparse(b)) for b in cls.bases if isinstance(b, ast.Name)]
+        if depth < 5:
+            yield from _class_reads(index, [b for b in bases if b], depth + 1)
