@@ -48,8 +48,9 @@ def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
         assert f"######## {section}" in out
     assert "dry run: nothing was run" in out
     commands = [line for line in out.splitlines() if line.startswith("$ env -i ")]
-    # triton: 4 children; flashinfer: 2 probes + cold + warm; layout: 2; comm: 3; preflight: 2
-    assert len(commands) == 4 + 4 + 2 + 3 + 2
+    # triton: 4 children; flashinfer: 2 probes + cold + warm; layout: 2; comm: what the installed FlashInfer
+    # takes + 5 builds (the PCIe-IPC ones planned too, as a dry run does not ask FlashInfer); preflight: 2
+    assert len(commands) == 4 + 4 + 2 + 6 + 2
     triton = [c for c in commands if "/triton-" in c]
     assert "TRITON_LIBCUDA_PATH=" not in triton[0]  # the failure it shows: ldconfig hidden, no variable
     assert all("unshare -m" in c and "/sbin/ldconfig" not in c for c in triton)
@@ -59,8 +60,9 @@ def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
     assert all("CUDA_HOME=/cuda" in c and "FLASHINFER_CUDA_ARCH_LIST=9.0 12.0" in c for c in flashinfer)
     assert "FLASHINFER_CUDA_ARCH_LIST" not in next(c for c in commands if "arch_list_unset" in c)
     comm = [c for c in commands if "/comm-" in c]
-    assert [c.rsplit(" ", 1)[1] for c in comm] == ["stock", "stock", "120a"]
-    assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[0] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[1]
+    assert [c.rsplit(" ", 1)[1] for c in comm] == ["majors", "stock", "stock", "pcie", "pcie", "120a"]
+    assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[1] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[2]
+    assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[3] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[4]
 
 
 def test_path_defaults_to_the_tools_directories():

@@ -11,8 +11,11 @@ Sections (--sections, comma-separated):
   flashinfer FlashInfer's JIT builds the modules SGLang 0.5.9's FlashInfer backends use; one call each;
              cold then warm timings; what FLASHINFER_CUDA_ARCH_LIST unset resolves to
   layout     CUDA_HOME laid out like nixpkgs (lib/ only) with and without a `lib64 -> lib` symlink
-  comm       TRT-LLM allreduce-fusion module: stock path for the GPU, stock path for 12.0a, and
-             the same sources forced to sm_120a (does nvcc compile them?)
+  comm       TRT-LLM allreduce-fusion module: stock path for the GPU, stock path for 12.0a (built or
+             refused as the installed FlashInfer's generator says: 0.6.3 takes SM 9/10, 0.7.2 also 12),
+             the same sources forced to sm_120a (does nvcc compile them?), and, where the installed
+             FlashInfer has it (0.7.x, SGLang 0.5.23's PCIe-IPC all-reduce), the PCIe-IPC module for
+             the GPU and for 12.0a (--comm-steps picks among them)
   preflight  the project's GPU detection against the real nvidia-smi
 
 --dry-run prints the plan (environments, children) and runs nothing; it needs no GPU.
@@ -140,13 +143,24 @@ print("TARGET_CUDA_ARCHS", sorted(c.TARGET_CUDA_ARCHS), flags, "workspace", jit_
 COMM = r"""
 import json, sys, time
 from flashinfer.jit import env as jit_env
+import flashinfer.jit.comm as comm
 from flashinfer.jit.comm import gen_trtllm_comm_module
 from flashinfer.jit.core import gen_jit_spec
 mode = sys.argv[1]
 t = time.perf_counter()
 try:
+    if mode == "majors":  # what the installed generators accept, read from their source
+        import inspect, re
+        src = inspect.getsource(gen_trtllm_comm_module)
+        found = re.search(r"supported_major_versions=\[([0-9, ]+)\]", src)
+        majors = [int(m) for m in found.group(1).split(",")] if found else None
+        detail = {"trtllm": majors, "pcie_ipc": hasattr(comm, "gen_pcie_ipc_comm_module")}
+        print(json.dumps({"step": mode, "ok": True, "s": 0.0, "detail": detail}), flush=True)
+        sys.exit(0)
     if mode == "stock":
         spec = gen_trtllm_comm_module()
+    elif mode == "pcie":
+        spec = comm.gen_pcie_ipc_comm_module()
     else:  # the same sources and defines, with the arch the stock generator refuses
         names = ("trtllm_allreduce.cu", "trtllm_allreduce_fusion.cu", "trtllm_moe_allreduce_fusion.cu")
         src = [jit_env.FLASHINFER_CSRC_DIR / f for f in names]
@@ -199,6 +213,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "draft_decode_tensor_cores,mla_ragged_prefill_fa2,mla_paged_fa2,sampling_top_k_top_p,rmsnorm",
     )
     p.add_argument("--comm-archs", default="120a", help="archs to force the TRT-LLM comm sources to, e.g. 120a")
+    p.add_argument(
+        "--comm-steps",
+        default="stock_gpu,stock_12.0a,forced,pcie_gpu,pcie_12.0a",
+        help="comm section steps, from stock_gpu, stock_12.0a, forced, pcie_gpu, pcie_12.0a",
+    )
     p.add_argument("--workdir", default=None, help="caches and CUDA_HOME copies (default: a new temp dir)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per child")
     p.add_argument("--json", dest="json_out", default=None, help="write the results here")
@@ -388,18 +407,33 @@ def run_layout(r: Runner, arch: str | None, cc: str | None):
         judge(r, link, "builds and runs" if link else "link fails: no $CUDA_HOME/lib64")
 
 
+COMM_STEPS = ("stock_gpu", "stock_12.0a", "forced", "pcie_gpu", "pcie_12.0a")
+
+
 def run_comm(r: Runner, arch: str | None, cc: str | None):
     gpu_arch = (arch or "9.0").split()[0].rstrip("a") + "a"
-    runs = [
-        ("stock_" + gpu_arch, gpu_arch, "stock", True, "the stock generator builds for the GPU here"),
-        ("stock_12.0a", "12.0a", "stock", False, "refused: No supported CUDA architectures ... [9, 10]"),
-    ]
-    runs += [
-        (f"forced_sm{a}", "12.0a", a, None, "recorded: does nvcc compile the sources?")
-        for a in r.args.comm_archs.split(",")
-        if a
-    ]
-    for name, arch_list, mode, expected, note in runs:
+    env = flashinfer_env(r, r.args.cuda_home, gpu_arch, "fi-comm-majors", cc)
+    majors, pcie = None, None
+    for line in (r.child("comm", "majors", COMM, env, argv=("majors",)) or "").splitlines():
+        if line.startswith("{"):
+            detail = json.loads(line)["detail"]
+            majors, pcie = detail["trtllm"], detail["pcie_ipc"]
+    sm120 = None if majors is None else 12 in majors
+    runs = {
+        "stock_gpu": ("stock_" + gpu_arch, gpu_arch, "stock", True, "the stock generator builds for the GPU here"),
+        "stock_12.0a": ("stock_12.0a", "12.0a", "stock", sm120, f"the installed generator takes SM {majors}"),
+        "pcie_gpu": ("pcie_" + gpu_arch, gpu_arch, "pcie", True, "the PCIe-IPC module builds for the GPU here"),
+        "pcie_12.0a": ("pcie_12.0a", "12.0a", "pcie", True, "the PCIe-IPC module builds for SM120"),
+    }
+    steps = [s for s in r.args.comm_steps.split(",") if s]
+    plan = [runs[s] for s in steps if s in runs and (pcie is not False or not s.startswith("pcie"))]
+    if "forced" in steps:
+        plan += [
+            (f"forced_sm{a}", "12.0a", a, None, "recorded: does nvcc compile the sources?")
+            for a in r.args.comm_archs.split(",")
+            if a
+        ]
+    for name, arch_list, mode, expected, note in plan:
         out = r.child(
             "comm", name, COMM, flashinfer_env(r, r.args.cuda_home, arch_list, f"fi-comm-{name}", cc), argv=(mode,)
         )
