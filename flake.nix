@@ -79,6 +79,9 @@
       suffix = version: lib.replaceStrings [ "." ] [ "_" ] version;
       versioned = prefix: f: lib.mapAttrs' (version: s: lib.nameValuePair "${prefix}-${suffix version}" (f s)) stacks;
 
+      # The newest pinned stack: side B of `nix run .#upgrade-ab` (A is the default stack).
+      newest = stacks.${lib.last (lib.sort lib.versionOlder (builtins.attrNames pins.stacks))};
+
       app = package: name: args: {
         type = "app";
         program = "${pkgs.writeShellScript name ''exec ${lib.getExe package} ${args} "$@"''}";
@@ -130,7 +133,29 @@
         probe = app stack.package "probe" "probe";
       }
       # nix run .#serve-eagle3-0_5_23
-      // versioned "serve-eagle3" (s: app s.package "serve-eagle3-${s.version}" "serve");
+      // versioned "serve-eagle3" (s: app s.package "serve-eagle3-${s.version}" "serve")
+      // {
+        # nix run .#upgrade-ab -- --config settings.json: the default stack (A) and the newest (B)
+        # served one after the other with the same settings, each measured; exit 1 unless
+        # B >= --threshold x A (sglang-eagle3 bench ab; tests/test_bench_ab.py).
+        upgrade-ab = app stack.package "upgrade-ab" (
+          lib.escapeShellArgs [
+            "bench"
+            "ab"
+            "--a"
+            (lib.getExe stack.package)
+            "--a-label"
+            "sglang-${stack.version}"
+            "--b"
+            (lib.getExe newest.package)
+            "--b-label"
+            "sglang-${newest.version}"
+          ]
+        )
+        // {
+          meta.description = "sglang-eagle3 bench ab: SGLang ${stack.version} (A) against ${newest.version} (B)";
+        };
+      };
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

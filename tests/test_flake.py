@@ -57,7 +57,7 @@ def test_flake_check_evaluates_every_output_with_no_warning(ws):
         "checks.x86_64-linux.module-package-0_5_23", "checks.x86_64-linux.patch-series-0_5_23",
     ):  # fmt: skip
         assert output in checked, f"nix flake check did not evaluate {output}"
-    for app in ("default", "serve-eagle3", "bench", "probe", "serve-eagle3-0_5_23"):
+    for app in ("default", "serve-eagle3", "bench", "probe", "serve-eagle3-0_5_23", "upgrade-ab"):
         assert f"checking app 'apps.{SYSTEM}.{app}'" in result.stderr
 
 
@@ -435,3 +435,17 @@ def test_lib_mk_stack_picks_the_version_and_names_the_known_ones(ws):
     failed = ws.nix("eval", "--impure", "--expr", unknown, check=False)
     assert failed.returncode != 0
     assert "nix/pins.json has no stack '0.6'; the pinned stacks are: 0.5.23, 0.5.9" in failed.stderr
+
+
+def test_upgrade_ab_serves_the_default_stack_then_the_newest_through_bench_ab(ws):
+    """`nix run .#upgrade-ab`: side A is the default stack's program, side B the newest stack's, each labelled
+    with its SGLang version; what bench ab does with them is tests/test_bench_ab.py's."""
+    exe = {v: ws.eval(f"packages.{SYSTEM}.sglang-eagle3-{v}", apply='p: p.outPath + "/bin/sglang-eagle3"')
+           for v in ("0_5_9", "0_5_23")}  # fmt: skip
+    context = f"builtins.attrNames (builtins.getContext flake.apps.{SYSTEM}.upgrade-ab.program)"
+    (script_drv,) = ws.eval_expr(context)
+    (info,) = json.loads(ws.nix("derivation", "show", f"{script_drv}^*").stdout).values()
+    script = info["env"]["text"]
+    expected = (f"exec {exe['0_5_9']} bench ab --a {exe['0_5_9']} --a-label sglang-0.5.9 "
+                f"--b {exe['0_5_23']} --b-label sglang-0.5.23 " '"$@"')  # fmt: skip
+    assert expected in script, script
