@@ -731,7 +731,8 @@ def draft_with_override(tree, tmp, override: dict, context_length=None):
     return {f.name: f for f in report.findings}
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+# Each example runs the whole draft check on two written configs (about 2 s): few, but derandomized.
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
     layers=st.sampled_from([..., 1, 2, 61]),
@@ -846,7 +847,7 @@ def test_the_draft_turns_the_targets_chunked_prefix_cache_off(tmp_path, pristine
 MHA_TARGETS = ["LlamaForCausalLM", "Qwen3MoeForCausalLM"]
 
 
-@GENERATED
+@settings(GENERATED, max_examples=20)  # about 2 s an example: each reads the backends' classes afresh
 @given(
     backend=st.sampled_from(["flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla", "triton",
                              "torch_native", "trtllm_mha", "intel_xpu"]),
