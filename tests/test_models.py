@@ -32,6 +32,7 @@ from sglang_eagle3.models import fetch, lockfile
 from sglang_eagle3.models.progress import human_bytes
 from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+from support.draft_fixtures import eagle3_draft_config, hub_cache_snapshot, write_draft
 from support.hub_clients import HubClient, hub_client, stack_hubs
 from support.models_fixtures import (
     REPO_ID,
@@ -838,6 +839,44 @@ def test_progress_on_a_terminal_is_a_bar(hub, env, tmp_path):
     text = output.decode(errors="replace")
     total = human_bytes(lock["total_size"]).removesuffix(" MB")
     assert "download" in text and f"{total}/{total} MB" in text and "MB/s" in text
+
+
+# -- the draft checks' hub cache, under both hubs ---------------------------------------------------
+
+LOCATE = """
+import json, sys
+from huggingface_hub import __version__, scan_cache_dir
+from sglang_eagle3.source.draft_inputs import DraftInputError, locate
+out = {"version": __version__, "cached": sorted(r.repo_id for r in scan_cache_dir(sys.argv[1]).repos)}
+for given in sys.argv[2:]:
+    try:
+        found = locate(given, "draft model")
+        out[given] = [found.source, found.directory and str(found.directory)]
+    except DraftInputError as err:
+        out[given] = ["error", str(err)]
+print(json.dumps(out))
+"""
+
+
+@both_hubs
+def test_the_draft_checks_find_hub_ids_in_the_local_cache(tmp_path, client):
+    """The probe's and preflight's hub ids (source/draft_inputs.py `locate`, through the client's
+    snapshot_download with local_files_only) under each stack's hub; the full checks are in
+    tests/test_draft_check.py."""
+    cache = tmp_path / "hub"
+    snapshot = hub_cache_snapshot(cache, "someone/kimi-eagle3")
+    write_draft(snapshot, eagle3_draft_config((2, 30, 58)), d2t_rows=32)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env = client.env({**env, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+    ids = ["someone/kimi-eagle3", "someone/not-downloaded", "not a hub id!"]
+    result = subprocess.run([models_cmd()[0], "-c", LOCATE, str(cache), *ids], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["version"] == client.version and found["cached"] == ["someone/kimi-eagle3"]
+    assert found["someone/kimi-eagle3"] == ["Hugging Face cache", str(snapshot)]
+    assert found["someone/not-downloaded"] == ["not in the local Hugging Face cache", None]
+    assert found["not a hub id!"][0] == "error"
+    assert "is neither an existing directory nor a Hugging Face id" in found["not a hub id!"][1]
 
 
 # -- settings and preflight ----------------------------------------------------------------------------
