@@ -27,8 +27,8 @@ hub's real CDN.
 Test controls: `pause_after(n)` holds every body once n more bytes have been sent (to kill a
 download at a known point), `drop_lfs_after` closes CDN connections when they reach that
 byte of the object (a CDN that cannot serve past it for now: an interrupted download, which
-hub 1.x's own retries from there cannot finish either), `rewrite` serves other bytes under an existing commit (the
-hub disagreeing with a lock), and `log` records every request.
+hub 1.x's own retries from there cannot finish either), `rewrite` serves other bytes under
+an existing commit (the hub disagreeing with a lock), and `log` records every request.
 """
 
 from __future__ import annotations
