@@ -744,6 +744,7 @@ def _namespace_tmpfs(directory: Path, size: str) -> subprocess.Popen:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
                     reason="needs root, unshare and nsenter (util-linux) to mount a small tmpfs")  # fmt: skip
+@both_hubs
 def test_a_full_disk_is_reported_and_the_fetch_resumes_once_there_is_room(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "small-disk"

@@ -206,7 +206,7 @@ def translate(
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return ModelsError(
             "disk_full",
-            f"disk full while writing {err.filename or what}: free space (or move --dir), then {run_again()}",
+            f"disk full while writing {err.filename or what}: free space (or move --dir); {run_again()}",
         )
     if _not_connected(err):  # before the interrupted downloads: nothing was downloading
         return unreachable(err, token)
