@@ -2,10 +2,16 @@
 
 The stand-in (tests/stand_ins/fake_hub.py) serves a generated repository (LFS weights of some
 MB, small git files); every command runs as a subprocess, as users run it.
+
+The two stacks pin different huggingface_hub majors (tests/support/hub_clients.py): SGLang
+0.5.9's 0.x (the test environment's), 0.5.23's 1.x, which raises httpx's exceptions instead of
+requests' and does not resume a file across runs. The tests of what the client does (lock, fetch,
+resume, the errors, the token) run under both (`@both_hubs`); the others under the environment's.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import random
@@ -19,12 +25,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CACHE
 from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.judging import preflight
 from sglang_eagle3.models import fetch, lockfile
 from sglang_eagle3.models.progress import human_bytes
 from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+from support.draft_fixtures import eagle3_draft_config, hub_cache_snapshot, write_draft
+from support.hub_clients import HubClient, hub_client, stack_hubs
 from support.models_fixtures import (
     REPO_ID,
     MiB,
@@ -37,6 +46,18 @@ from support.models_fixtures import (
     sha256,
 )  # fmt: skip
 
+HUBS = {pin["version"]: pin for pin in stack_hubs().values()}  # the stacks' hub clients, by version
+both_hubs = pytest.mark.parametrize("client", sorted(HUBS), indirect=True, ids=lambda v: f"hub-{v}")
+
+
+@pytest.fixture
+def client(request) -> HubClient:
+    """The hub client the CLI runs with: the test environment's, or a stack's (`@both_hubs`)."""
+    version = getattr(request, "param", None) or importlib.metadata.version("huggingface_hub")
+    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL") and version != importlib.metadata.version("huggingface_hub"):
+        pytest.skip("the Nix check has no network to fetch the other stack's huggingface_hub")
+    return hub_client(HUBS.get(version, {"version": version}), CACHE)
+
 
 @pytest.fixture
 def hub():
@@ -45,8 +66,13 @@ def hub():
 
 
 @pytest.fixture
-def env(hub, tmp_path):
-    return models_env(hub, tmp_path)
+def env(hub, tmp_path, client):
+    return client.env(models_env(hub, tmp_path))
+
+
+def cut_short(client: HubClient) -> str:
+    """What a fetch cut short promises, by client (models/hub.py run_again)."""
+    return "run the same command again to resume" if client.major == 0 else "a file cut short starts again"
 
 
 def lock_model(env, tmp_path: Path, spec: str = REPO_ID) -> tuple[Path, dict]:
@@ -132,6 +158,7 @@ def wait_quiet(directory: Path, polls: int = 3) -> None:
 # -- lock ----------------------------------------------------------------------------------------
 
 
+@both_hubs
 def test_lock_pins_the_commit_and_every_file_as_the_hub_publishes_it(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     files = sample_files()
@@ -178,6 +205,7 @@ def test_lock_resolves_branches_tags_and_commits(hub, env, tmp_path):
     assert code == 2 and data["error"]["kind"] == "bad_input" and "given twice" in data["error"]["message"]
 
 
+@both_hubs
 def test_lock_of_an_unknown_revision_or_repository_fails_clearly(env, tmp_path):
     code, data, _, _ = run_models(env, "lock", f"{REPO_ID}@no-such-branch", "--output", str(tmp_path / "x.json"))
     assert code == 2 and data["error"]["kind"] == "revision_not_found"
@@ -201,6 +229,7 @@ def test_a_repository_whose_file_names_escape_the_model_directory_is_not_locked(
 # -- fetch and verify ------------------------------------------------------------------------------
 
 
+@both_hubs
 def test_fetch_downloads_exactly_the_lock_and_verify_agrees(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "model"
@@ -229,8 +258,12 @@ def test_fetch_downloads_exactly_the_lock_and_verify_agrees(hub, env, tmp_path):
     assert len(hub.requests(method="GET")) == before
 
 
-@pytest.mark.parametrize("seed", [7, 2026])
-def test_fetch_killed_at_random_points_resumes_and_ends_verified(hub, env, tmp_path, seed):
+@pytest.mark.parametrize(
+    "seed, client", [*((7, v) for v in sorted(HUBS)), (2026, importlib.metadata.version("huggingface_hub"))],
+    indirect=["client"],
+    ids=lambda v: f"hub-{v}" if v in HUBS else None,
+)  # fmt: skip
+def test_fetch_killed_at_random_points_resumes_and_ends_verified(hub, env, tmp_path, seed, client):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "model"
     rng = random.Random(seed)
@@ -264,7 +297,10 @@ def test_fetch_killed_at_random_points_resumes_and_ends_verified(hub, env, tmp_p
             break
     assert kills >= 3
     resumed = [r for r in hub.requests(method="GET") if r["range"] and not r["range"].startswith("bytes=0-")]
-    assert resumed, "no download was resumed with a Range request"
+    if client.major == 0:
+        assert resumed, "no download was resumed with a Range request"
+    else:  # 1.x starts a file cut short again in the next run (models/hub.py resumes_partial_files)
+        assert resumed == []
     code, data, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
     assert code == 0, err
     code, data, _, _ = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
@@ -274,43 +310,58 @@ def test_fetch_killed_at_random_points_resumes_and_ends_verified(hub, env, tmp_p
     )
 
 
-def test_an_interrupted_download_is_reported_and_resumed_with_a_range_request(hub, env, tmp_path):
+@both_hubs
+def test_an_interrupted_download_is_reported_and_resumed_with_a_range_request(hub, env, tmp_path, client):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "model"
-    hub.drop_lfs_after = 12 * MiB  # the CDN closes connections early: the 23 MiB shard cannot finish
+    big = next(f for f in lock["files"] if f["path"] == "model-00001-of-00002.safetensors")
+    cdn = f"/cdn/{big['sha256']}"
+    hub.drop_lfs_after = 12 * MiB  # the CDN cannot serve past 12 MiB: the 23 MiB shard cannot finish
     code, data, _, _ = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
     assert code == 1 and not data["ok"]
     failed = {o["path"]: o["error"] for o in data["outcomes"] if o["status"] == "failed"}
     assert set(failed) == {"model-00001-of-00002.safetensors"}
     assert failed["model-00001-of-00002.safetensors"]["kind"] == "interrupted"
-    assert "run the same command again to resume" in failed["model-00001-of-00002.safetensors"]["message"]
+    assert cut_short(client) in failed["model-00001-of-00002.safetensors"]["message"]
     assert not (directory / "model-00001-of-00002.safetensors").exists()  # never reported complete
+    # 0.x gives up at the first cut; 1.x resumes from its last 10 MiB write within the run, in vain.
+    tries = [r["range"] for r in hub.requests(path=cdn) if r["range"]]
+    assert tries == [] if client.major == 0 else len(tries) > 1 and set(tries) == {f"bytes={10 * MiB}-"}
     hub.drop_lfs_after = None
+    asked = len(hub.requests(path=cdn))
     code, data, _, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
     assert code == 0 and data["downloaded"] == 1, err
-    big = next(f for f in lock["files"] if f["path"] == "model-00001-of-00002.safetensors")
-    assert [r["range"] for r in hub.requests(path=f"/cdn/{big['sha256']}") if r["range"]] == [f"bytes={10 * MiB}-"]
-    assert data["downloaded_bytes"] == big["size"] - 10 * MiB  # only what was missing travelled again
+    again = [r["range"] for r in hub.requests(path=cdn)[asked:]]
+    if client.major == 0:  # only what was missing travelled again
+        assert again == [f"bytes={10 * MiB}-"] and data["downloaded_bytes"] == big["size"] - 10 * MiB
+    else:
+        assert again == [None] and data["downloaded_bytes"] == big["size"]
     assert run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
 
 
-def test_sigterm_stops_a_fetch_at_once_and_the_rerun_completes(hub, env, tmp_path):
+@both_hubs
+def test_sigterm_stops_a_fetch_at_once_and_the_rerun_completes(hub, env, tmp_path, client):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "model"
-    hub.pause_after(15 * MiB)
+    hub.pause_after(15 * MiB)  # one download at a time: the largest file has one 10 MiB write
     proc = subprocess.Popen(
-        models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory)),
+        models_cmd("fetch", "--lock", str(lock_file), "--dir", str(directory), "--jobs", "1"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert wait_paused_or_exit(hub, proc)
+    wait_quiet(directory)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)  # the downloads are blocked, yet the process ends
     hub.release()
     assert proc.returncode == ExitStatus.INTERRUPTED
-    assert "stopped by SIGTERM" in err and "run the same command again to resume" in err
+    assert "stopped by SIGTERM" in err and cut_short(client) in err
     assert all(locked_files_in(directory, lock).values())
-    code, _, out, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
+    partial = sum(p.stat().st_size for p in directory.rglob("*.incomplete"))
+    missing = sum(f["size"] for f in lock["files"] if not locked_files_in(directory, lock).get(f["path"]))
+    code, data, out, err = run_models(env, "fetch", "--lock", str(lock_file), "--dir", str(directory))
     assert code == 0, out + err
+    # What the stopped fetch wrote is resumed (0.x) or, never reused by 1.x, not counted as done.
+    assert partial > 0 and data["downloaded_bytes"] == missing - (partial if client.major == 0 else 0)
     assert run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))[0] == 0
 
 
@@ -434,6 +485,7 @@ def test_a_new_lock_replaces_what_the_old_one_placed_but_nothing_else(hub, env, 
 # -- the lock wins against the hub -------------------------------------------------------------------
 
 
+@both_hubs
 def test_a_file_replaced_upstream_fails_its_hash_and_is_not_put_in_place(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     commit = lock["commit"]
@@ -465,6 +517,7 @@ def test_a_new_commit_upstream_does_not_change_what_the_lock_fetches(hub, env, t
     ]
 
 
+@both_hubs
 def test_a_locked_commit_that_is_gone_is_a_clear_error(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     del hub.repos[REPO_ID].commits[lock["commit"]]  # history rewritten (force push)
@@ -496,6 +549,7 @@ def run_models_without_backoff_waits(env: dict, *args: str) -> tuple[int, dict |
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
+@both_hubs
 def test_an_unreachable_hub_is_a_network_error_that_stops_the_fetch(env, dead_hub, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     code, data, err = run_models_without_backoff_waits(
@@ -511,6 +565,7 @@ def test_an_unreachable_hub_is_a_network_error_that_stops_the_fetch(env, dead_hu
     assert sum(o["status"] == "not_started" for o in data["outcomes"]) == len(lock["files"]) - len(failed)
 
 
+@both_hubs
 def test_lock_against_an_unreachable_hub_says_so_and_promises_no_resume(dead_hub, tmp_path):
     code, data, _, err = run_models(dead_hub, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
     assert code == ExitStatus.CHECK_FAILED, err
@@ -532,9 +587,10 @@ def gated(tmp_path):
         yield hub, token, token_file
 
 
-def test_a_gated_repository_without_a_token_says_how_to_give_one(gated, tmp_path):
+@both_hubs
+def test_a_gated_repository_without_a_token_says_how_to_give_one(gated, tmp_path, client):
     hub, token, token_file = gated
-    env = models_env(hub, tmp_path)
+    env = client.env(models_env(hub, tmp_path))
     code, data, _, _ = run_models(env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
     assert code == 2 and data["error"]["kind"] == "gated" and "--token-file" in data["error"]["message"]
     code, data, _, err = run_models(
@@ -555,9 +611,10 @@ def test_a_gated_repository_without_a_token_says_how_to_give_one(gated, tmp_path
         env, "fetch", "--lock", str(lock_file), "--dir", str(tmp_path / "m"), "--token-file", str(wrong)
     )
     assert code == 2 and data["error"]["kind"] == "gated" and "the token has no access" in data["error"]["message"]
-    assert {r["status"] for r in hub.log[asked:]} == {403}
+    assert {r["status"] for r in hub.log[asked:] if "/resolve/" in r["path"]} == {403}
 
 
+@both_hubs
 def test_a_repository_gated_after_locking_is_reported_by_the_hub(hub, env, tmp_path):
     lock_file, _ = lock_model(env, tmp_path)
     hub.repos[REPO_ID].gated = True
@@ -566,10 +623,11 @@ def test_a_repository_gated_after_locking_is_reported_by_the_hub(hub, env, tmp_p
     assert 401 in {r["status"] for r in hub.requests(method="HEAD")}
 
 
-def test_the_token_is_never_in_argv_environment_or_output(gated, tmp_path):
+@both_hubs
+def test_the_token_is_never_in_argv_environment_or_output(gated, tmp_path, client):
     hub, token, token_file = gated
     # HF_DEBUG makes huggingface_hub log every request it sends: the test would see a token there.
-    env = models_env(hub, tmp_path, HF_DEBUG="1", HF_HUB_VERBOSITY="debug")
+    env = client.env(models_env(hub, tmp_path, HF_DEBUG="1", HF_HUB_VERBOSITY="debug"))
     code, _, out, err = run_models(
         env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"), "--token-file", str(token_file)
     )
@@ -588,27 +646,30 @@ def test_the_token_is_never_in_argv_environment_or_output(gated, tmp_path):
     assert proc.returncode == 0, err
     assert token.encode() not in cmdline and token.encode() not in environ
     assert token not in out + err
-    # The hub got it; the CDN, another host, never did.
+    # The hub got it; the CDN, another host, never did; nor 1.x's request for its agent registry.
     hub_requests = [r for r in hub.log if r["host"] == f"127.0.0.1:{hub.port}" and "/resolve/" in r["path"]]
     assert hub_requests and all(r["authorization"] == f"Bearer {token}" for r in hub_requests)
+    assert all(r["authorization"] is None for r in hub.log if r["path"] == "/api/agent-harnesses")
     assert all(r["authorization"] is None for r in hub.log if r["host"] == f"localhost:{hub.port}")
 
 
-def test_the_token_comes_from_the_systemd_credential_and_never_from_the_environment(gated, tmp_path):
+@both_hubs
+def test_the_token_comes_from_the_systemd_credential_and_never_from_the_environment(gated, tmp_path, client):
     hub, token, token_file = gated
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     shutil.copy(token_file, credentials / "hf-token")
-    env = models_env(hub, tmp_path, CREDENTIALS_DIRECTORY=str(credentials))
+    env = client.env(models_env(hub, tmp_path, CREDENTIALS_DIRECTORY=str(credentials)))
     code, _, _, err = run_models(env, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))
     assert code == 0, err
     # A token in the environment is not used (and said so): it would leak to every child process.
-    env = models_env(hub, tmp_path, HF_TOKEN=token)
+    env = client.env(models_env(hub, tmp_path, HF_TOKEN=token))
     code, data, _, err = run_models(env, "fetch", "--lock", str(tmp_path / "x.json"), "--dir", str(tmp_path / "m"))
     assert code == 2 and data["error"]["kind"] == "gated"
     assert "HF_TOKEN in the environment is ignored" in err and token not in err
 
 
+@both_hubs
 @pytest.mark.parametrize(
     "content, message",
     [("", "is empty"), ("hf_abc\nhf_def\n", "one token on one line"), (None, "cannot read the token file")],
@@ -683,6 +744,7 @@ def _namespace_tmpfs(directory: Path, size: str) -> subprocess.Popen:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
                     reason="needs root, unshare and nsenter (util-linux) to mount a small tmpfs")  # fmt: skip
+@both_hubs
 def test_a_full_disk_is_reported_and_the_fetch_resumes_once_there_is_room(hub, env, tmp_path):
     lock_file, lock = lock_model(env, tmp_path)
     directory = tmp_path / "small-disk"
@@ -778,6 +840,44 @@ def test_progress_on_a_terminal_is_a_bar(hub, env, tmp_path):
     text = output.decode(errors="replace")
     total = human_bytes(lock["total_size"]).removesuffix(" MB")
     assert "download" in text and f"{total}/{total} MB" in text and "MB/s" in text
+
+
+# -- the draft checks' hub cache, under both hubs ---------------------------------------------------
+
+LOCATE = """
+import json, sys
+from huggingface_hub import __version__, scan_cache_dir
+from sglang_eagle3.source.draft_inputs import DraftInputError, locate
+out = {"version": __version__, "cached": sorted(r.repo_id for r in scan_cache_dir(sys.argv[1]).repos)}
+for given in sys.argv[2:]:
+    try:
+        found = locate(given, "draft model")
+        out[given] = [found.source, found.directory and str(found.directory)]
+    except DraftInputError as err:
+        out[given] = ["error", str(err)]
+print(json.dumps(out))
+"""
+
+
+@both_hubs
+def test_the_draft_checks_find_hub_ids_in_the_local_cache(tmp_path, client):
+    """The probe's and preflight's hub ids (source/draft_inputs.py `locate`, through the client's
+    snapshot_download with local_files_only) under each stack's hub; the full checks are in
+    tests/test_draft_check.py."""
+    cache = tmp_path / "hub"
+    snapshot = hub_cache_snapshot(cache, "someone/kimi-eagle3")
+    write_draft(snapshot, eagle3_draft_config((2, 30, 58)), d2t_rows=32)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env = client.env({**env, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+    ids = ["someone/kimi-eagle3", "someone/not-downloaded", "not a hub id!"]
+    result = subprocess.run([models_cmd()[0], "-c", LOCATE, str(cache), *ids], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["version"] == client.version and found["cached"] == ["someone/kimi-eagle3"]
+    assert found["someone/kimi-eagle3"] == ["Hugging Face cache", str(snapshot)]
+    assert found["someone/not-downloaded"] == ["not in the local Hugging Face cache", None]
+    assert found["not a hub id!"][0] == "error"
+    assert "is neither an existing directory nor a Hugging Face id" in found["not a hub id!"][1]
 
 
 # -- settings and preflight ----------------------------------------------------------------------------

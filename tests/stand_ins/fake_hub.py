@@ -1,4 +1,4 @@
-"""A stand-in Hugging Face Hub on loopback: what huggingface_hub 0.36 calls to lock and fetch a model.
+"""A stand-in Hugging Face Hub on loopback: what huggingface_hub 0.36 and 1.x call to lock and fetch a model.
 
 Why a stand-in: these machines have no internet. The real client runs unchanged against it
 (HF_ENDPOINT=<url>). It implements only what the client uses for `models lock` and `models
@@ -13,6 +13,8 @@ fetch`, as read in huggingface_hub's source (hf_api.py `model_info`; file_downlo
          LFS file:    302 to the CDN, X-Linked-Etag = sha256, X-Linked-Size, X-Repo-Commit,
                       ETag = the pointer's blob id
     GET  /cdn/{sha256}                    the LFS bytes; Range -> 206 + Content-Range (resume)
+    GET  /api/agent-harnesses             an empty registry: huggingface_hub 1.x asks for it once a
+                                          process for its User-Agent (utils/_detect_agent.py)
 
 Errors carry the hub's X-Error-Code, which the client maps to its exceptions: RepoNotFound
 (401), RevisionNotFound (404), EntryNotFound (404, with X-Repo-Commit), GatedRepo (401 without
@@ -23,9 +25,10 @@ client drops the Authorization header when it follows the redirect, as it does f
 hub's real CDN.
 
 Test controls: `pause_after(n)` holds every body once n more bytes have been sent (to kill a
-download at a known point), `drop_lfs_after` closes CDN connections after that many body
-bytes (an interrupted download), `rewrite` serves other bytes under an existing commit (the
-hub disagreeing with a lock), and `log` records every request.
+download at a known point), `drop_lfs_after` closes CDN connections when they reach that
+byte of the object (a CDN that cannot serve past it for now: an interrupted download, which
+hub 1.x's own retries from there cannot finish either), `rewrite` serves other bytes under
+an existing commit (the hub disagreeing with a lock), and `log` records every request.
 """
 
 from __future__ import annotations
@@ -177,6 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if parts[:2] == ["api", "models"] and len(parts) == 6 and parts[4] == "revision":
                 self._model_info(hub, f"{parts[2]}/{parts[3]}", parts[5], parse_qs(url.query), entry)
+            elif parts == ["api", "agent-harnesses"]:
+                body = json.dumps({"standardEnvVars": [], "harnesses": {}}).encode()
+                self._send(entry, 200, {"Content-Type": "application/json"}, body, head)
             elif parts[0] == "cdn" and len(parts) == 2:
                 self._cdn(hub, parts[1], head, entry)
             elif len(parts) >= 5 and parts[2] == "resolve":
@@ -271,16 +277,16 @@ class _Handler(BaseHTTPRequestHandler):
         if head:
             return
         limit = hub.drop_lfs_after if lfs else None
-        sent, pos = 0, start
+        pos = start
         while pos < end:
             n = hub._take(min(PIECE, end - pos))
-            if limit is not None and sent + n > limit:
-                self.wfile.write(data[pos : pos + limit - sent])
+            if limit is not None and pos + n > limit:
+                self.wfile.write(data[pos : max(pos, limit)])
                 self.wfile.flush()
                 self.close_connection = True  # the body stops short of its Content-Length
                 return
             self.wfile.write(data[pos : pos + n])
-            pos, sent = pos + n, sent + n
+            pos += n
 
     def _send(self, entry: dict, status: int, headers: dict, body: bytes, head: bool) -> None:
         entry["status"] = status

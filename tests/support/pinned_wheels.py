@@ -30,7 +30,12 @@ def fetch_wheel(name: str, cache_dir: Path, package: str | None = None) -> Path:
     ``package``: the distribution, when the pin's name is not it (``sglang-0.5.23`` pins ``sglang``).
     A wheel for one CPython (``cp311``) is fetched for its own tags, whatever this Python is.
     """
-    pin = pins()[name]
+    return download_pinned(pins()[name], cache_dir, package or name)
+
+
+def download_pinned(pin: dict, cache_dir: Path, package: str) -> Path:
+    """``pin``'s wheel (its ``wheel`` file name, ``version``, ``sha256``; ``pinned_by``: where that
+    comes from, for the message) in ``cache_dir``; see fetch_wheel."""
     wheel = cache_dir / pin["wheel"]
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Test workers (pytest-xdist) share the cache: one downloads, the others wait for it.
@@ -39,12 +44,12 @@ def fetch_wheel(name: str, cache_dir: Path, package: str | None = None) -> Path:
         if not wheel.is_file():
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                 *_tags(pin["wheel"]), "-d", str(cache_dir), f"{package or name}=={pin['version']}"],
+                 *_tags(pin["wheel"]), "-d", str(cache_dir), f"{package}=={pin['version']}"],
                 check=True,
             )  # fmt: skip
     actual = sha256_of(wheel)
     if actual != pin["sha256"]:
-        raise PinError(f"{wheel} has sha256 {actual}, but nix/pins.json pins {pin['sha256']}")
+        raise PinError(f"{wheel} has sha256 {actual}, but {pin.get('pinned_by', 'nix/pins.json')} pins {pin['sha256']}")
     return wheel
 
 

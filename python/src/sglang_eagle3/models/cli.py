@@ -151,8 +151,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
     except OSError as err:
         _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     except fetch.Interrupted as stop:
-        message = (f"stopped by {stop}: no file was put in {directory} without being verified; partial "
-                   "downloads are kept: run the same command again to resume")  # fmt: skip
+        message = f"stopped by {stop}: no file was put in {directory} without being verified; {hub.run_again()}"
         error = ModelsError("interrupted", message, ExitStatus.INTERRUPTED)
         if as_json:
             click.echo(json.dumps({"ok": False, "error": error.to_dict()}, indent=2))
@@ -160,7 +159,8 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         sys.stdout.flush()
         # a download thread blocked in a read cannot be cancelled, and a normal exit joins
         # every worker thread first (concurrent.futures does at interpreter exit), which can take
-        # as long as the largest file's download. os._exit leaves them; what they wrote is resumable.
+        # as long as the largest file's download. os._exit leaves them; the next run resumes (hub 0.x) or
+        # removes (1.x) what they wrote.
         os._exit(status)
     if not as_json:
         for o in result.outcomes:

@@ -5,14 +5,15 @@ Layout of the model directory D:
     D/<files of the lock>          only ever put there after their size and sha256 matched
     D/.sglang-eagle3/state.json    files this tool verified and placed (size, times, inode)
     D/.sglang-eagle3/staging/<k>/  huggingface_hub's local_dir for one file: its `.incomplete`
-                                   download (resumed with an HTTP Range request) and the file
-                                   itself until it has been hashed
+                                   download (resumed with an HTTP Range request; by hub 1.x
+                                   only within a run) and the file itself until it has been hashed
 
 A file is downloaded by huggingface_hub at the locked commit into its staging directory,
 hashed, and only on a match renamed into D (same file system, so the rename is atomic).
 Killed at any point, D never holds a partial or wrong file under a locked name, and the
-next run resumes the partial downloads. A file the hub serves differently from the lock
-(replaced upstream, corrupted on the way) is deleted from staging, not put in place.
+next run resumes the partial downloads (huggingface_hub 0.x; 1.x starts them again). A file
+the hub serves differently from the lock (replaced upstream, corrupted on the way) is
+deleted from staging, not put in place.
 
 Files already in D are hashed once and recorded; later runs trust a record while the
 file's size, modification time, change time and inode are unchanged (`--recheck` hashes
@@ -261,7 +262,7 @@ class Fetcher:
     def download_all(self, todo: list[LockedFile], state: State) -> None:
         if self.lock.gated and self.token is None:
             raise hub.gated(self.lock.repo, None)
-        partial = {staging_key(f): hub.partial_bytes(self.staging / staging_key(f)) for f in todo}
+        partial = {staging_key(f): hub.resumable_bytes(self.staging / staging_key(f)) for f in todo}
         need = sum(f.size for f in todo) - sum(partial.values())
         free = shutil.disk_usage(self.directory).free
         if need > free:

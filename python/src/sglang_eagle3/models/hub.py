@@ -5,6 +5,10 @@ huggingface_hub is the hub's own client: it knows the endpoints, redirects to th
 We call it with the token given explicitly (`token=False` when there is none), so it never
 falls back to `HF_TOKEN` in the environment or a token stored in the home directory, and
 `HF_ENDPOINT` chooses the hub as usual. Its errors become ModelsErrors that say what to do.
+
+Both majors of huggingface_hub are supported (and tested): 0.x, SGLang 0.5.9's stack, raises
+requests' exceptions; 1.x, SGLang 0.5.23's (transformers 5 needs it), raises httpx's, and
+does not resume a file across runs (`resumes_partial_files`).
 """
 
 from __future__ import annotations
@@ -92,24 +96,68 @@ def gated(repo: str, token: str | None) -> ModelsError:
     return ModelsError("gated", message, ExitStatus.BAD_INPUT)
 
 
-def _not_connected(err: BaseException) -> bool:
-    """A requests error raised before any connection was made (refused, no route, no DNS, connect timeout)."""
-    import requests
-    from urllib3.exceptions import ConnectTimeoutError  # NewConnectionError and NameResolutionError too
+def resumes_partial_files() -> bool:
+    """Whether a later run resumes a file that an earlier one left half-downloaded in local_dir.
 
-    if isinstance(err, requests.ConnectTimeout):
+    0.x: yes, from `<etag>.incomplete` with a Range request. 1.x downloads to a process-unique
+    `<etag>.<random>.incomplete` and deletes it on failure (file_download.py
+    `_download_to_tmp_and_move`, huggingface/huggingface_hub#4228): a connection cut mid-file is
+    resumed within the run, but a later run starts the file again. The one version check here.
+    """
+    from huggingface_hub import __version__
+
+    return int(__version__.split(".")[0]) < 1
+
+
+def run_again() -> str:
+    """What a fetch cut short tells the user: true for the installed client."""
+    if resumes_partial_files():
+        return "what arrived is kept: run the same command again to resume"
+    return ("run the same command again: files already complete are kept, a file cut short starts again "
+            "(huggingface_hub 1.x does not resume a file across runs)")  # fmt: skip
+
+
+def _transfer_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(raised before a connection was made, raised when a transfer broke off): httpx's classes
+    (huggingface_hub 1.x) and requests' (0.x), of whichever is installed."""
+    before, during = [], []
+    with contextlib.suppress(ImportError):
+        import httpx  # TransportError less ProxyError and UnsupportedProtocol: set-up problems, not the network
+
+        before += [httpx.ConnectError, httpx.ConnectTimeout]
+        during += [httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError]
+    with contextlib.suppress(ImportError):
+        import requests
+
+        before += [requests.ConnectTimeout]
+        during += [requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError]
+    return tuple(before), tuple(during)
+
+
+def _urllib3_reason(err: BaseException) -> BaseException | None:
+    """requests wraps urllib3's error (the reason) in a retry error: "...: [Errno 111] Connection refused"."""
+    with contextlib.suppress(ImportError):
+        import requests
+
+        if isinstance(err, requests.ConnectionError) and err.args:
+            return getattr(err.args[0], "reason", None)
+    return None
+
+
+def _not_connected(err: BaseException) -> bool:
+    """An error raised before any connection was made (refused, no route, no DNS, connect timeout)."""
+    if isinstance(err, _transfer_errors()[0]):
         return True
-    reason = getattr(err.args[0], "reason", None) if isinstance(err, requests.ConnectionError) and err.args else None
-    return isinstance(reason, ConnectTimeoutError)
+    with contextlib.suppress(ImportError):
+        from urllib3.exceptions import ConnectTimeoutError  # NewConnectionError and NameResolutionError too
+
+        return isinstance(_urllib3_reason(err), ConnectTimeoutError)
+    return False
 
 
 def unreachable(err: BaseException, token: str | None) -> ModelsError:
     """The hub (or its CDN) did not answer at all: no other file can succeed either, so the fetch stops."""
-    import requests
-
-    reason = err
-    if isinstance(err, requests.ConnectionError) and err.args and getattr(err.args[0], "reason", None) is not None:
-        reason = err.args[0].reason  # urllib3's, without the retry wrapper: "...: [Errno 111] Connection refused"
+    reason = _urllib3_reason(err) or err
     return ModelsError(
         "network",
         f"cannot reach the hub at {endpoint()}: {redact(str(reason), token)[:300]}. Check the network and the "
@@ -120,8 +168,7 @@ def unreachable(err: BaseException, token: str | None) -> ModelsError:
 def translate(
     err: BaseException, *, repo: str, revision: str, path: str | None = None, token: str | None = None
 ) -> ModelsError:
-    """A huggingface_hub / requests / OS error as a ModelsError that says what to do."""
-    import requests
+    """A huggingface_hub / httpx / requests / OS error as a ModelsError that says what to do."""
     from huggingface_hub import errors as hf
 
     where = endpoint()
@@ -159,16 +206,15 @@ def translate(
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return ModelsError(
             "disk_full",
-            f"disk full while writing {err.filename or what}: free space (or move --dir), then run the same "
-            "command again; what was downloaded is kept and resumed",
+            f"disk full while writing {err.filename or what}: free space (or move --dir); {run_again()}",
         )
     if _not_connected(err):  # before the interrupted downloads: nothing was downloading
         return unreachable(err, token)
-    if isinstance(err, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
+    if isinstance(err, _transfer_errors()[1]):
         return ModelsError(
             "interrupted",
-            f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); what "
-            "arrived is kept: run the same command again to resume",
+            f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); "
+            f"{run_again()}",
         )
     if isinstance(err, hf.HfHubHTTPError):
         status = err.response.status_code if err.response is not None else "?"
@@ -176,7 +222,7 @@ def translate(
         return ModelsError("hub_error", f"{where} answered HTTP {status} for {what}: {redact(detail, token)[:300]}")
     if isinstance(err, OSError):
         if "Consistency check failed" in str(err):  # huggingface_hub: received size != announced size
-            return ModelsError("interrupted", f"download of {what} ended early; run the same command again to resume")
+            return ModelsError("interrupted", f"download of {what} ended early; {run_again()}")
         target = f" {err.filename}" if err.filename else ""
         return ModelsError("io_error", f"cannot write{target}: {err.strerror or err}")
     return ModelsError("hub_error", f"{type(err).__name__} while fetching {what}: {redact(str(err), token)[:300]}")
@@ -289,6 +335,19 @@ def _drop_torn_metadata(metadata: Path) -> None:
     except (OSError, ValueError, UnicodeDecodeError):  # ValueError: fewer than 3 lines too
         pass
     metadata.unlink(missing_ok=True)
+
+
+def resumable_bytes(local_dir: Path) -> int:
+    """Bytes of local_dir's partial download that the client will resume; with huggingface_hub 1.x
+    none, and what a killed run left there (never reused, never deleted by the client) is removed."""
+    if resumes_partial_files():
+        return partial_bytes(local_dir)
+    for root, _, files in os.walk(_client_dir(local_dir)):
+        for name in files:
+            if name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(root, name))
+    return 0
 
 
 def partial_bytes(local_dir: Path) -> int:
