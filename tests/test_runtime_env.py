@@ -297,6 +297,22 @@ def test_server_unit_and_gpu_check_get_the_hosts_nvidia_smi(ws):
     assert "command -v nvidia-smi" in ws.eval_expr(f"{gpu_check}.buildCommand")
 
 
+def test_the_package_options_description_picks_the_0_5_23_stack_and_its_environment(ws):
+    """The assignment the `package` option's description gives, evaluated as written: the unit
+    runs the 0.5.23 wrapper, whose PATH has that stack's own programs (numactl)."""
+    description = ws.eval_expr(f"({HOST}).options.services.sglang-eagle3.package.description")
+    (assignment,) = re.findall(r"`(services\.sglang-eagle3\.package = [^`]+;)`", description)
+    host = HOST.replace(
+        "nixpkgs.hostPlatform", assignment.replace("inputs.sglang-eagle3", "flake") + " nixpkgs.hostPlatform"
+    )
+    exec_start = ws.eval_expr(f"({host}).config.systemd.services.sglang-eagle3.serviceConfig.ExecStart")
+    package = ws.eval(f"packages.{SYSTEM}.sglang-eagle3-0_5_23.outPath")
+    assert exec_start.startswith(f"{package}/bin/sglang-eagle3 serve ")
+    path, _, _ = wrapper_args(ws, STACKS["0.5.23"])
+    built(ws, [p.removesuffix("/bin") for p in path])
+    assert any((Path(d) / "numactl").exists() for d in path)
+
+
 def test_the_module_refuses_a_host_without_the_nvidia_driver(ws):
     host = HOST.replace('"${flake}/modules/examples/8-gpu-host.nix"', "{ services.sglang-eagle3.enable = true; }")
     failed = ws.eval_expr(f"map (a: a.message) (builtins.filter (a: !a.assertion) ({host}).config.assertions)")
