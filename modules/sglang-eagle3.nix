@@ -103,8 +103,10 @@ in
     package = mkOption {
       type = types.package;
       description = ''
-        The sglang-eagle3 environment (patched SGLang 0.5.9, CUDA 13 torch, the launcher).
-        The flake's `nixosModules.default` sets it to the flake's package for the host's system.
+        The sglang-eagle3 environment (patched SGLang, CUDA 13 torch, the launcher). The flake
+        pins two stacks: SGLang 0.5.9, the default, which the flake's `nixosModules.default`
+        sets here for the host's system, and SGLang 0.5.23, chosen with
+        `services.sglang-eagle3.package = inputs.sglang-eagle3.packages.x86_64-linux.sglang-eagle3-0_5_23;`.
       '';
       example = literalExpression "inputs.sglang-eagle3.packages.x86_64-linux.default";
     };

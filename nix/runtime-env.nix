@@ -2,7 +2,8 @@
 # Triton, FlashInfer and PyTorch find at run time by PATH, environment variables and fixed
 # paths, beyond the libraries the dynamic linker loads (python-overrides.nix does those).
 # Rendered here for every consumer: the sglang-eagle3 wrapper (`nix run`, the NixOS units,
-# the GPU check), the dev shell and the server unit's `path`.
+# the GPU check), the dev shell and the server unit's `path`. A stack sees the shared entries
+# plus its own additions (the file's "stacks", as audit-runtime-lookups.py stack_env reads it).
 {
   pkgs,
   lib,
@@ -10,9 +11,30 @@
   # Chosen CUDA capabilities ([ ] = not chosen: torch compiles for the GPUs it sees; FlashInfer
   # always does, as SGLang sets its target from the device).
   cudaCapabilities,
+  # The stack (a key of nix/pins.json's "stacks") whose additions apply.
+  version,
 }:
 let
-  spec = lib.importJSON ./runtime-env.json;
+  shared = lib.importJSON ./runtime-env.json;
+  own = shared.stacks.${version} or { };
+  sections = [
+    "programs"
+    "libraries"
+    "environment"
+    "paths"
+  ];
+  # Defined once: an addition may not redefine a shared entry.
+  merge =
+    section:
+    let
+      extra = own.${section} or { };
+      twice = lib.attrNames (lib.intersectAttrs extra shared.${section});
+    in
+    if twice != [ ] then
+      throw "nix/runtime-env.json stacks.${version}.${section}: ${lib.concatStringsSep ", " twice} already defined for every stack; define it once"
+    else
+      shared.${section} // extra;
+  spec = lib.genAttrs sections merge;
   cc = cuda.cudaPackages.backendStdenv.cc;
 
   values = {

@@ -33,6 +33,7 @@ let
       cuda
       cudaCapabilities
       ;
+    inherit (stack) version;
   };
 
   workspace = uv2nix.lib.workspace.loadWorkspace { workspaceRoot = src + "/${stack.workspace}"; };

@@ -9,12 +9,14 @@ nix/runtime-env.json is its one definition; nix/runtime-env.nix renders it for t
   NixOS), with a compiled stand-in for the NVIDIA driver's libnvidia-ml.so.1, the one thing
   that cannot load on a machine without the driver;
 - every entry of the definition reaches every consumer, in the evaluated flake (stand-in
-  nixpkgs, real locked inputs; see tests/flake_eval.py);
+  nixpkgs, real locked inputs; see tests/flake_eval.py), for each stack: the shared entries
+  plus the stack's own ("stacks"), merged in Nix as audit-runtime-lookups.py merges them;
 - the CUDA tree is built here (stand-in packages): lib64, cuda_crt, no static outputs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +31,11 @@ from conftest import REPO
 from support.flake_eval import Workspace, unavailable
 
 SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
+_spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-runtime-lookups.py")
+audit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(audit)
+# Each stack's wrapper: the flake's package for it, and its view of the definition.
+STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
 NVML_PATCH = REPO / "nix" / "scripts" / "nvml-driver-path.py"
 SYSTEM = "x86_64-linux"
@@ -184,9 +191,9 @@ def ws(tmp_path_factory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("flake"))
 
 
-def wrapper_args(ws: Workspace) -> tuple[list[str], dict[str, str], str]:
+def wrapper_args(ws: Workspace, package: str = "default") -> tuple[list[str], dict[str, str], str]:
     """(PATH entries, --set-default values, --run command) of the sglang-eagle3 wrapper."""
-    command = ws.eval(f"packages.{SYSTEM}.default.buildCommand")
+    command = ws.eval(f"packages.{SYSTEM}.{package}.buildCommand")
     (line,) = [line for line in command.splitlines() if line.startswith("wrapProgram $out/bin/sglang-eagle3")]
     prefix = re.search(r"--prefix PATH : (\S+)", line)[1].split(":")
     defaults = dict(re.findall(r"--set-default (\S+) '?([^' ]+)'?", line))
@@ -200,16 +207,18 @@ def built(ws: Workspace, paths: list[str]) -> None:
     ws.nix("build", "--no-link", "--option", "sandbox", "false", *[f"{d}^*" for d in drvs if d])
 
 
-def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws):
-    path, defaults, run = wrapper_args(ws)
+@pytest.mark.parametrize("version", sorted(STACKS))
+def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws, version):
+    spec = audit.stack_env(SPEC, version)
+    path, defaults, run = wrapper_args(ws, STACKS[version])
     built(ws, [p.removesuffix("/bin") for p in path])
-    for program, entry in SPEC["programs"].items():
+    for program, entry in spec["programs"].items():
         found = [d for d in path if (Path(d) / program).exists()]
         if entry["from"] == "driver":
             assert not found, f"{program} comes from the host's driver, not the store"
         else:
             assert found, f"{program} ({entry['from']}) is on no PATH entry of the wrapper: {path}"
-    chosen = {k for k, e in SPEC["environment"].items() if not e["value"].startswith("capabilities:")}
+    chosen = {k for k, e in spec["environment"].items() if not e["value"].startswith("capabilities:")}
     assert chosen <= set(defaults), f"missing from the wrapper: {chosen - set(defaults)}"
     toolkit = ws.eval(f"packages.{SYSTEM}.cuda-toolkit.outPath")
     assert defaults["CUDA_HOME"] == toolkit
@@ -219,6 +228,36 @@ def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws):
     assert defaults["CC"] in {f"{d}/cc" for d in path} and defaults["CXX"] in {f"{d}/c++" for d in path}
     assert re.fullmatch(r"\. /nix/store/\w{32}-host-driver\.sh", run), run
     assert Path(run[2:]).read_text() == HOST_DRIVER.read_text(), "the wrapper sources the tested script"
+
+
+def test_each_stack_renders_its_own_view_of_the_definition(ws):
+    """Nix merges a stack's additions as the audit does; another stack's stay out of its wrapper."""
+    for version, package in STACKS.items():
+        rendered = ws.eval(f"packages.{SYSTEM}.{package}.passthru.runtime.spec")
+        assert rendered == audit.stack_env(SPEC, version), version
+    own = {p for v in STACKS for p in SPEC["stacks"].get(v, {}).get("programs", {})}
+    assert own, "a stack adds a program (0.5.23: numactl)"
+    path, _, _ = wrapper_args(ws)
+    built(ws, [p.removesuffix("/bin") for p in path])
+    assert not [p for p in own if any((Path(d) / p).exists() for d in path)], "the default wrapper gets none of them"
+
+
+def test_a_second_definition_fails_the_evaluation(ws, tmp_path):
+    """runtime-env.nix refuses a stack addition that redefines a shared entry (one definition)."""
+    spec = json.loads(json.dumps(SPEC))
+    spec["stacks"]["0.5.23"]["programs"]["ninja"] = {"from": "nixpkgs:ninja", "why": "a second definition"}
+    shutil.copy(REPO / "nix" / "runtime-env.nix", tmp_path / "runtime-env.nix")
+    (tmp_path / "runtime-env.json").write_text(json.dumps(spec))
+    expr = (
+        f'let flake = builtins.getFlake "{ws.ref}"; in (import {tmp_path}/runtime-env.nix {{ '
+        'pkgs = { }; cuda = { }; inherit (flake.inputs.nixpkgs) lib; cudaCapabilities = [ ]; version = "0.5.23"; })'
+        ".spec.programs"
+    )
+    failed = ws.nix("eval", "--json", "--impure", "--expr", expr, check=False)
+    assert failed.returncode != 0
+    assert "nix/runtime-env.json stacks.0.5.23.programs: ninja already defined for every stack" in failed.stderr
+    ok = ws.nix("eval", "--json", "--impure", "--expr", expr.replace(tmp_path.as_posix(), f"{ws.flake}/nix"))
+    assert set(json.loads(ok.stdout)) == set(audit.stack_env(SPEC, "0.5.23")["programs"])
 
 
 def test_dev_shell_has_the_same_programs_and_variables(ws):
@@ -256,6 +295,22 @@ def test_server_unit_and_gpu_check_get_the_hosts_nvidia_smi(ws):
     gpu_check = f"({HOST}).config.services.sglang-eagle3.gpuChecks.package"
     assert driver_bin in ws.eval_expr(f"map (d: d.outPath) {gpu_check}.nativeBuildInputs")
     assert "command -v nvidia-smi" in ws.eval_expr(f"{gpu_check}.buildCommand")
+
+
+def test_the_package_options_description_picks_the_0_5_23_stack_and_its_environment(ws):
+    """The assignment the `package` option's description gives, evaluated as written: the unit
+    runs the 0.5.23 wrapper, whose PATH has that stack's own programs (numactl)."""
+    description = ws.eval_expr(f"({HOST}).options.services.sglang-eagle3.package.description")
+    (assignment,) = re.findall(r"`(services\.sglang-eagle3\.package = [^`]+;)`", description)
+    host = HOST.replace(
+        "nixpkgs.hostPlatform", assignment.replace("inputs.sglang-eagle3", "flake") + " nixpkgs.hostPlatform"
+    )
+    exec_start = ws.eval_expr(f"({host}).config.systemd.services.sglang-eagle3.serviceConfig.ExecStart")
+    package = ws.eval(f"packages.{SYSTEM}.sglang-eagle3-0_5_23.outPath")
+    assert exec_start.startswith(f"{package}/bin/sglang-eagle3 serve ")
+    path, _, _ = wrapper_args(ws, STACKS["0.5.23"])
+    built(ws, [p.removesuffix("/bin") for p in path])
+    assert any((Path(d) / "numactl").exists() for d in path)
 
 
 def test_the_module_refuses_a_host_without_the_nvidia_driver(ws):
@@ -350,6 +405,7 @@ def test_gpu_host_doc_shows_the_definition():
     assert f"<!-- runtime-env:start -->\n{table}\n<!-- runtime-env:end -->" in doc, (
         f"regenerate: {script} --write docs/gpu-host.md"
     )
-    assert all(
-        f"`{name}`" in table for section in ("programs", "environment", "libraries", "paths") for name in SPEC[section]
-    )
+    sections = ("programs", "environment", "libraries", "paths")
+    assert all(f"`{name}`" in table for section in sections for name in SPEC[section])
+    for version, own in SPEC["stacks"].items():  # each stack's own entries, marked as its own
+        assert all(f"| {version} only | " in table and f"`{name}`" in table for s in own for name in own[s])

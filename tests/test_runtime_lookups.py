@@ -6,8 +6,9 @@ program, library, fixed path and toolchain variable their Python sources look up
 
 - the data is what the real wheels of python/uv.lock hold (downloaded into the test cache,
   sha256 checked; torch through its PyPI build, named as a proxy in the policy);
-- every lookup is provided by an entry of nix/runtime-env.json or is not needed, with a
-  reason, and every rule and reason of the policy is used;
+- every lookup is provided by an entry of nix/runtime-env.json (the shared entries plus the
+  stack's own, "stacks") or is not needed, with a reason, and every rule and reason of the
+  policy is used; for both stacks;
 - the check fails when an entry or a disposition is removed, and when a wheel adds a lookup.
 
 Refresh the data after changing uv.lock: python nix/scripts/audit-runtime-lookups.py
@@ -25,7 +26,7 @@ from conftest import CACHE, REPO
 
 DATA = json.loads((REPO / "nix" / "runtime-lookups.json").read_text())
 POLICY = json.loads((REPO / "nix" / "runtime-lookup-policy.json").read_text())
-ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
+SHARED_ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
 
 
 def generator():
@@ -36,6 +37,7 @@ def generator():
 
 
 audit = generator()
+ENV = audit.stack_env(SHARED_ENV)  # the default stack's view (0.5.9)
 
 
 # -- the data is what the wheels hold -----------------------------------------------------------
@@ -76,9 +78,11 @@ def test_every_lookup_is_provided_or_not_needed():
 def test_dispositions_name_the_real_environment():
     provided = set(POLICY["provided"].values())
     assert {"programs.nvidia-smi", "environment.TRITON_LIBCUDA_PATH", "paths.lib64"} <= provided
-    for section in ("programs", "libraries", "environment", "paths"):
-        for name, entry in ENV[section].items():
-            assert len(entry["why"]) > 40, f"nix/runtime-env.json {section}.{name} needs a why"
+    for version in [None, *(v for v in SHARED_ENV["stacks"] if not v.startswith("_"))]:
+        env = audit.stack_env(SHARED_ENV, version)
+        for section in audit.SECTIONS:
+            for name, entry in env[section].items():
+                assert len(entry["why"]) > 40, f"nix/runtime-env.json {section}.{name} needs a why"
 
 
 def test_removing_an_environment_entry_fails_the_check():
@@ -181,13 +185,49 @@ def test_0_5_23_lookups_new_since_0_5_9_are_found():
     } <= lookups
 
 
-@pytest.mark.xfail(strict=True, reason="the 0.5.23 dispositions are not written yet (nix/stacks/sglang-0.5.23/"
-                   "runtime-lookup-policy.json, _comment); remove this mark when they are")  # fmt: skip
+NEWEST_ENV = audit.stack_env(SHARED_ENV, "0.5.23")
+
+
 def test_0_5_23_every_lookup_is_provided_or_not_needed():
-    found = audit.problems(NEWEST, NEWEST_POLICY, ENV)
+    found = audit.problems(NEWEST, NEWEST_POLICY, NEWEST_ENV)
     assert found == [], f"{len(found)} not accounted for:\n" + "\n".join(found)
 
 
-def test_0_5_23_only_lookups_without_disposition_are_left():
-    """What the xfail above leaves open is lookups with no disposition, nothing stale or wrong."""
-    assert [p for p in audit.problems(NEWEST, NEWEST_POLICY, ENV) if not p.endswith(": no disposition")] == []
+def test_0_5_23_dispositions_of_the_lookups_that_matter():
+    """SGLang 0.5.23's own JIT is provided like FlashInfer's; cargo is not run (the wheel bundles
+    its Rust extensions); numactl is provided, by this stack's own entry."""
+
+    def answer(package, key):
+        return audit.disposition(package, key, NEWEST["packages"][package]["lookups"][key], NEWEST_POLICY)
+
+    assert answer("sglang", "program ninja") == ("provided", "programs.ninja")
+    assert answer("sglang", "env CXX") == ("provided", "environment.CXX")
+    assert answer("sglang", "env CUDA_HOME") == ("provided", "environment.CUDA_HOME")
+    assert answer("triton", "env CXX") == ("provided", "environment.CXX")
+    assert answer("sglang", "program numactl") == ("provided", "programs.numactl")
+    kind, reason = answer("sglang", "program cargo")
+    assert kind == "notNeeded" and "srt/rust_extensions/loader.py:116-121" in reason
+
+
+def test_a_stacks_own_entry_is_seen_by_that_stack_only():
+    assert "numactl" in NEWEST_ENV["programs"] and "numactl" not in ENV["programs"]
+    assert "numactl" not in SHARED_ENV["programs"], "defined once, under stacks.0.5.23"
+    found = audit.problems(NEWEST, NEWEST_POLICY, ENV)  # 0.5.23's lookups against 0.5.9's environment
+    assert "sglang program numactl: provided by programs.numactl, which nix/runtime-env.json lacks" in found
+    pins = json.loads((REPO / "nix" / "pins.json").read_text())
+    assert set(SHARED_ENV["stacks"]) - {"_comment"} <= set(pins["stacks"]), "stacks are nix/pins.json's"
+
+
+def test_an_addition_that_redefines_a_shared_entry_is_refused():
+    env = copy.deepcopy(SHARED_ENV)
+    env["stacks"]["0.5.23"]["programs"]["ninja"] = {"from": "nixpkgs:ninja", "why": "a second definition"}
+    with pytest.raises(SystemExit, match=r"stacks\.0\.5\.23\.programs\.ninja: already defined for every stack"):
+        audit.stack_env(env, "0.5.23")
+
+
+def test_removing_a_0_5_23_disposition_fails_the_check():
+    policy = copy.deepcopy(NEWEST_POLICY)
+    del policy["notNeeded"]["sglang program cargo"]
+    assert [p for p in audit.problems(NEWEST, policy, NEWEST_ENV) if p.startswith("sglang program cargo ")] == [
+        "sglang program cargo (sglang/srt/rust_extensions/loader.py:418): no disposition"
+    ]

@@ -26,8 +26,8 @@ nix/runtime-lookup-policy.json names) with `ast` and lists every such lookup:
 A lookup's key is (package, kind, name), stable across versions; its locations (file:line)
 are information only. Wheels are downloaded from the URLs in uv.lock (sha256 checked);
 a wheel the Nix build swaps for another build is read through a proxy, named in the data.
-tests/test_runtime_lookups.py proves every lookup is provided by nix/runtime-env.json or
-is not needed, with a reason.
+tests/test_runtime_lookups.py proves every lookup is provided by nix/runtime-env.json (its
+shared entries plus the stack's own, "stacks") or is not needed, with a reason.
 
     python nix/scripts/audit-runtime-lookups.py [--stack VERSION] [--cache DIR] [--check]
 
@@ -55,6 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = REPO / "nix" / "runtime-env.json"
+SECTIONS = ("programs", "libraries", "environment", "paths")
 
 PROGRAM_CALLS = {
     "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
@@ -280,11 +281,29 @@ def disposition(package: str, key: str, lookup: dict, policy: dict) -> tuple[str
     return None
 
 
+def stack_env(env: dict, stack: str | None = None) -> dict:
+    """nix/runtime-env.json as one stack sees it: the shared sections plus its own additions
+    (env["stacks"][version]), as nix/runtime-env.nix renders it for that stack's wrapper."""
+    version = stack or json.loads(wheel_audit().PINS.read_text())["stack"]["default"]
+    own = env.get("stacks", {}).get(version, {})
+    merged = {section: dict(env[section]) for section in SECTIONS}
+    for section, entries in own.items():
+        if section not in SECTIONS:
+            raise SystemExit(f"nix/runtime-env.json stacks.{version}.{section}: not a section ({', '.join(SECTIONS)})")
+        for name, value in entries.items():
+            if name in env[section]:
+                raise SystemExit(
+                    f"nix/runtime-env.json stacks.{version}.{section}.{name}: already defined for every stack; "
+                    "define it once (remove one of the two)"
+                )
+            merged[section][name] = value
+    return merged
+
+
 def problems(data: dict, policy: dict, env: dict) -> list[str]:
     """Everything that keeps the inventory from being accounted for; empty when it is."""
     found = []
-    entries = {f"{section}.{name}" for section in ("programs", "libraries", "environment", "paths")
-               for name in env[section]}  # fmt: skip
+    entries = {f"{section}.{name}" for section in SECTIONS for name in env[section]}
     keys = {f"{p} {k}" for p, record in data["packages"].items() for k in record["lookups"]}
     used_rules = set()
     for package, record in data["packages"].items():
@@ -332,7 +351,7 @@ def main() -> None:
     if not args.check:
         output.write_text(text)
         print(f"wrote {output.relative_to(REPO)}", file=sys.stderr)
-    found = problems(data, policy, json.loads(ENV.read_text()))
+    found = problems(data, policy, stack_env(json.loads(ENV.read_text()), args.stack))
     if found:
         raise SystemExit("not accounted for:\n  " + "\n  ".join(found))
     print(f"{output.relative_to(REPO)}: every lookup is provided or not needed")

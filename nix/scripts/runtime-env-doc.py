@@ -25,21 +25,32 @@ WHERE = {
 }
 
 
-def table(spec: dict) -> str:
-    rows = ["| kind | name | from | why |", "|---|---|---|---|"]
-    for kind, section, key in (
-        ("on PATH", "programs", "from"),
-        ("variable", "environment", "value"),
-        ("library", "libraries", "from"),
-        ("path", "paths", "from"),
-    ):
-        for name, entry in spec[section].items():
+KINDS = (
+    ("on PATH", "programs", "from"),
+    ("variable", "environment", "value"),
+    ("library", "libraries", "from"),
+    ("path", "paths", "from"),
+)
+
+
+def rows(sections: dict, stack: str) -> list[str]:
+    found = []
+    for kind, section, key in KINDS:
+        for name, entry in sections.get(section, {}).items():
             source = entry[key]
             where = WHERE.get(source) or (
                 f"nixpkgs `{source.removeprefix('nixpkgs:')}`" if source.startswith("nixpkgs:") else source
             )
-            rows.append(f"| {kind} | `{name}` | {where} | {entry['why']} |")
-    return "\n".join(rows)
+            found.append(f"| {stack} | {kind} | `{name}` | {where} | {entry['why']} |")
+    return found
+
+
+def table(spec: dict) -> str:
+    """The shared entries (every stack), then each stack's own additions."""
+    lines = ["| stack | kind | name | from | why |", "|---|---|---|---|---|", *rows(spec, "all")]
+    for version, own in spec.get("stacks", {}).items():
+        lines += rows(own, f"{version} only")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
