@@ -183,10 +183,69 @@ def test_an_opt_in_condition_is_read_not_assumed(opt_in_tree):
     assert probe.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
 
 
-def test_probe_on_0523_says_not_checked_where_it_cannot_read(newest_tree, run_cli):
+def grep_calls(tree, folder: str, needle: str) -> set[str]:
+    """file:line of each line under srt/<folder> calling needle on something: found apart from the probe."""
+    found = set()
+    for path in sorted((tree.srt / folder).rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if needle in line and not line.lstrip().startswith(("def ", "#")):
+                found.add(f"{tree.relative(path)}:{number}")
+    return found
+
+
+def test_probe_follows_the_helpers_that_call_the_target(tree):
+    """0.5.9 calls the EAGLE-3 methods on the target in place; 0.5.23 hands the model to helpers
+    (configure_aux_hidden_state_capture, resolve_draft_embed_and_head) that call them: both are read."""
+    result = probe.probe(tree)
+    assert result.call_sites_read
+    sites = {m.method: {s.location for s in m.call_sites} for m in result.methods}
+    assert set(sites) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    assert sites["get_embed_and_head"] == grep_calls(tree, "speculative", "model.get_embed_and_head()")
+    capture = grep_calls(tree, "model_executor", ".set_eagle3_layers_to_capture(")
+    assert sites["set_eagle3_layers_to_capture"] == capture
+    helped = [s for m in result.methods for s in m.call_sites if s.via]
+    if tree.version == "0.5.9":
+        assert not helped and set(result.missing) == set(sites)  # patch 0001's job
+        return
+    assert not result.missing and result.passed is False  # only the fusion flag fails (below), not the methods
+    for m in result.methods:  # upstream KimiK25 forwards each (PR #19689): its own lines
+        where = m.how.split("(", 1)[1].split(")")[0]
+        assert f"def {m.method}(" in source_line(tree, where) and where.startswith("srt/models/kimi_k25.py:")
+        for site in m.call_sites:
+            assert site.via, site  # reached through a helper, each step a call of the next function
+            steps = [*site.via, f"{site.location} in {site.function}"]
+            for step, callee in zip(steps, steps[1:], strict=False):
+                name = callee.split(" in ")[1].rsplit(".", 1)[-1]
+                assert f"{name}(" in source_line(tree, step.split(" in ")[0]), (step, callee)
+    capture_site = next(m for m in result.methods if m.method == "set_eagle3_layers_to_capture").call_sites[0]
+    assert capture_site.condition == "self.spec_aux_config.eagle_use_aux_hidden_state"  # the helper's guard, named
+    assert capture_site.via[0].startswith("srt/model_executor/model_runner.py:")
+    workers = {s.worker for s in result.methods[0].call_sites}
+    assert workers == {"EAGLEWorkerV2", "MultiLayerEagleWorkerV2"}
+
+
+def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy, run_cli):
+    """The same class with upstream's forwarding taken out: the helpers' calls are requirements (the hasattr
+    there raises ValueError), so the probe fails naming them, as on pristine 0.5.9."""
+    root = tree_copy(newest_tree)
+    kimi = root / "sglang/srt/models/kimi_k25.py"
+    text = kimi.read_text()
+    for method in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
+        assert f"    def {method}(" in text
+        text = text.replace(f"    def {method}(", f"    def _was_{method}(")
+    kimi.write_text(text)
+    result = run_cli("probe", "--target", str(root), "--no-allreduce-fusion")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "[FAIL] get_embed_and_head: not defined in KimiK25ForConditionalGeneration" in result.stdout
+    assert "first called at srt/speculative/pp_draft_embedding.py:" in result.stdout
+    assert "first called at srt/model_executor/model_runner_components/attention_backend_setup.py:" in result.stdout
+
+
+def test_probe_on_0523_reads_the_call_sites(newest_tree, run_cli):
     result = run_cli("probe", "--target", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
     assert result.returncode == 0 and "Traceback" not in result.stderr
-    assert "[ ?? ] call sites" in result.stdout and "Verdict: NOT CHECKED" not in result.stdout  # WARN wins
+    assert "[ ?? ] call sites" not in result.stdout and "[ OK ] set_eagle3_layers_to_capture" in result.stdout
+    assert "reached from srt/model_executor/model_runner.py:" in result.stdout
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: active" in result.stdout
     failed = run_cli("probe", "--target", str(newest_tree))  # the defaults request fusion: ValueError on SM120
     assert failed.returncode == 1 and "would crash the server: ValueError" in failed.stdout
@@ -202,7 +261,7 @@ def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
     if tree.version == "0.5.9":
         assert "[FAIL] settings: pcie_ipc_allreduce: SGLang 0.5.9 has no variable" in result.stdout
     else:
-        assert "[ OK ] settings" in result.stdout and "[ ?? ] probe" in result.stdout
+        assert "[ OK ] settings" in result.stdout and "[ OK ] probe: SGLang 0.5.23 can serve" in result.stdout
 
 
 def test_docs_have_the_settings_by_version_section():

@@ -16,16 +16,15 @@ source:
 
 from __future__ import annotations
 
-import ast
 import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, spec_conditions
+from ..source import allreduce_gates, model_calls, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
-from ..source.source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
+from ..source.source_index import SourceIndex
 from . import draft_check, findings
 from .findings import Finding, Judged, Status
 
@@ -54,6 +53,7 @@ class CallSite:
     worker: str | None = None  # worker class whose module this is, if chosen by create_worker
     worker_chosen_if: str | None = None  # create_worker's condition for that worker
     when: RunsWhen = RunsWhen.ALWAYS
+    via: list[str] = field(default_factory=list)  # helper calls that lead here, "file:line in function"
 
 
 @dataclass
@@ -110,7 +110,8 @@ class ProbeResult(Judged):
 UNREAD_CALL_SITES = (
     "no call the speculative path makes on the target model was found in this SGLang's source (read: "
     f"...{TARGET_RECEIVER_SUFFIX}.m() in srt/speculative/, self.model.m() in srt/model_executor/ under a "
-    "speculative condition); which methods the target class must provide is not checked"
+    "speculative condition, and the same in the SGLang helpers they hand the model to); which methods the "
+    "target class must provide is not checked"
 )
 
 
@@ -137,32 +138,8 @@ def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
 # -- 1. call sites ---------------------------------------------------------------------
 
 
-def _functions(module: ast.Module):
-    """(qualified name, function) for module-level functions and methods."""
-    for node in module.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name, node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield f"{node.name}.{item.name}", item
-
-
-def _is_optional(conds: tuple[Condition, ...], receiver: str, method: str) -> bool:
-    """A call guarded by ``hasattr(receiver, "method")`` is not a requirement."""
-    for cond in conds:
-        for node in ast.walk(cond.test):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr")
-                and len(node.args) >= 2
-                and ast.unparse(node.args[0]) == receiver
-                and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == method
-            ):
-                return True
-    return False
+def _is_target(receiver: str) -> bool:
+    return receiver.endswith(TARGET_RECEIVER_SUFFIX)
 
 
 def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, algorithm: str) -> list[CallSite]:
@@ -181,34 +158,26 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
                 continue
         else:
             module_value = True
-        for qualname, func in _functions(index.module(path)):
-            for stmt, conds in statements_with_conditions(func.body):
-                for node in own_expressions(stmt):
-                    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                        continue
-                    receiver = ast.unparse(node.func.value)
-                    method = node.func.attr
-                    if in_speculative:
-                        if not receiver.endswith(TARGET_RECEIVER_SUFFIX):
-                            continue
-                    elif receiver not in RUNNER_RECEIVERS or not algebra.mentions_speculation(conds):
-                        continue
-                    if _is_optional(conds, receiver, method):
-                        continue
-                    value = spec_conditions.tri_and([module_value, algebra.path_value(conds, algorithm)])
-                    if value is False:
-                        continue
-                    sites.append(
-                        CallSite(
-                            method=method,
-                            location=f"{index.rel(path)}:{node.lineno}",
-                            function=qualname,
-                            condition=algebra.describe([conds], algorithm),
-                            worker=worker[0] if worker else None,
-                            worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
-                            when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
-                        )
+        is_model = _is_target if in_speculative else RUNNER_RECEIVERS.__contains__
+        for qualname, func in model_calls.functions(index.module(path)):
+            for call in model_calls.model_calls(index, path, qualname, func, is_model):
+                if not in_speculative and not algebra.mentions_speculation(call.conditions):
+                    continue
+                value = spec_conditions.tri_and([module_value, algebra.path_value(call.conditions, algorithm)])
+                if value is False:
+                    continue
+                sites.append(
+                    CallSite(
+                        method=call.method,
+                        location=f"{index.rel(call.path)}:{call.line}",
+                        function=call.function,
+                        condition=algebra.describe([call.conditions], algorithm),
+                        worker=worker[0] if worker else None,
+                        worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
+                        when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
+                        via=list(call.via),
                     )
+                )
     return sites
 
 
@@ -235,7 +204,7 @@ def probe(
     """
     index = SourceIndex(tree)
     srt = tree.srt
-    algebra = spec_conditions.load(index, sorted((srt / "model_executor").glob("*.py")))
+    algebra = spec_conditions.load(index, sorted((srt / "model_executor").rglob("*.py")))
     canonical = algebra.canonical(algorithm)
 
     sites = find_call_sites(index, algebra, canonical)
@@ -293,6 +262,8 @@ def render_text(result: ProbeResult) -> str:
         for s in m.call_sites:
             guard = f"if {s.condition}" if s.condition != "always" else "always"
             lines.append(f"      {s.location} in {s.function}: {guard}")
+            if s.via:
+                lines.append(f"        reached from {' -> '.join(s.via)}")
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
     effects = result.allreduce
