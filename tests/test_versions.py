@@ -12,12 +12,13 @@ import shutil
 import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSIONS
-from sglang_eagle3.judging import preflight, probe
+from sglang_eagle3.judging import draft_check, patch_check, preflight, probe
 from sglang_eagle3.serving import launch_plan, settings
-from sglang_eagle3.source import allreduce_gates, sglang_source
+from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.source_index import SourceIndex
 from support import pins
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_weights
 from support.gpus import fake_nvidia_smi
 
 PCIE = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
@@ -249,6 +250,50 @@ def test_probe_on_0523_reads_the_call_sites(newest_tree, run_cli):
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: active" in result.stdout
     failed = run_cli("probe", "--target", str(newest_tree))  # the defaults request fusion: ValueError on SM120
     assert failed.returncode == 1 and "would crash the server: ValueError" in failed.stdout
+
+
+def capture_report(tmp_path, tree, layer_ids):
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_config(tmp_path / f"draft-{layer_ids[0]}", eagle3_draft_config(layer_ids))
+    write_weights(draft, 32000)
+    arch = "DeepseekV3ForCausalLM" if tree.version == "0.5.9" else None  # pristine 0.5.9's KimiK25 lacks it
+    return draft_check.check(tree, str(draft), str(target), target_arch=arch)
+
+
+def test_the_captured_layers_name_patch_0004_as_patch_check_reads_it(tmp_path, tree):
+    """An input-convention draft (first id 2): 0.5.9 captures one layer too deep (0004 applies and fixes it);
+    0.5.23's own rule follows the convention (PR #25454), which patch check recognises, not a "conflict"."""
+    report = capture_report(tmp_path, tree, (2, 30, 58))
+    capture, found = report.capture, report.finding("captured layers")
+    patch = next(p for p in patchset.PatchSeries.load(version="0.5.9").patches if p.name.startswith("0004"))
+    checked = patch_check.check_one(patch, tree, SourceIndex(tree))
+    if tree.version == "0.5.9":
+        assert checked.outcome is patch_check.Outcome.APPLIES
+        assert capture.patch_0004 == "not applied" and capture.captured == [3, 31, 59]
+        assert found.status is preflight.Status.WARN and "apply patch 0004" in found.message
+        return
+    assert checked.outcome is patch_check.Outcome.UPSTREAM
+    assert capture.patch_0004 == "already upstream" and "conflict" not in found.message
+    assert capture.captured == capture.intended == [2, 30, 58] and found.status is preflight.Status.OK
+    assert checked.how in found.message and "PR #25454" in found.message  # patch check's words, once
+    method = capture.method.split(" at ")[1]
+    assert "def set_eagle3_layers_to_capture(" in source_line(tree, method)
+    rendered = "\n".join(report.render_lines())
+    assert "(patch 0004 already upstream)" in rendered and "with patch 0004" not in rendered
+
+
+def test_the_captured_layers_come_from_running_the_trees_own_rule(tmp_path, newest_tree, tree_copy):
+    """0.5.23 with its convention test taken out (the +1 always applied, as 0.5.9): patch check no longer
+    recognises 0004 upstream, and the prediction is the edited method's."""
+    root = tree_copy(newest_tree)
+    path = root / "sglang/srt/models/deepseek_v2.py"
+    text = path.read_text()
+    old = "if layer_ids and layer_ids[0] == 1:"
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, "if layer_ids:"))
+    report = capture_report(tmp_path, sglang_source.locate(root), (2, 30, 58))
+    assert report.capture.captured == [3, 31, 59] and report.capture.patch_0004 == "conflict"
+    assert report.finding("captured layers").status is preflight.Status.WARN
 
 
 def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
