@@ -7,13 +7,18 @@ A setting one version lacks is refused by preflight, naming the version that has
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSIONS
 from sglang_eagle3.judging import draft_check, patch_check, preflight, probe
 from sglang_eagle3.serving import launch_plan, settings
+from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
 from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.source_index import SourceIndex
@@ -294,6 +299,47 @@ def test_the_captured_layers_come_from_running_the_trees_own_rule(tmp_path, newe
     report = capture_report(tmp_path, sglang_source.locate(root), (2, 30, 58))
     assert report.capture.captured == [3, 31, 59] and report.capture.patch_0004 == "conflict"
     assert report.finding("captured layers").status is preflight.Status.WARN
+
+
+MAIN_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_main_driver.py"
+
+
+def test_sglang_main_does_what_each_trees_launch_server_does(tmp_path, tree):
+    """sglang_main's start-up calls (read from the tree's launch_server.py: 0.5.23's load_plugins(), none on 0.5.9),
+    its own parser on the settings' argv, the keys from their files: real SGLang code on CPU (the driver says what
+    stands in). A test plugin, installed as an sglang.srt.plugins entry point, runs before the arguments are parsed
+    on 0.5.23, as under `python -m sglang.launch_server`; 0.5.9 has no plugins."""
+    plugin = tmp_path / "plugin"
+    dist = plugin / "eagle3_test_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (plugin / "eagle3_test_plugin.py").write_text(
+        "def register():\n    import eagle3_order\n    eagle3_order.calls.append('plugin')\n"
+    )
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: eagle3-test-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\neagle3-order = eagle3_test_plugin:register\n")
+    key = tmp_path / "api-key"
+    key.write_text("sk-eagle3-driver-key")
+    key.chmod(0o400)
+    s = settings.ServerSettings(model_path=str(tmp_path / "model"), speculative_num_steps=5,
+                                speculative_num_draft_tokens=6)  # fmt: skip
+    given = {"argv": launch_plan.sglang_args(s), "environ": {API_KEY_FILE_ENV: str(key)}}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python" / "src"), str(plugin)])}
+    env.pop("SGLANG_PLUGINS", None)
+    result = subprocess.run([sys.executable, str(MAIN_DRIVER), str(tree.root)], input=json.dumps(given),
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    main_block = (tree.package / "launch_server.py").read_text().split('if __name__ == "__main__":')[1]
+    if tree.version == "0.5.9":
+        assert out["startup"] == [] and out["order"] == ["parse"] and not (tree.srt / "plugins").exists()
+    else:
+        assert out["startup"] == ["sglang.srt.plugins.load_plugins"]
+        assert main_block.index("load_plugins()") < main_block.index("prepare_server_args(")
+        assert out["order"] == ["plugin", "parse"]  # SGLang's load_plugins ran the entry point, then the parse
+        assert "sk-eagle3" not in out["launch_command"] and "--tp-size 8" in out["launch_command"]
+    assert out["keys"] == {"api_key": "sk-eagle3-driver-key", "admin_api_key": None}
+    assert out["changed"] == ["api_key"]  # the file's key is the one difference from parsing the argv alone
+    assert out["tp_size"] == 8 and out["speculative_algorithm"] == "EAGLE3"
 
 
 def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
