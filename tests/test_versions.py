@@ -114,6 +114,30 @@ def test_an_environment_variable_the_tree_never_reads_is_refused(tmp_path, tree)
     assert f"does not read {({PCIE, 'SGLANG_ENABLE_SPEC_V2'} - {lacks}).pop()}" not in found.message
 
 
+def test_spec_v2s_top_k_rule_is_0_5_9s_and_0_5_23_refuses_the_variable(tmp_path, tree):
+    """SGLANG_ENABLE_SPEC_V2 with top-k 4: 0.5.9 refuses the top-k (its server_args.py rule); 0.5.23 never reads the
+    variable, so preflight refuses the variable there, not with 0.5.9's rule."""
+    values = {
+        "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 8,
+        "environment": {"SGLANG_ENABLE_SPEC_V2": "1"},
+    }
+    found = finding(run_preflight(tmp_path, tree, **values), "settings")  # the settings themselves load on both
+    assert found.status is preflight.Status.FAIL
+    rule = settings.SPEC_TREE_RULES["spec_v2"]
+    if tree.version == "0.5.9":
+        assert "speculative_eagle_topk: environment SGLANG_ENABLE_SPEC_V2 supports only top-k 1" in found.message
+        path, lines = rule.rsplit(":", 1)
+        first, last = (int(n) for n in lines.split("-"))
+        text = "\n".join((tree.package / path).read_text().splitlines()[first - 1 : last])
+        assert rule in found.message and "Spec v2 currently only supports topk = 1" in text
+        top_k_1 = {**values, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+        assert finding(run_preflight(tmp_path, tree, **top_k_1), "settings").status is preflight.Status.OK
+        return
+    assert "SGLang 0.5.23 does not read SGLANG_ENABLE_SPEC_V2" in found.message
+    assert rule not in found.message and "top-k" not in found.message
+
+
 def test_pcie_ipc_allreduce_is_a_variable_not_a_flag():
     plan = launch_plan.build(settings.ServerSettings(pcie_ipc_allreduce=True), python="python")
     assert plan.env[PCIE] == "1" and not any("pcie" in a for a in plan.argv)

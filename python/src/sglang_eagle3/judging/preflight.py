@@ -170,6 +170,7 @@ def check_port(result: Preflight, host: str, port: int) -> None:
 # Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9: top-k 1 only (settings.SPEC_TREE_RULES["spec_v2"])
 
 
 def check_settings_version(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
@@ -202,6 +203,13 @@ def check_settings_version(result: Preflight, settings: ServerSettings, tree: sg
                 f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
                 f"anywhere in its source): it would be silently ignored; drop it or check its name"
             )
+    # A version's own rule on a variable, only where that version reads it (0.5.23 refuses the variable above).
+    if SPEC_V2 in variables and settings.speculative_algorithm:
+        problem = server_settings.draft_tree_problem(
+            settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
+            settings.attention_backend, settings.environment.get(SPEC_V2),
+        )  # fmt: skip
+        problems += [problem] if problem else []
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))
     elif tree.version not in SGLANG_VERSIONS:
