@@ -179,6 +179,30 @@ def test_pcie_ipc_conditions_on_0523(newest_tree):
         gates(tree, topology="infiniband")
 
 
+def test_preflight_judges_pcie_ipc_on_the_hosts_topology(tmp_path, newest_tree):
+    """The links come from the host's nvidia-smi topo -m: on the NVLink H200 matrix custom all-reduce goes first;
+    on the PCIe RTX PRO 6000 one the PCIe-IPC all-reduce is active; without a matrix, PCIe is assumed, not checked."""
+    tree = sglang_source.locate(newest_tree)
+    s = settings.ServerSettings(pcie_ipc_allreduce=True, enable_flashinfer_allreduce_fusion=False)
+
+    def run(recording, topology="recorded"):
+        (tmp_path / recording).mkdir(exist_ok=True)
+        smi = fake_nvidia_smi(tmp_path / recording, recording, topology)
+        report = preflight.run(s, str(tree.root), nvidia_smi=smi)
+        ipc = next(f for f in report.findings if f.name == "optimisations" and PCIE in f.message)
+        return finding(report, "topology"), ipc
+
+    topology, ipc = run("8x-h200.csv")
+    assert topology.status is preflight.Status.OK and topology.message.startswith("NVLink (nvidia-smi topo -m:")
+    assert "on NVLink custom all-reduce is tried first" in ipc.message
+    topology, ipc = run("8x-rtx-pro-6000.csv")
+    assert topology.message == "PCIe (nvidia-smi topo -m: GPU0-GPU7 over PCIe only (NODE, SYS))"
+    assert f"{PCIE}: active" in ipc.message
+    topology, ipc = run("8x-h200.csv", topology=None)
+    assert topology.status is preflight.Status.NOT_CHECKED and "judged for PCIe" in topology.message
+    assert f"{PCIE}: active" in ipc.message
+
+
 def test_sm90_fusion_is_automatic_on_both(tree):
     assert gates(tree, compute_capability="9.0").allreduce_fusion.effect is Effect.AUTO
 

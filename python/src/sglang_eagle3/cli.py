@@ -185,7 +185,8 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 )  # fmt: skip
 @click.option(
     "--topology", type=click.Choice(allreduce_gates.TOPOLOGIES), default=None,
-    help="How the GPUs are connected (nvidia-smi topo -m). Default: PCIe, as on the tuned host (reported as assumed).",
+    help="How the GPUs are connected. Default: read from this host's nvidia-smi topo -m for GPU0..tp-1; "
+    "without it, PCIe, as on the tuned host (reported as assumed).",
 )  # fmt: skip
 @click.option("--draft", metavar="PATH", help="Draft model to check: a directory, or a hub id in the local HF cache.")
 @click.option(
@@ -214,6 +215,7 @@ def probe_command(
                 arch = draft_inputs.Fields(
                     draft_inputs.read_config(given.directory, "target model"), model
                 ).architecture()
+        found = preflight.query_topology(None, tp_size) if topology is None else None
         result = probe.probe(
             tree,
             arch=arch,
@@ -223,7 +225,8 @@ def probe_command(
             torch_symm_mem=torch_symm_mem,
             allreduce_fusion=allreduce_fusion,
             pcie_ipc=pcie_ipc,
-            topology=topology,
+            topology=topology or (found.kind if found else None),
+            topology_how=found.how if found else "--topology" if topology else None,
             draft=draft,
             model=model if draft else None,
         )

@@ -197,6 +197,7 @@ def probe(
     pcie_ipc: bool = settings.default("pcie_ipc_allreduce"),
     topology: str | None = None,
     environment: dict | None = None,
+    topology_how: str | None = None,
 ) -> ProbeResult:
     """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
 
@@ -226,7 +227,7 @@ def probe(
 
     allreduce = allreduce_gates.effects(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion,
-        pcie_ipc=pcie_ipc, topology=topology, environment=environment,
+        pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
     draft_report = None
@@ -269,7 +270,10 @@ def render_text(result: ProbeResult) -> str:
     effects = result.allreduce
     flags = [by_name[flag.flag] for flag in effects.flags]
     topology = "PCIe" if effects.topology == "pcie" else "NVLink"
-    topology += " (assumed: the tuned host's; --topology says otherwise)" if effects.topology_assumed else ""
+    if effects.topology_assumed:
+        topology += " (assumed: the tuned host's; --topology, or nvidia-smi topo -m on the GPU host, says otherwise)"
+    elif effects.topology_how:
+        topology += f" ({effects.topology_how})"
     lines += [
         "",
         f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}, "

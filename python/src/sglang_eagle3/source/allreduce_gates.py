@@ -57,6 +57,7 @@ class AllReduceEffects:
     pcie_ipc: FlagEffect | None = None  # None: this SGLang has no PCIe-IPC all-reduce and it was not asked for
     topology: str = "pcie"
     topology_assumed: bool = True
+    topology_how: str | None = None  # where it was read (nvidia-smi topo -m), or given (--topology)
 
     @property
     def flags(self) -> list[FlagEffect]:
@@ -492,12 +493,15 @@ def effects(
     pcie_ipc: bool = False,
     topology: str | None = None,
     environment: dict | None = None,
+    topology_how: str | None = None,
 ) -> AllReduceEffects:
-    """``topology`` None: the tuned host's (PCIe), reported as assumed."""
+    """``topology`` None: the tuned host's (PCIe), reported as assumed; ``topology_how``: where it was read."""
     major = capability_major(compute_capability)
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
     symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_effect(index, major, allreduce_fusion, environment)
     ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie")
-    return AllReduceEffects(compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None)
+    return AllReduceEffects(
+        compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None, topology_how
+    )
