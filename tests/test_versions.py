@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -209,14 +210,23 @@ def test_sm90_fusion_is_automatic_on_both(tree):
 
 @pytest.fixture
 def opt_in_tree(newest_tree, tmp_path):
-    """0.5.23 with its resolver admitting SM120 under an extra condition, as the opt-in patch of the 0.5.23 series
-    will (it is written by another change; this edit stands in for it so the reading of the condition is tested)."""
+    """0.5.23 with its resolver admitting SM120 under an extra condition, and its run-time gate admitting SM120, so
+    the reading of an opt-in condition is tested (patch 0003 of the 0.5.23 series admits SM120 without one)."""
     root = tmp_path / "tree"
     shutil.copytree(newest_tree / "sglang", root / "sglang")
     path = root / "sglang" / "srt" / "layers" / "flashinfer_comm_fusion.py"
     text = path.read_text()
     old = "if not (get_platform().is_sm90 or get_platform().is_sm100):"
     assert old in text
+    gate = root / "sglang" / "srt" / "layers" / "layer_boundary" / "residual" / "add_norm.py"
+    gate_text = gate.read_text()
+    flag, test = (
+        "_is_sm100_supported = _is_cuda and get_platform().is_sm100\n",
+        "(_is_sm90_supported or _is_sm100_supported)\n",
+    )
+    assert gate_text.count(flag) == gate_text.count(test) == 1
+    gate_text = gate_text.replace(flag, flag + flag.replace("100", "120"))
+    gate.write_text(gate_text.replace(test, test.replace(")", " or _is_sm120_supported)")))
 
     def write(condition: str):
         path.write_text(text.replace(old, f"if not (get_platform().is_sm90 or get_platform().is_sm100 or "
@@ -235,6 +245,44 @@ def test_an_opt_in_condition_is_read_not_assumed(opt_in_tree):
     unknown = gates(opt_in_tree("_p2p_available()")).allreduce_fusion
     assert unknown.effect is Effect.UNKNOWN
     assert probe.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
+
+
+RESOLVER = "srt/layers/flashinfer_comm_fusion.py"
+RUNTIME_GATE = "srt/layers/layer_boundary/residual/add_norm.py"
+
+
+@pytest.mark.parametrize("halves", [(RESOLVER, RUNTIME_GATE), (RESOLVER,), (RUNTIME_GATE,)])
+def test_the_0523_fusion_opt_in_needs_both_halves(newest_tree, tmp_path, halves):
+    """Patch 0003 of the 0.5.23 series changes the backend resolver (start-up) and the run-time gate that applies
+    the fusion in the layers; each is read. Resolver only: the workspaces are built, the fusion never applied.
+    Gate only: the resolver still stops start-up."""
+    from conftest import gnu_patch
+
+    root = tmp_path / "tree"
+    shutil.copytree(newest_tree / "sglang", root / "sglang")
+    series = REPO / "patches" / "sglang-0.5.23"
+    patch = next(series.glob("0003-*.patch"))
+    assert gnu_patch(root, patch).returncode == 0
+    for rel in {RESOLVER, RUNTIME_GATE} - set(halves):
+        shutil.copyfile(newest_tree / "sglang" / rel, root / "sglang" / rel)  # that half left pristine
+    tree = sglang_source.SGLangTree(root, "0.5.23")
+    fusion = gates(tree).allreduce_fusion
+    where = {rel: re.search(rf"{re.escape(rel)}:(\d+)", fusion.detail) for rel in (RESOLVER, RUNTIME_GATE)}
+    if halves == (RUNTIME_GATE,):
+        assert fusion.effect is Effect.CRASH and "the backend resolver admits SM9x, SM10x only" in fusion.detail
+        assert "would apply it on SM12x, but start-up stops first" in fusion.detail
+    elif halves == (RESOLVER,):
+        assert fusion.effect is Effect.IGNORED and "never applied" in fusion.detail and fusion.warning
+        assert (
+            f"the run-time gate ({RUNTIME_GATE}:" in fusion.detail and "applies it on SM9x, SM10x only" in fusion.detail
+        )
+    else:
+        assert fusion.effect is Effect.ACTIVE and "applies it on SM9x, SM10x, SM12x" in fusion.detail
+        assert "opt-in and unproven" in fusion.warning
+    for rel, found in where.items():  # each file:line quoted is the line that decides
+        assert found, (rel, fusion.detail)
+        line = source_line(tree, f"{rel}:{found.group(1)}")
+        assert ("def flashinfer_ar_fusion_applies" in line) if rel == RUNTIME_GATE else ("if not" in line), line
 
 
 def grep_calls(tree, folder: str, needle: str) -> set[str]:
