@@ -451,6 +451,19 @@ def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
         assert "[ OK ] settings" in result.stdout and "[ OK ] probe: SGLang 0.5.23 can serve" in result.stdout
 
 
-def test_docs_have_the_settings_by_version_section():
+def test_docs_have_the_settings_by_version_section(pristine_tree, newest_tree):
     text = (REPO / "docs" / "upgrade.md").read_text()
     assert "## Settings by version" in text and "serve-eagle3-0_5_23" in text
+    # the call sites and the forwarding the section quotes are the probe's, on each real tree
+    quotes = {
+        pristine_tree: ["srt/speculative/eagle_worker.py:157", "srt/model_executor/model_runner.py:622"],
+        newest_tree: ["srt/speculative/pp_draft_embedding.py:95", "srt/model_executor/model_runner.py:1109",
+                      "srt/models/kimi_k25.py:928", "srt/models/kimi_k25.py:965"],
+    }  # fmt: skip
+    for root, quoted in quotes.items():
+        result = probe.probe(sglang_source.locate(root))
+        said = " ".join(f"{s.location} {' '.join(s.via)} {m.how}" for m in result.methods for s in m.call_sites)
+        for where in quoted:
+            assert where in said, where
+            path, line = where.rsplit(":", 1)
+            assert f"`{where}`" in text or f"`{path}:{line}`" in text or f"`:{line}`" in text, where
