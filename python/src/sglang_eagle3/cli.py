@@ -13,7 +13,7 @@ from .bench.cli import bench_group
 from .cli_common import TopLevelGroup, load_settings
 from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
-from .judging import patch_check, preflight, probe
+from .judging import draft_check, patch_check, preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
 from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sglang_source
@@ -227,9 +227,9 @@ def probe_command(
             pcie_ipc=pcie_ipc,
             topology=topology or (found.kind if found else None),
             topology_how=found.how if found else "--topology" if topology else None,
-            draft=draft,
-            model=model if draft else None,
         )
+        if draft is not None:
+            result.draft = draft_check.check(tree, draft, model, algorithm=result.canonical_algorithm, target_arch=arch)
     except SourceLayoutError as err:
         raise BadInput(layout_message(tree, err)) from None
     except ValueError as err:  # a compute capability or algorithm the source does not know

@@ -11,7 +11,8 @@ source:
 2. The target class. Whether the architecture's class provides each method: defined
    in the class, inherited, or forwarded to an inner model that has it.
 3. All-reduce optimisations on the given compute capability (see allreduce_gates).
-4. With a draft model: the draft checks (see draft_check).
+4. With a draft model: the draft checks (see draft_check), which the caller adds to the result (draft_check
+   reads patch check's outcomes, and patch check this module's defaults).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..source import allreduce_gates, model_calls, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
-from . import draft_check, findings
+from . import findings
 from .findings import Finding, Judged, Status
 
 OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
@@ -74,7 +75,8 @@ class ProbeResult(Judged):
     methods: list[MethodCheck]
     allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
-    draft: Any = None  # draft_check.DraftReport when a draft model was given
+    draft: Any = None  # draft_check.DraftReport when a draft model was given (set by the caller)
+    canonical_algorithm: str = ""  # the algorithm as SGLang names it (NEXTN -> EAGLE), for the draft checks
     # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
     # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
     call_sites_read: bool = True
@@ -192,17 +194,12 @@ def probe(
     tp_size: int = settings.default("tp_size"),
     torch_symm_mem: bool = settings.default("enable_torch_symm_mem"),
     allreduce_fusion: bool = settings.default("enable_flashinfer_allreduce_fusion"),
-    draft: str | None = None,
-    model: str | None = None,
     pcie_ipc: bool = settings.default("pcie_ipc_allreduce"),
     topology: str | None = None,
     environment: dict | None = None,
     topology_how: str | None = None,
 ) -> ProbeResult:
-    """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
-
-    Raises ValueError on a bad algorithm or capability, draft_inputs.DraftInputError on bad model input.
-    """
+    """Raises ValueError on a bad algorithm or capability."""
     index = SourceIndex(tree)
     srt = tree.srt
     algebra = spec_conditions.load(index, sorted((srt / "model_executor").rglob("*.py")))
@@ -230,9 +227,6 @@ def probe(
         pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
-    draft_report = None
-    if draft is not None:
-        draft_report = draft_check.check(tree, draft, model, algorithm=canonical, target_arch=arch)
     return ProbeResult(
         sglang_root=str(tree.root),
         sglang_version=tree.version,
@@ -242,8 +236,8 @@ def probe(
         methods=methods,
         allreduce=allreduce,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
-        draft=draft_report,
         call_sites_read=read,
+        canonical_algorithm=canonical,
     )
 
 
