@@ -12,7 +12,6 @@ to), so the receiver and the guards read as the entry function's expressions.
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from .source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
 
 MAX_DEPTH = 4  # helpers within helpers; 0.5.23 needs two
+MODEL_ATTRIBUTE = "model"  # the model object is reached as <runner>.model in every receiver the probe reads
 
 
 @dataclass(frozen=True)
@@ -43,51 +43,59 @@ def functions(module: ast.Module):
                     yield f"{node.name}.{item.name}", item
 
 
-class _Substitute(ast.NodeTransformer):
-    def __init__(self, names: dict[str, ast.expr]):
-        self.names = names
+def substitute(expr: ast.AST, names: dict[str, ast.expr]):
+    """``expr`` with each Name in ``names`` replaced; unchanged parts are shared, nothing is modified in place."""
+    if not names:
+        return expr
+    if isinstance(expr, ast.Name):
+        return names.get(expr.id, expr)
+    fields, changed = {}, False
+    for name, value in ast.iter_fields(expr):
+        if isinstance(value, list):
+            new = [substitute(v, names) if isinstance(v, ast.AST) else v for v in value]
+            changed = changed or any(a is not b for a, b in zip(new, value, strict=True))
+        elif isinstance(value, ast.AST):
+            new = substitute(value, names)
+            changed = changed or new is not value
+        else:
+            new = value
+        fields[name] = new
+    return ast.copy_location(type(expr)(**fields), expr) if changed else expr
 
-    def visit_Name(self, node: ast.Name):
-        return copy.deepcopy(self.names[node.id]) if node.id in self.names else node
+
+@dataclass
+class _Facts:
+    """What one walk over a function finds."""
+
+    stores: dict[str, int]  # name -> how often it is assigned
+    raise_guards: set[int]  # tests of ``if ...: raise``: a hasattr there makes the method required, not optional
+    handling: set[int]  # statements in ``except`` blocks: run when a call failed, not on the path that must work
+    attributes: set[str]  # attribute names it reads (a function without the model's cannot reach it alone)
 
 
-def substitute(expr: ast.expr, names: dict[str, ast.expr]) -> ast.expr:
-    return _Substitute(names).visit(copy.deepcopy(expr)) if names else expr
-
-
-def _local_names(func: ast.FunctionDef, names: dict[str, ast.expr]) -> dict[str, ast.expr]:
-    """``names`` plus each local assigned once (``runner = self.target_worker.model_runner``), in its terms."""
-    counts: dict[str, int] = {}
+def _facts(func: ast.FunctionDef) -> _Facts:
+    facts = _Facts({}, set(), set(), set())
     for node in ast.walk(func):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            counts[node.id] = counts.get(node.id, 0) + 1
-    local = {name: expr for name, expr in names.items() if name not in counts}  # a reassigned parameter is unknown
+            facts.stores[node.id] = facts.stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.Attribute):
+            facts.attributes.add(node.attr)
+        elif isinstance(node, ast.If) and node.body and isinstance(node.body[-1], ast.Raise):
+            facts.raise_guards.add(id(node.test))
+        elif isinstance(node, ast.ExceptHandler):
+            facts.handling.update(id(stmt) for stmt in ast.walk(node) if isinstance(stmt, ast.stmt))
+    return facts
+
+
+def _local_names(func: ast.FunctionDef, stores: dict[str, int], names: dict[str, ast.expr]) -> dict[str, ast.expr]:
+    """``names`` plus each local assigned once (``runner = self.target_worker.model_runner``), in its terms."""
+    local = {name: expr for name, expr in names.items() if name not in stores}  # a reassigned parameter is unknown
     for stmt, _ in statements_with_conditions(func.body):
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             name = stmt.targets[0].id
-            if counts.get(name) == 1:
+            if stores.get(name) == 1:
                 local[name] = substitute(stmt.value, local)
     return local
-
-
-def _raise_guards(func: ast.FunctionDef) -> set[int]:
-    """Tests of ``if ...: raise``: a hasattr there makes the method required, not optional."""
-    return {
-        id(node.test)
-        for node in ast.walk(func)
-        if isinstance(node, ast.If) and node.body and isinstance(node.body[-1], ast.Raise)
-    }
-
-
-def _handling(func: ast.FunctionDef) -> set[int]:
-    """Statements in ``except`` blocks: they run when the call before them failed, not on the path that must work."""
-    return {
-        id(stmt)
-        for handler in ast.walk(func)
-        if isinstance(handler, ast.ExceptHandler)
-        for stmt in ast.walk(handler)
-        if isinstance(stmt, ast.stmt)
-    }
 
 
 def is_optional(conds: tuple[Condition, ...], receiver: str, method: str) -> bool:
@@ -165,12 +173,15 @@ def model_calls(
 ) -> Iterator[ModelCall]:
     """Calls ``<model>.m(...)`` that ``func`` makes, itself or through helpers it hands the model to.
 
-    ``is_model`` tells, from an expression's text in the entry function's terms, whether it is the model.
+    ``is_model`` tells, from an expression's text in the entry function's terms, whether it is the model
+    (an expression ending in ``.model``).
     Calls guarded by ``hasattr(model, "m")`` are left out (optional), and so are those in ``except`` blocks.
     """
-    names = _local_names(func, _names or {})
-    raise_guards = _raise_guards(func)
-    handling = _handling(func)
+    facts = _facts(func)
+    if not _names and MODEL_ATTRIBUTE not in facts.attributes:
+        return  # an entry function that never reads ``<x>.model`` holds no model to call or hand on
+    names = _local_names(func, facts.stores, _names or {})
+    raise_guards, handling = facts.raise_guards, facts.handling
     cls = qualname.rsplit(".", 1)[0] if "." in qualname else None
     for stmt, conds in statements_with_conditions(func.body):
         if id(stmt) in handling:
