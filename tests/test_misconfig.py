@@ -65,8 +65,6 @@ def scores_in_the_draft_tree(steps: int, topk: int) -> int:
          "speculative_num_draft_tokens", "eagle_utils.py:27"),
         ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "attention_backend": "trtllm_mha"},
          "speculative_eagle_topk", "server_args.py:2433-2441"),
-        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
-          "environment": {"SGLANG_ENABLE_SPEC_V2": "True"}}, "speculative_eagle_topk", "server_args.py:2376-2382"),
     ],
 )  # fmt: skip
 def test_sglang_refuses_or_changes_these_so_the_settings_refuse_them(values, setting, rule):
@@ -92,11 +90,8 @@ def test_generated_draft_trees(steps, topk, tokens, backend, spec_v2):
     if topk == 1:
         refused = tokens != steps + 1  # server_args.py: adjusted to steps + 1, silently
     else:
-        refused = (
-            tokens - 1 > scores_in_the_draft_tree(steps, topk)
-            or backend == "trtllm_mha"
-            or (spec_v2 or "").lower() in ("1", "true", "yes")
-        )
+        # SGLANG_ENABLE_SPEC_V2's top-k rule is 0.5.9's: preflight applies it per tree (test_versions.py)
+        refused = tokens - 1 > scores_in_the_draft_tree(steps, topk) or backend == "trtllm_mha"
     if not refused:
         server_settings.ServerSettings(**values)
         return

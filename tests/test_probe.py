@@ -1,4 +1,4 @@
-"""The probe, on the pristine and the patched SGLang 0.5.9 source."""
+"""The probe, on the pristine and the patched SGLang 0.5.9 source; the GPUs' links from nvidia-smi topo -m."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 import re
 
 import pytest
-from sglang_eagle3.judging import probe
+from sglang_eagle3.judging import preflight, probe
 from sglang_eagle3.source import sglang_source
+from support.gpus import DATA, fake_nvidia_smi
 
 KIMI = "KimiK25ForConditionalGeneration"
 
@@ -156,3 +157,50 @@ def test_bad_inputs_get_clear_messages(pristine_tree, tmp_path, run_cli):
     assert result.returncode == 2 and "no class KimiK25ForConditionalGen" in result.stderr
     assert "did you mean KimiK25ForConditionalGeneration" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+# -- the GPUs' links, from nvidia-smi topo -m ------------------------------------------------------
+
+
+def recorded_topology(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_topology_is_read_from_nvidia_smis_matrix():
+    """The recorded matrices (nvidia-smi's tab-separated format, legend and NIC columns included): every pair of the
+    GPUs the server uses decides; NICs and affinity columns are not links."""
+    pcie = recorded_topology("8x-rtx-pro-6000.topo")
+    assert preflight.read_topology(pcie, 8) == preflight.Topology(
+        "pcie", "nvidia-smi topo -m: GPU0-GPU7 over PCIe only (NODE, SYS)"
+    )
+    assert preflight.read_topology(pcie, 4).how.endswith("over PCIe only (NODE)")  # one socket
+    nvlink = preflight.read_topology(recorded_topology("8x-h200.topo"), 8)
+    assert nvlink == preflight.Topology("nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU7 is NV18")
+    underlined = "\x1b[4m" + recorded_topology("8x-h200.topo").replace("GPU NUMA ID", "GPU NUMA ID\x1b[0m", 1)
+    assert preflight.read_topology(underlined, 8) == nvlink
+
+
+def test_topology_that_is_not_all_nvlink_or_not_known():
+    # NVLink bridges between pairs of PCIe cards: SGLang's custom all-reduce wants every pair on NVLink
+    bridged = recorded_topology("8x-rtx-pro-6000.topo").replace("GPU0\t X \tNODE", "GPU0\t X \tNV4", 1)
+    found = preflight.read_topology(bridged, 8)
+    assert found.kind == "pcie" and "not all NVLink (GPU0-GPU2 NODE)" in found.how
+    assert preflight.read_topology(recorded_topology("8x-h200.topo"), 9) is None  # no GPU8
+    assert preflight.read_topology(recorded_topology("8x-h200.topo").replace("NV18", "XYZ"), 2) is None
+    assert preflight.read_topology("", 8) is None and preflight.read_topology(bridged, 1) is None
+
+
+def test_the_probe_reads_the_hosts_topology_unless_told(pristine_tree, tmp_path, run_cli):
+    args = ("probe", "--target", str(pristine_tree), "--compute-capability", "9.0")
+    read = {
+        "8x-h200.csv": "NVLink (nvidia-smi topo -m: every pair of GPU0-GPU7 is NV18)",
+        "8x-rtx-pro-6000.csv": "PCIe (nvidia-smi topo -m: GPU0-GPU7 over PCIe only",
+    }
+    for recording, expected in read.items():
+        smi = fake_nvidia_smi(tmp_path, recording)
+        result = run_cli(*args, env={preflight.NVIDIA_SMI_ENV: smi})
+        assert f"tp 8, {expected}" in result.stdout, result.stdout
+        told = run_cli(*args, "--topology", "pcie", env={preflight.NVIDIA_SMI_ENV: smi})
+        assert "tp 8, PCIe (--topology):" in told.stdout
+    failing = fake_nvidia_smi(tmp_path, "8x-h200.csv", topology=None)
+    assert "PCIe (assumed: the tuned host's" in run_cli(*args, env={preflight.NVIDIA_SMI_ENV: failing}).stdout

@@ -7,17 +7,24 @@ A setting one version lacks is refused by preflight, naming the version that has
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSIONS
-from sglang_eagle3.judging import preflight, probe
+from sglang_eagle3.judging import draft_check, patch_check, preflight, probe
 from sglang_eagle3.serving import launch_plan, settings
-from sglang_eagle3.source import allreduce_gates, sglang_source
+from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
+from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.source_index import SourceIndex
 from support import pins
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_weights
 from support.gpus import fake_nvidia_smi
 
 PCIE = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
@@ -108,6 +115,30 @@ def test_an_environment_variable_the_tree_never_reads_is_refused(tmp_path, tree)
     assert f"does not read {({PCIE, 'SGLANG_ENABLE_SPEC_V2'} - {lacks}).pop()}" not in found.message
 
 
+def test_spec_v2s_top_k_rule_is_0_5_9s_and_0_5_23_refuses_the_variable(tmp_path, tree):
+    """SGLANG_ENABLE_SPEC_V2 with top-k 4: 0.5.9 refuses the top-k (its server_args.py rule); 0.5.23 never reads the
+    variable, so preflight refuses the variable there, not with 0.5.9's rule."""
+    values = {
+        "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 8,
+        "environment": {"SGLANG_ENABLE_SPEC_V2": "1"},
+    }
+    found = finding(run_preflight(tmp_path, tree, **values), "settings")  # the settings themselves load on both
+    assert found.status is preflight.Status.FAIL
+    rule = settings.SPEC_TREE_RULES["spec_v2"]
+    if tree.version == "0.5.9":
+        assert "speculative_eagle_topk: environment SGLANG_ENABLE_SPEC_V2 supports only top-k 1" in found.message
+        path, lines = rule.rsplit(":", 1)
+        first, last = (int(n) for n in lines.split("-"))
+        text = "\n".join((tree.package / path).read_text().splitlines()[first - 1 : last])
+        assert rule in found.message and "Spec v2 currently only supports topk = 1" in text
+        top_k_1 = {**values, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+        assert finding(run_preflight(tmp_path, tree, **top_k_1), "settings").status is preflight.Status.OK
+        return
+    assert "SGLang 0.5.23 does not read SGLANG_ENABLE_SPEC_V2" in found.message
+    assert rule not in found.message and "top-k" not in found.message
+
+
 def test_pcie_ipc_allreduce_is_a_variable_not_a_flag():
     plan = launch_plan.build(settings.ServerSettings(pcie_ipc_allreduce=True), python="python")
     assert plan.env[PCIE] == "1" and not any("pcie" in a for a in plan.argv)
@@ -149,20 +180,53 @@ def test_pcie_ipc_conditions_on_0523(newest_tree):
         gates(tree, topology="infiniband")
 
 
+def test_preflight_judges_pcie_ipc_on_the_hosts_topology(tmp_path, newest_tree):
+    """The links come from the host's nvidia-smi topo -m: on the NVLink H200 matrix custom all-reduce goes first;
+    on the PCIe RTX PRO 6000 one the PCIe-IPC all-reduce is active; without a matrix, PCIe is assumed, not checked."""
+    tree = sglang_source.locate(newest_tree)
+    s = settings.ServerSettings(pcie_ipc_allreduce=True, enable_flashinfer_allreduce_fusion=False)
+
+    def run(recording, topology="recorded"):
+        (tmp_path / recording).mkdir(exist_ok=True)
+        smi = fake_nvidia_smi(tmp_path / recording, recording, topology)
+        report = preflight.run(s, str(tree.root), nvidia_smi=smi)
+        ipc = next(f for f in report.findings if f.name == "optimisations" and PCIE in f.message)
+        return finding(report, "topology"), ipc
+
+    topology, ipc = run("8x-h200.csv")
+    assert topology.status is preflight.Status.OK and topology.message.startswith("NVLink (nvidia-smi topo -m:")
+    assert "on NVLink custom all-reduce is tried first" in ipc.message
+    topology, ipc = run("8x-rtx-pro-6000.csv")
+    assert topology.message == "PCIe (nvidia-smi topo -m: GPU0-GPU7 over PCIe only (NODE, SYS))"
+    assert f"{PCIE}: active" in ipc.message
+    topology, ipc = run("8x-h200.csv", topology=None)
+    assert topology.status is preflight.Status.NOT_CHECKED and "judged for PCIe" in topology.message
+    assert f"{PCIE}: active" in ipc.message
+
+
 def test_sm90_fusion_is_automatic_on_both(tree):
     assert gates(tree, compute_capability="9.0").allreduce_fusion.effect is Effect.AUTO
 
 
 @pytest.fixture
 def opt_in_tree(newest_tree, tmp_path):
-    """0.5.23 with its resolver admitting SM120 under an extra condition, as the opt-in patch of the 0.5.23 series
-    will (it is written by another change; this edit stands in for it so the reading of the condition is tested)."""
+    """0.5.23 with its resolver admitting SM120 under an extra condition, and its run-time gate admitting SM120, so
+    the reading of an opt-in condition is tested (patch 0003 of the 0.5.23 series admits SM120 without one)."""
     root = tmp_path / "tree"
     shutil.copytree(newest_tree / "sglang", root / "sglang")
     path = root / "sglang" / "srt" / "layers" / "flashinfer_comm_fusion.py"
     text = path.read_text()
     old = "if not (get_platform().is_sm90 or get_platform().is_sm100):"
     assert old in text
+    gate = root / "sglang" / "srt" / "layers" / "layer_boundary" / "residual" / "add_norm.py"
+    gate_text = gate.read_text()
+    flag, test = (
+        "_is_sm100_supported = _is_cuda and get_platform().is_sm100\n",
+        "(_is_sm90_supported or _is_sm100_supported)\n",
+    )
+    assert gate_text.count(flag) == gate_text.count(test) == 1
+    gate_text = gate_text.replace(flag, flag + flag.replace("100", "120"))
+    gate.write_text(gate_text.replace(test, test.replace(")", " or _is_sm120_supported)")))
 
     def write(condition: str):
         path.write_text(text.replace(old, f"if not (get_platform().is_sm90 or get_platform().is_sm100 or "
@@ -183,13 +247,195 @@ def test_an_opt_in_condition_is_read_not_assumed(opt_in_tree):
     assert probe.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
 
 
-def test_probe_on_0523_says_not_checked_where_it_cannot_read(newest_tree, run_cli):
+RESOLVER = "srt/layers/flashinfer_comm_fusion.py"
+RUNTIME_GATE = "srt/layers/layer_boundary/residual/add_norm.py"
+
+
+@pytest.mark.parametrize("halves", [(RESOLVER, RUNTIME_GATE), (RESOLVER,), (RUNTIME_GATE,)])
+def test_the_0523_fusion_opt_in_needs_both_halves(newest_tree, tmp_path, halves):
+    """Patch 0003 of the 0.5.23 series changes the backend resolver (start-up) and the run-time gate that applies
+    the fusion in the layers; each is read. Resolver only: the workspaces are built, the fusion never applied.
+    Gate only: the resolver still stops start-up."""
+    from conftest import gnu_patch
+
+    root = tmp_path / "tree"
+    shutil.copytree(newest_tree / "sglang", root / "sglang")
+    series = REPO / "patches" / "sglang-0.5.23"
+    patch = next(series.glob("0003-*.patch"))
+    assert gnu_patch(root, patch).returncode == 0
+    for rel in {RESOLVER, RUNTIME_GATE} - set(halves):
+        shutil.copyfile(newest_tree / "sglang" / rel, root / "sglang" / rel)  # that half left pristine
+    tree = sglang_source.SGLangTree(root, "0.5.23")
+    fusion = gates(tree).allreduce_fusion
+    where = {rel: re.search(rf"{re.escape(rel)}:(\d+)", fusion.detail) for rel in (RESOLVER, RUNTIME_GATE)}
+    if halves == (RUNTIME_GATE,):
+        assert fusion.effect is Effect.CRASH and "the backend resolver admits SM9x, SM10x only" in fusion.detail
+        assert "would apply it on SM12x, but start-up stops first" in fusion.detail
+    elif halves == (RESOLVER,):
+        assert fusion.effect is Effect.IGNORED and "never applied" in fusion.detail and fusion.warning
+        assert (
+            f"the run-time gate ({RUNTIME_GATE}:" in fusion.detail and "applies it on SM9x, SM10x only" in fusion.detail
+        )
+    else:
+        assert fusion.effect is Effect.ACTIVE and "applies it on SM9x, SM10x, SM12x" in fusion.detail
+        assert "opt-in and unproven" in fusion.warning
+    for rel, found in where.items():  # each file:line quoted is the line that decides
+        assert found, (rel, fusion.detail)
+        line = source_line(tree, f"{rel}:{found.group(1)}")
+        assert ("def flashinfer_ar_fusion_applies" in line) if rel == RUNTIME_GATE else ("if not" in line), line
+
+
+def grep_calls(tree, folder: str, needle: str) -> set[str]:
+    """file:line of each line under srt/<folder> calling needle on something: found apart from the probe."""
+    found = set()
+    for path in sorted((tree.srt / folder).rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if needle in line and not line.lstrip().startswith(("def ", "#")):
+                found.add(f"{tree.relative(path)}:{number}")
+    return found
+
+
+def test_probe_follows_the_helpers_that_call_the_target(tree):
+    """0.5.9 calls the EAGLE-3 methods on the target in place; 0.5.23 hands the model to helpers
+    (configure_aux_hidden_state_capture, resolve_draft_embed_and_head) that call them: both are read."""
+    result = probe.probe(tree)
+    assert result.call_sites_read
+    sites = {m.method: {s.location for s in m.call_sites} for m in result.methods}
+    assert set(sites) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    assert sites["get_embed_and_head"] == grep_calls(tree, "speculative", "model.get_embed_and_head()")
+    capture = grep_calls(tree, "model_executor", ".set_eagle3_layers_to_capture(")
+    assert sites["set_eagle3_layers_to_capture"] == capture
+    helped = [s for m in result.methods for s in m.call_sites if s.via]
+    if tree.version == "0.5.9":
+        assert not helped and set(result.missing) == set(sites)  # patch 0001's job
+        return
+    assert not result.missing and result.passed is False  # only the fusion flag fails (below), not the methods
+    for m in result.methods:  # upstream KimiK25 forwards each (PR #19689): its own lines
+        where = m.how.split("(", 1)[1].split(")")[0]
+        assert f"def {m.method}(" in source_line(tree, where) and where.startswith("srt/models/kimi_k25.py:")
+        for site in m.call_sites:
+            assert site.via, site  # reached through a helper, each step a call of the next function
+            steps = [*site.via, f"{site.location} in {site.function}"]
+            for step, callee in zip(steps, steps[1:], strict=False):
+                name = callee.split(" in ")[1].rsplit(".", 1)[-1]
+                assert f"{name}(" in source_line(tree, step.split(" in ")[0]), (step, callee)
+    capture_site = next(m for m in result.methods if m.method == "set_eagle3_layers_to_capture").call_sites[0]
+    assert capture_site.condition == "self.spec_aux_config.eagle_use_aux_hidden_state"  # the helper's guard, named
+    assert capture_site.via[0].startswith("srt/model_executor/model_runner.py:")
+    workers = {s.worker for s in result.methods[0].call_sites}
+    assert workers == {"EAGLEWorkerV2", "MultiLayerEagleWorkerV2"}
+
+
+def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy, run_cli):
+    """The same class with upstream's forwarding taken out: the helpers' calls are requirements (the hasattr
+    there raises ValueError), so the probe fails naming them, as on pristine 0.5.9."""
+    root = tree_copy(newest_tree)
+    kimi = root / "sglang/srt/models/kimi_k25.py"
+    text = kimi.read_text()
+    for method in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
+        assert f"    def {method}(" in text
+        text = text.replace(f"    def {method}(", f"    def _was_{method}(")
+    kimi.write_text(text)
+    result = run_cli("probe", "--target", str(root), "--no-allreduce-fusion")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "[FAIL] get_embed_and_head: not defined in KimiK25ForConditionalGeneration" in result.stdout
+    assert "first called at srt/speculative/pp_draft_embedding.py:" in result.stdout
+    assert "first called at srt/model_executor/model_runner_components/attention_backend_setup.py:" in result.stdout
+
+
+def test_probe_on_0523_reads_the_call_sites(newest_tree, run_cli):
     result = run_cli("probe", "--target", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
     assert result.returncode == 0 and "Traceback" not in result.stderr
-    assert "[ ?? ] call sites" in result.stdout and "Verdict: NOT CHECKED" not in result.stdout  # WARN wins
+    assert "[ ?? ] call sites" not in result.stdout and "[ OK ] set_eagle3_layers_to_capture" in result.stdout
+    assert "reached from srt/model_executor/model_runner.py:" in result.stdout
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: active" in result.stdout
     failed = run_cli("probe", "--target", str(newest_tree))  # the defaults request fusion: ValueError on SM120
     assert failed.returncode == 1 and "would crash the server: ValueError" in failed.stdout
+
+
+def capture_report(tmp_path, tree, layer_ids):
+    target = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_config(tmp_path / f"draft-{layer_ids[0]}", eagle3_draft_config(layer_ids))
+    write_weights(draft, 32000)
+    arch = "DeepseekV3ForCausalLM" if tree.version == "0.5.9" else None  # pristine 0.5.9's KimiK25 lacks it
+    return draft_check.check(tree, str(draft), str(target), target_arch=arch)
+
+
+def test_the_captured_layers_name_patch_0004_as_patch_check_reads_it(tmp_path, tree):
+    """An input-convention draft (first id 2): 0.5.9 captures one layer too deep (0004 applies and fixes it);
+    0.5.23's own rule follows the convention (PR #25454), which patch check recognises, not a "conflict"."""
+    report = capture_report(tmp_path, tree, (2, 30, 58))
+    capture, found = report.capture, report.finding("captured layers")
+    patch = next(p for p in patchset.PatchSeries.load(version="0.5.9").patches if p.name.startswith("0004"))
+    checked = patch_check.check_one(patch, tree, SourceIndex(tree))
+    if tree.version == "0.5.9":
+        assert checked.outcome is patch_check.Outcome.APPLIES
+        assert capture.patch_0004 == "not applied" and capture.captured == [3, 31, 59]
+        assert found.status is preflight.Status.WARN and "apply patch 0004" in found.message
+        return
+    assert checked.outcome is patch_check.Outcome.UPSTREAM
+    assert capture.patch_0004 == "already upstream" and "conflict" not in found.message
+    assert capture.captured == capture.intended == [2, 30, 58] and found.status is preflight.Status.OK
+    assert checked.how in found.message and "PR #25454" in found.message  # patch check's words, once
+    method = capture.method.split(" at ")[1]
+    assert "def set_eagle3_layers_to_capture(" in source_line(tree, method)
+    rendered = "\n".join(report.render_lines())
+    assert "(patch 0004 already upstream)" in rendered and "with patch 0004" not in rendered
+
+
+def test_the_captured_layers_come_from_running_the_trees_own_rule(tmp_path, newest_tree, tree_copy):
+    """0.5.23 with its convention test taken out (the +1 always applied, as 0.5.9): patch check no longer
+    recognises 0004 upstream, and the prediction is the edited method's."""
+    root = tree_copy(newest_tree)
+    path = root / "sglang/srt/models/deepseek_v2.py"
+    text = path.read_text()
+    old = "if layer_ids and layer_ids[0] == 1:"
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, "if layer_ids:"))
+    report = capture_report(tmp_path, sglang_source.locate(root), (2, 30, 58))
+    assert report.capture.captured == [3, 31, 59] and report.capture.patch_0004 == "conflict"
+    assert report.finding("captured layers").status is preflight.Status.WARN
+
+
+MAIN_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_main_driver.py"
+
+
+def test_sglang_main_does_what_each_trees_launch_server_does(tmp_path, tree):
+    """sglang_main's start-up calls (read from the tree's launch_server.py: 0.5.23's load_plugins(), none on 0.5.9),
+    its own parser on the settings' argv, the keys from their files: real SGLang code on CPU (the driver says what
+    stands in). A test plugin, installed as an sglang.srt.plugins entry point, runs before the arguments are parsed
+    on 0.5.23, as under `python -m sglang.launch_server`; 0.5.9 has no plugins."""
+    plugin = tmp_path / "plugin"
+    dist = plugin / "eagle3_test_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (plugin / "eagle3_test_plugin.py").write_text(
+        "def register():\n    import eagle3_order\n    eagle3_order.calls.append('plugin')\n"
+    )
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: eagle3-test-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\neagle3-order = eagle3_test_plugin:register\n")
+    key = tmp_path / "api-key"
+    key.write_text("sk-eagle3-driver-key")
+    key.chmod(0o400)
+    s = settings.ServerSettings(model_path=str(tmp_path / "model"), speculative_num_steps=5,
+                                speculative_num_draft_tokens=6)  # fmt: skip
+    given = {"argv": launch_plan.sglang_args(s), "environ": {API_KEY_FILE_ENV: str(key)}}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python" / "src"), str(plugin)])}
+    env.pop("SGLANG_PLUGINS", None)
+    result = subprocess.run([sys.executable, str(MAIN_DRIVER), str(tree.root)], input=json.dumps(given),
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    main_block = (tree.package / "launch_server.py").read_text().split('if __name__ == "__main__":')[1]
+    if tree.version == "0.5.9":
+        assert out["startup"] == [] and out["order"] == ["parse"] and not (tree.srt / "plugins").exists()
+    else:
+        assert out["startup"] == ["sglang.srt.plugins.load_plugins"]
+        assert main_block.index("load_plugins()") < main_block.index("prepare_server_args(")
+        assert out["order"] == ["plugin", "parse"]  # SGLang's load_plugins ran the entry point, then the parse
+        assert "sk-eagle3" not in out["launch_command"] and "--tp-size 8" in out["launch_command"]
+    assert out["keys"] == {"api_key": "sk-eagle3-driver-key", "admin_api_key": None}
+    assert out["changed"] == ["api_key"]  # the file's key is the one difference from parsing the argv alone
+    assert out["tp_size"] == 8 and out["speculative_algorithm"] == "EAGLE3"
 
 
 def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
@@ -202,9 +448,22 @@ def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
     if tree.version == "0.5.9":
         assert "[FAIL] settings: pcie_ipc_allreduce: SGLang 0.5.9 has no variable" in result.stdout
     else:
-        assert "[ OK ] settings" in result.stdout and "[ ?? ] probe" in result.stdout
+        assert "[ OK ] settings" in result.stdout and "[ OK ] probe: SGLang 0.5.23 can serve" in result.stdout
 
 
-def test_docs_have_the_settings_by_version_section():
+def test_docs_have_the_settings_by_version_section(pristine_tree, newest_tree):
     text = (REPO / "docs" / "upgrade.md").read_text()
     assert "## Settings by version" in text and "serve-eagle3-0_5_23" in text
+    # the call sites and the forwarding the section quotes are the probe's, on each real tree
+    quotes = {
+        pristine_tree: ["srt/speculative/eagle_worker.py:157", "srt/model_executor/model_runner.py:622"],
+        newest_tree: ["srt/speculative/pp_draft_embedding.py:95", "srt/model_executor/model_runner.py:1109",
+                      "srt/models/kimi_k25.py:928", "srt/models/kimi_k25.py:965"],
+    }  # fmt: skip
+    for root, quoted in quotes.items():
+        result = probe.probe(sglang_source.locate(root))
+        said = " ".join(f"{s.location} {' '.join(s.via)} {m.how}" for m in result.methods for s in m.call_sites)
+        for where in quoted:
+            assert where in said, where
+            path, line = where.rsplit(":", 1)
+            assert f"`{where}`" in text or f"`{path}:{line}`" in text or f"`:{line}`" in text, where

@@ -13,7 +13,7 @@ from .bench.cli import bench_group
 from .cli_common import TopLevelGroup, load_settings
 from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
-from .judging import patch_check, preflight, probe
+from .judging import draft_check, patch_check, preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
 from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sglang_source
@@ -185,7 +185,8 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 )  # fmt: skip
 @click.option(
     "--topology", type=click.Choice(allreduce_gates.TOPOLOGIES), default=None,
-    help="How the GPUs are connected (nvidia-smi topo -m). Default: PCIe, as on the tuned host (reported as assumed).",
+    help="How the GPUs are connected. Default: read from this host's nvidia-smi topo -m for GPU0..tp-1; "
+    "without it, PCIe, as on the tuned host (reported as assumed).",
 )  # fmt: skip
 @click.option("--draft", metavar="PATH", help="Draft model to check: a directory, or a hub id in the local HF cache.")
 @click.option(
@@ -214,6 +215,7 @@ def probe_command(
                 arch = draft_inputs.Fields(
                     draft_inputs.read_config(given.directory, "target model"), model
                 ).architecture()
+        found = preflight.query_topology(None, tp_size) if topology is None else None
         result = probe.probe(
             tree,
             arch=arch,
@@ -223,10 +225,11 @@ def probe_command(
             torch_symm_mem=torch_symm_mem,
             allreduce_fusion=allreduce_fusion,
             pcie_ipc=pcie_ipc,
-            topology=topology,
-            draft=draft,
-            model=model if draft else None,
+            topology=topology or (found.kind if found else None),
+            topology_how=found.how if found else "--topology" if topology else None,
         )
+        if draft is not None:
+            result.draft = draft_check.check(tree, draft, model, algorithm=result.canonical_algorithm, target_arch=arch)
     except SourceLayoutError as err:
         raise BadInput(layout_message(tree, err)) from None
     except ValueError as err:  # a compute capability or algorithm the source does not know

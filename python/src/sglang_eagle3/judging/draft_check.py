@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..serving import settings
-from ..source import draft_inputs, eagle3_source
+from ..source import draft_inputs, eagle3_source, patchset
 from ..source.draft_inputs import DraftInputError, Fields
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
@@ -60,6 +60,9 @@ DRAFT_CONFIG_FIELDS = {
 }
 
 __all__ = ["DraftInputError", "DraftReport", "check"]
+
+
+UPSTREAM_0004 = ("already upstream", "not needed")  # patch check's outcomes for a tree that does not need 0004
 
 
 @dataclass
@@ -131,8 +134,9 @@ class DraftReport(Judged):
             lines.append(f"      draft names          {c.layer_ids}: {c.convention}")
             lines.append(f"      draft was trained on {_layers(c.intended)}")
             lines.append(f"      this tree captures   {_layers(c.captured)} (patch 0004 {c.patch_0004})")
-            lines.append(f"      without patch 0004   {_layers(c.without_0004)}")
-            lines.append(f"      with patch 0004      {_layers(c.with_0004)}")
+            if c.patch_0004 not in UPSTREAM_0004:  # the tree's own rule is the patched one: no other variant
+                lines.append(f"      without patch 0004   {_layers(c.without_0004)}")
+                lines.append(f"      with patch 0004      {_layers(c.with_0004)}")
         return lines
 
 
@@ -464,6 +468,22 @@ def _predict(function, layer_ids, num_layers) -> list[int] | None:
     return sorted(set(layers))
 
 
+def _label_upstream_0004(index: SourceIndex, rule: eagle3_source.CaptureRule) -> str | None:
+    """A tree patch 0004 does not apply to: patch check's reading of it (one source of truth), which runs the
+    tree's own capture method for a draft of each convention. Upstream (0.5.23, PR #25454): the tree's rule is the
+    patched one, so with and without the patch are this tree."""
+    if rule.patch is None or rule.patch_0004 != patchset.PatchState.CONFLICT.value:
+        return None
+    from . import patch_check  # patch_check imports probe, which imports this module
+
+    checked = patch_check.check_one(rule.patch, index.tree, index)
+    if checked.outcome in (patch_check.Outcome.UPSTREAM, patch_check.Outcome.NOT_NEEDED):
+        rule.patch_0004 = str(checked.outcome)
+        rule.with_0004 = rule.without_0004 = rule.this_tree
+        return checked.how
+    return None
+
+
 def _check_captured_layers(report: DraftReport, index, layer_ids, convention, intended, expected) -> None:
     target = report.target
     rule = eagle3_source.capture_rule(index, target.architecture)
@@ -475,6 +495,7 @@ def _check_captured_layers(report: DraftReport, index, layer_ids, convention, in
             "above); which layers are captured is not known",
         )  # fmt: skip
         return
+    upstream = _label_upstream_0004(index, rule)
     n = target.num_layers
     captured = _predict(rule.this_tree, layer_ids, n)
     capture = Capture(
@@ -482,7 +503,9 @@ def _check_captured_layers(report: DraftReport, index, layer_ids, convention, in
         _predict(rule.with_0004, layer_ids, n), rule.patch_0004, f"{rule.class_name} at {rule.location}",
     )  # fmt: skip
     report.capture = capture
-    where = f"{rule.class_name} at {rule.location}, patch 0004 {rule.patch_0004}"
+    where = f"{rule.class_name} at {rule.location}, patch 0004 {rule.patch_0004}" + (
+        f": {upstream}" if upstream else ""
+    )
     fix = (
         f" Fix: apply patch 0004 (sglang-eagle3 patch apply), which captures {capture.with_0004}."
         if capture.with_0004 is not None and capture.with_0004 != captured and capture.with_0004 == intended

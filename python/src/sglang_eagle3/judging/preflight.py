@@ -72,6 +72,57 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
     return gpus
 
 
+TOPO = ["topo", "-m"]
+PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # nvidia-smi topo -m's legend: the PCIe paths; NV# is NVLink
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # nvidia-smi underlines the header row
+
+
+@dataclass
+class Topology:
+    kind: str  # allreduce_gates.TOPOLOGIES: "nvlink" or "pcie"
+    how: str  # what it was read from, for the report
+
+
+def read_topology(text: str, count: int) -> Topology | None:
+    """NVLink when every pair of GPU0..GPU<count-1> is NV# in ``nvidia-smi topo -m``'s matrix, else PCIe when each
+    pair is NV# or a PCIe path (SGLang's custom all-reduce wants all pairs on NVLink); None when the matrix does not
+    have those GPUs or a pair's link is none of the legend's."""
+    lines = [ANSI.sub("", line) for line in text.splitlines()]
+    header = next((line.split() for line in lines if line.split()[:1] == ["GPU0"]), None)
+    if header is None or count < 2:
+        return None
+    columns = [name for name in header if re.fullmatch(r"(GPU|NIC)\d+", name)]
+    rows = {
+        cells[0]: dict(zip(columns, cells[1:], strict=False)) for cells in (line.split() for line in lines) if cells
+    }
+    gpus = [f"GPU{i}" for i in range(count)]
+    if any(g not in rows or g not in columns for g in gpus):
+        return None
+    links = {(a, b): rows[a].get(b, "") for i, a in enumerate(gpus) for b in gpus[i + 1 :]}
+    if any(not (re.fullmatch(r"NV\d+", link) or link in PCIE_PATHS) for link in links.values()):
+        return None
+    span = f"{gpus[0]}-{gpus[-1]}"
+    kinds = sorted(set(links.values()))
+    if all(link.startswith("NV") for link in kinds):
+        return Topology("nvlink", f"nvidia-smi topo -m: every pair of {span} is {', '.join(kinds)}")
+    if not any(link.startswith("NV") for link in kinds):
+        return Topology("pcie", f"nvidia-smi topo -m: {span} over PCIe only ({', '.join(kinds)})")
+    pcie = next(f"{a}-{b} {link}" for (a, b), link in links.items() if not link.startswith("NV"))
+    return Topology("pcie", f"nvidia-smi topo -m: {span} over {', '.join(kinds)}, not all NVLink ({pcie})")
+
+
+def query_topology(nvidia_smi: str | None, count: int) -> Topology | None:
+    """``read_topology`` of this host's ``nvidia-smi topo -m``; None when it cannot be run or read."""
+    command = nvidia_smi or os.environ.get(NVIDIA_SMI_ENV) or shutil.which("nvidia-smi")
+    if not command:
+        return None
+    try:
+        result = subprocess.run([command, *TOPO], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return read_topology(result.stdout, count) if result.returncode == 0 else None
+
+
 def device_nodes(dev: Path = Path("/dev")) -> list[Path]:
     """/dev/nvidia0, /dev/nvidia1, ... (not nvidiactl or nvidia-uvm)."""
     return sorted(p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
@@ -171,6 +222,7 @@ def check_port(result: Preflight, host: str, port: int) -> None:
 # Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9: top-k 1 only (settings.SPEC_TREE_RULES["spec_v2"])
 
 
 def check_settings_version(result: Preflight, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
@@ -203,6 +255,13 @@ def check_settings_version(result: Preflight, settings: ServerSettings, tree: sg
                 f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
                 f"anywhere in its source): it would be silently ignored; drop it or check its name"
             )
+    # A version's own rule on a variable, only where that version reads it (0.5.23 refuses the variable above).
+    if SPEC_V2 in variables and settings.speculative_algorithm:
+        problem = server_settings.draft_tree_problem(
+            settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
+            settings.attention_backend, settings.environment.get(SPEC_V2),
+        )  # fmt: skip
+        problems += [problem] if problem else []
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))
     elif tree.version not in SGLANG_VERSIONS:
@@ -321,6 +380,17 @@ def run(
         )  # fmt: skip
 
     compute_capability = result.gpus[0].compute_capability if result.gpus else TUNED_COMPUTE_CAPABILITY
+    # The link between the GPUs this node's ranks use, which decides SGLang's all-reduce paths.
+    topology = query_topology(nvidia_smi, settings.gpus_per_node) if result.gpus else None
+    if topology is not None:
+        result.add("topology", Status.OK, f"{'NVLink' if topology.kind == 'nvlink' else 'PCIe'} ({topology.how})")
+    elif result.gpus and settings.gpus_per_node > 1:
+        span = f"GPU0-GPU{settings.gpus_per_node - 1}"
+        result.add(
+            "topology", Status.NOT_CHECKED,
+            f"nvidia-smi topo -m gave no link for each pair of {span}; the all-reduce paths are judged for PCIe "
+            "(the tuned host's)",
+        )  # fmt: skip
     try:
         tree = sglang_source.locate(sglang_target)
     except sglang_source.SGLangNotFound as err:
@@ -333,7 +403,7 @@ def run(
                 f"{' and '.join(SGLANG_VERSIONS)}",
             )  # fmt: skip
         check_settings_version(result, settings, tree)
-        check_probe(result, settings, tree, arch, compute_capability)
+        check_probe(result, settings, tree, arch, compute_capability, topology)
         if drafts:
             check_draft_path(result, settings, tree, arch)
             check_draft_revision(result, settings, SourceIndex(tree))
@@ -357,7 +427,14 @@ def check_key_files(result: Preflight, settings: ServerSettings, environ) -> Non
         result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
 
 
-def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, compute_capability: str) -> None:
+def check_probe(
+    result: Preflight,
+    settings: ServerSettings,
+    tree,
+    arch: str,
+    compute_capability: str,
+    topology: Topology | None = None,
+) -> None:
     try:
         probed = probe.probe(
             tree,
@@ -368,6 +445,8 @@ def check_probe(result: Preflight, settings: ServerSettings, tree, arch: str, co
             torch_symm_mem=settings.enable_torch_symm_mem,
             allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
             pcie_ipc=settings.pcie_ipc_allreduce,
+            topology=topology.kind if topology else None,
+            topology_how=topology.how if topology else None,
             environment=settings.environment,
         )
     except SourceLayoutError as err:

@@ -11,22 +11,22 @@ source:
 2. The target class. Whether the architecture's class provides each method: defined
    in the class, inherited, or forwarded to an inner model that has it.
 3. All-reduce optimisations on the given compute capability (see allreduce_gates).
-4. With a draft model: the draft checks (see draft_check).
+4. With a draft model: the draft checks (see draft_check), which the caller adds to the result (draft_check
+   reads patch check's outcomes, and patch check this module's defaults).
 """
 
 from __future__ import annotations
 
-import ast
 import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, spec_conditions
+from ..source import allreduce_gates, model_calls, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
-from ..source.source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
-from . import draft_check, findings
+from ..source.source_index import SourceIndex
+from . import findings
 from .findings import Finding, Judged, Status
 
 OK, WARN, FAIL = Status.OK, Status.WARN, Status.FAIL
@@ -54,6 +54,7 @@ class CallSite:
     worker: str | None = None  # worker class whose module this is, if chosen by create_worker
     worker_chosen_if: str | None = None  # create_worker's condition for that worker
     when: RunsWhen = RunsWhen.ALWAYS
+    via: list[str] = field(default_factory=list)  # helper calls that lead here, "file:line in function"
 
 
 @dataclass
@@ -74,7 +75,8 @@ class ProbeResult(Judged):
     methods: list[MethodCheck]
     allreduce: allreduce_gates.AllReduceEffects
     arch_suggestions: list[str] = field(default_factory=list)
-    draft: Any = None  # draft_check.DraftReport when a draft model was given
+    draft: Any = None  # draft_check.DraftReport when a draft model was given (set by the caller)
+    canonical_algorithm: str = ""  # the algorithm as SGLang names it (NEXTN -> EAGLE), for the draft checks
     # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
     # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
     call_sites_read: bool = True
@@ -110,7 +112,8 @@ class ProbeResult(Judged):
 UNREAD_CALL_SITES = (
     "no call the speculative path makes on the target model was found in this SGLang's source (read: "
     f"...{TARGET_RECEIVER_SUFFIX}.m() in srt/speculative/, self.model.m() in srt/model_executor/ under a "
-    "speculative condition); which methods the target class must provide is not checked"
+    "speculative condition, and the same in the SGLang helpers they hand the model to); which methods the "
+    "target class must provide is not checked"
 )
 
 
@@ -137,32 +140,8 @@ def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
 # -- 1. call sites ---------------------------------------------------------------------
 
 
-def _functions(module: ast.Module):
-    """(qualified name, function) for module-level functions and methods."""
-    for node in module.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name, node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield f"{node.name}.{item.name}", item
-
-
-def _is_optional(conds: tuple[Condition, ...], receiver: str, method: str) -> bool:
-    """A call guarded by ``hasattr(receiver, "method")`` is not a requirement."""
-    for cond in conds:
-        for node in ast.walk(cond.test):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr")
-                and len(node.args) >= 2
-                and ast.unparse(node.args[0]) == receiver
-                and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == method
-            ):
-                return True
-    return False
+def _is_target(receiver: str) -> bool:
+    return receiver.endswith(TARGET_RECEIVER_SUFFIX)
 
 
 def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, algorithm: str) -> list[CallSite]:
@@ -181,34 +160,26 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
                 continue
         else:
             module_value = True
-        for qualname, func in _functions(index.module(path)):
-            for stmt, conds in statements_with_conditions(func.body):
-                for node in own_expressions(stmt):
-                    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                        continue
-                    receiver = ast.unparse(node.func.value)
-                    method = node.func.attr
-                    if in_speculative:
-                        if not receiver.endswith(TARGET_RECEIVER_SUFFIX):
-                            continue
-                    elif receiver not in RUNNER_RECEIVERS or not algebra.mentions_speculation(conds):
-                        continue
-                    if _is_optional(conds, receiver, method):
-                        continue
-                    value = spec_conditions.tri_and([module_value, algebra.path_value(conds, algorithm)])
-                    if value is False:
-                        continue
-                    sites.append(
-                        CallSite(
-                            method=method,
-                            location=f"{index.rel(path)}:{node.lineno}",
-                            function=qualname,
-                            condition=algebra.describe([conds], algorithm),
-                            worker=worker[0] if worker else None,
-                            worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
-                            when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
-                        )
+        is_model = _is_target if in_speculative else RUNNER_RECEIVERS.__contains__
+        for qualname, func in model_calls.functions(index.module(path)):
+            for call in model_calls.model_calls(index, path, qualname, func, is_model):
+                if not in_speculative and not algebra.mentions_speculation(call.conditions):
+                    continue
+                value = spec_conditions.tri_and([module_value, algebra.path_value(call.conditions, algorithm)])
+                if value is False:
+                    continue
+                sites.append(
+                    CallSite(
+                        method=call.method,
+                        location=f"{index.rel(call.path)}:{call.line}",
+                        function=call.function,
+                        condition=algebra.describe([call.conditions], algorithm),
+                        worker=worker[0] if worker else None,
+                        worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
+                        when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
+                        via=list(call.via),
                     )
+                )
     return sites
 
 
@@ -223,19 +194,15 @@ def probe(
     tp_size: int = settings.default("tp_size"),
     torch_symm_mem: bool = settings.default("enable_torch_symm_mem"),
     allreduce_fusion: bool = settings.default("enable_flashinfer_allreduce_fusion"),
-    draft: str | None = None,
-    model: str | None = None,
     pcie_ipc: bool = settings.default("pcie_ipc_allreduce"),
     topology: str | None = None,
     environment: dict | None = None,
+    topology_how: str | None = None,
 ) -> ProbeResult:
-    """``draft``/``model``: draft and target model (directory or hub id) for the draft checks.
-
-    Raises ValueError on a bad algorithm or capability, draft_inputs.DraftInputError on bad model input.
-    """
+    """Raises ValueError on a bad algorithm or capability."""
     index = SourceIndex(tree)
     srt = tree.srt
-    algebra = spec_conditions.load(index, sorted((srt / "model_executor").glob("*.py")))
+    algebra = spec_conditions.load(index, sorted((srt / "model_executor").rglob("*.py")))
     canonical = algebra.canonical(algorithm)
 
     sites = find_call_sites(index, algebra, canonical)
@@ -257,12 +224,9 @@ def probe(
 
     allreduce = allreduce_gates.effects(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion,
-        pcie_ipc=pcie_ipc, topology=topology, environment=environment,
+        pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
-    draft_report = None
-    if draft is not None:
-        draft_report = draft_check.check(tree, draft, model, algorithm=canonical, target_arch=arch)
     return ProbeResult(
         sglang_root=str(tree.root),
         sglang_version=tree.version,
@@ -272,8 +236,8 @@ def probe(
         methods=methods,
         allreduce=allreduce,
         arch_suggestions=[] if found else index.similar_model_classes(arch),
-        draft=draft_report,
         call_sites_read=read,
+        canonical_algorithm=canonical,
     )
 
 
@@ -293,12 +257,17 @@ def render_text(result: ProbeResult) -> str:
         for s in m.call_sites:
             guard = f"if {s.condition}" if s.condition != "always" else "always"
             lines.append(f"      {s.location} in {s.function}: {guard}")
+            if s.via:
+                lines.append(f"        reached from {' -> '.join(s.via)}")
             if s.worker:
                 lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
     effects = result.allreduce
     flags = [by_name[flag.flag] for flag in effects.flags]
     topology = "PCIe" if effects.topology == "pcie" else "NVLink"
-    topology += " (assumed: the tuned host's; --topology says otherwise)" if effects.topology_assumed else ""
+    if effects.topology_assumed:
+        topology += " (assumed: the tuned host's; --topology, or nvidia-smi topo -m on the GPU host, says otherwise)"
+    elif effects.topology_how:
+        topology += f" ({effects.topology_how})"
     lines += [
         "",
         f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}, "

@@ -203,9 +203,10 @@ class ServerSettings(BaseModel):
                 f"target itself as the draft ({DRAFT_PATH_FALLBACK}) and fail after the whole target has loaded"
             )
         if self.speculative_algorithm:
+            # SGLANG_ENABLE_SPEC_V2's rule is 0.5.9's alone (0.5.23 never reads it): preflight applies it per tree.
             problem = draft_tree_problem(
                 self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens,
-                self.attention_backend, self.environment.get("SGLANG_ENABLE_SPEC_V2"),
+                self.attention_backend, None,
             )  # fmt: skip
             if problem:
                 raise ValueError(problem)

@@ -1,21 +1,46 @@
 """``python -m sglang.launch_server``, with the API keys read from files.
 
-SGLang 0.5.9 takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY``, which
-any user can read in the process list. This entry point parses the same arguments with
-SGLang's own parser, sets ``api_key`` / ``admin_api_key`` from the files named by
-$SGLANG_EAGLE3_API_KEY_FILE / $SGLANG_EAGLE3_ADMIN_API_KEY_FILE (systemd credentials,
-mode 0400), and runs the server exactly as sglang.launch_server does. Patch 0005 keeps
-SGLang from printing them.
+SGLang takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY``, which
+any user can read in the process list. This entry point does what the installed SGLang's
+own ``launch_server`` does (its start-up calls, read from its ``__main__`` block: 0.5.23's
+``load_plugins()``, none on 0.5.9), parses the same arguments with SGLang's own parser, sets
+``api_key`` / ``admin_api_key`` from the files named by $SGLANG_EAGLE3_API_KEY_FILE /
+$SGLANG_EAGLE3_ADMIN_API_KEY_FILE (systemd credentials, mode 0400), and runs the server
+as ``launch_server`` does. Patch 0005 keeps SGLang from printing them.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import errors
 from .credentials import SECRET_ARGS, KeyFileError, read_key
+
+PARSE = "prepare_server_args"
+
+
+def startup_calls() -> list[Callable[[], object]]:
+    """The calls SGLang's own ``launch_server`` makes before it parses the arguments: each bare ``name()`` of its
+    ``if __name__ == "__main__":`` block before ``prepare_server_args``, where ``name`` is an SGLang function it
+    imports (0.5.23: ``load_plugins``, which runs the installed SGLang plugins and applies their hooks)."""
+    import sglang.launch_server as entry
+
+    module = ast.parse(Path(entry.__file__).read_text(encoding="utf-8"))
+    main = next((n for n in module.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)), None)
+    calls = []
+    for stmt in main.body if main else []:
+        if PARSE in ast.unparse(stmt):
+            break
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.args and not call.keywords:
+            function = getattr(entry, call.func.id, None)
+            if callable(function) and getattr(function, "__module__", "").startswith("sglang."):
+                calls.append(function)
+    return calls
 
 
 def server_args_from(argv: list[str], environ: dict[str, str]):
@@ -31,11 +56,18 @@ def server_args_from(argv: list[str], environ: dict[str, str]):
     return server_args
 
 
+def prepare(argv: list[str], environ: dict[str, str]):
+    """Everything ``launch_server`` does before ``run_server``, the keys from their files."""
+    for call in startup_calls():
+        call()
+    return server_args_from(argv, environ)
+
+
 def main() -> None:
     from sglang.launch_server import run_server
     from sglang.srt.utils import kill_process_tree
 
-    server_args = server_args_from(sys.argv[1:], dict(os.environ))
+    server_args = prepare(sys.argv[1:], dict(os.environ))
     try:
         run_server(server_args)
     finally:

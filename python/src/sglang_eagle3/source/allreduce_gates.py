@@ -57,6 +57,7 @@ class AllReduceEffects:
     pcie_ipc: FlagEffect | None = None  # None: this SGLang has no PCIe-IPC all-reduce and it was not asked for
     topology: str = "pcie"
     topology_assumed: bool = True
+    topology_how: str | None = None  # where it was read (nvidia-smi topo -m), or given (--topology)
 
     @property
     def flags(self) -> list[FlagEffect]:
@@ -344,14 +345,15 @@ def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested:
                           f"models ({auto[1]})")  # fmt: skip
     if not requested:
         return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
+    runtime = _runtime_fusion_gate(index)
     if major in admitted:
-        return FlagEffect(
-            FUSION_FLAG, True, Effect.ACTIVE, f"active because it was requested ({where} admits {allowed})"
-        )
+        return _applied(major, f"{where} admits {allowed}", runtime)
     crash = (
         f"ValueError at {where} when the fusion workspaces are built at start-up: the backend resolver admits "
         f"{allowed} only"
     )
+    if runtime is not None and major in runtime[0]:  # a tree with the run-time half of the opt-in only
+        crash += f" (the run-time gate {runtime[1]} would apply it on SM{major}x, but start-up stops first)"
     if major not in conditional:
         return FlagEffect(FUSION_FLAG, True, Effect.CRASH, crash)
     condition = " and ".join(ast.unparse(c) for c in conditional[major])
@@ -363,10 +365,54 @@ def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested:
     if missing:
         return FlagEffect(FUSION_FLAG, True, Effect.CRASH, f"{crash}, and SM{major}x only with {condition} (opt-in: "
                           f"set {', '.join(f'{v}=1' for v in missing)} in environment)")  # fmt: skip
+    return _applied(major, f"{where} admits SM{major}x by explicit opt-in: {condition}", runtime)
+
+
+RUNTIME_GATE = "flashinfer_ar_fusion_applies"
+
+
+def _runtime_fusion_gate(index: SourceIndex) -> tuple[set[int], str] | None:
+    """The majors the run-time gate (0.5.23: ``flashinfer_ar_fusion_applies`` in
+    srt/layers/layer_boundary/residual/add_norm.py) applies the fusion on, from the ``_is_smNN_supported``
+    names it tests and what the module sets them to; None when this tree has no such gate."""
+    needle = f"def {RUNTIME_GATE}("
+    for path in sorted((index.tree.srt / "layers").rglob("*.py")):
+        if needle not in path.read_text(errors="replace"):
+            continue
+        module = index.module(path)
+        fn = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == RUNTIME_GATE)
+        assigns = _assignments(module.body)
+        names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and re.fullmatch(r"_is_sm\d+_supported", n.id)}
+        majors = {m for name in names if name in assigns for m in _sm(assigns[name].value)}
+        return majors, f"{index.rel(path)}:{fn.lineno}"
+    return None
+
+
+def _applied(major: int, admitted: str, runtime: tuple[set[int], str] | None) -> FlagEffect:
+    """The resolver let SM``major`` through at start-up: does the run-time gate then apply the fusion?"""
+    unproven = (
+        f"{FUSION_FLAG} on SM{major}x is opt-in and unproven: the fused kernels need peer-to-peer access, "
+        "which PCIe hosts may lack (upstream PR #32330 regressed TP4); check the server log"
+    )
+    if runtime is None:
+        return FlagEffect(
+            FUSION_FLAG, True, Effect.UNKNOWN,
+            f"the backend resolver lets it through ({admitted}); no run-time gate {RUNTIME_GATE} was found, so "
+            "whether layers apply it is not checked",
+        )  # fmt: skip
+    majors, gate = runtime
+    applied = ", ".join(f"SM{m}x" for m in sorted(majors))
+    if major not in majors:
+        return FlagEffect(
+            FUSION_FLAG, True, Effect.IGNORED,
+            f"accepted but never applied: the backend resolver lets it through ({admitted}), so start-up builds the "
+            f"fusion workspaces, but the run-time gate ({gate}) applies it on {applied} only",
+            warning=f"{FUSION_FLAG} is ignored on SM{major}x by this SGLang ({gate} applies it on {applied})",
+        )  # fmt: skip
     return FlagEffect(
-        FUSION_FLAG, True, Effect.ACTIVE, f"active on SM{major}x by explicit opt-in ({where}: {condition})",
-        warning=f"{FUSION_FLAG} on SM{major}x is opt-in and unproven: the fused kernels need peer-to-peer access, "
-        "which PCIe hosts may lack (upstream PR #32330 regressed TP4); check the server log",
+        FUSION_FLAG, True, Effect.ACTIVE,
+        f"active because it was requested ({admitted}; the run-time gate {gate} applies it on {applied})",
+        warning=unproven,
     )  # fmt: skip
 
 
@@ -492,12 +538,15 @@ def effects(
     pcie_ipc: bool = False,
     topology: str | None = None,
     environment: dict | None = None,
+    topology_how: str | None = None,
 ) -> AllReduceEffects:
-    """``topology`` None: the tuned host's (PCIe), reported as assumed."""
+    """``topology`` None: the tuned host's (PCIe), reported as assumed; ``topology_how``: where it was read."""
     major = capability_major(compute_capability)
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
     symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_effect(index, major, allreduce_fusion, environment)
     ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie")
-    return AllReduceEffects(compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None)
+    return AllReduceEffects(
+        compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None, topology_how
+    )

@@ -241,6 +241,7 @@ class CaptureRule:
     this_tree: ast.FunctionDef
     with_0004: ast.FunctionDef | None
     without_0004: ast.FunctionDef | None
+    patch: patchset.Patch | None = None  # patch 0004 of this project's series, when found
 
 
 def _patch_0004():
@@ -281,7 +282,7 @@ def capture_rule(index: SourceIndex, target_arch: str) -> CaptureRule | None:
     path, cls, func = resolved
     rel = f"sglang/{index.rel(path)}"
     patch, unknown = _patch_0004()
-    rule = CaptureRule(f"{index.rel(path)}:{func.lineno}", cls.name, unknown or "", func, None, None)
+    rule = CaptureRule(f"{index.rel(path)}:{func.lineno}", cls.name, unknown or "", func, None, None, patch)
     if patch is None:
         return rule
     if rel not in patch.files:

@@ -95,8 +95,20 @@ class SpecAlgebra:
         return value if cond.polarity else tri_not(value)
 
     def mentions_speculation(self, path: tuple[Condition, ...]) -> bool:
-        """Whether a path is guarded by speculative decoding (never taken without it)."""
-        return self.path_value(path, "NONE") is False
+        """Whether a path is guarded by speculative decoding: never taken without it, or tested on the
+        algorithm (an ``is_*()`` predicate, or a runner flag set only under one)."""
+        return self.path_value(path, "NONE") is False or any(self._mentions(c.test) for c in path)
+
+    def _mentions(self, expr: ast.expr, _seen: frozenset = frozenset()) -> bool:
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+                if node.func.attr in self.predicates:
+                    return True
+            if isinstance(node, ast.Attribute) and node.attr in self.flags and node.attr not in _seen:
+                seen = _seen | {node.attr}
+                if any(self._mentions(c.test, seen) for p in self.flags[node.attr] for c in p):
+                    return True
+        return False
 
 
 def _predicates(index: SourceIndex) -> tuple[list[str], dict[str, set[str]]]:
@@ -151,17 +163,14 @@ def _aliases(index: SourceIndex) -> dict[str, str]:
 
 
 def _flags(index: SourceIndex, files: list[Path]) -> dict[str, list[tuple[Condition, ...]]]:
-    """``self.X = <not False>`` assignments in ``files``, with the conditions they sit under."""
+    """``self.X = <not False>`` assignments in ``files``, with the conditions they sit under; also
+    ``config.X = ...`` on a local (0.5.23 sets the runner's flags on a config object it returns)."""
     flags: dict[str, list[tuple[Condition, ...]]] = {}
     for path in files:
         for node, conds in statements_with_conditions(index.module(path).body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
-                if (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == "self"
-                ):
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
                     if not (isinstance(node.value, ast.Constant) and node.value.value in (False, None)):
                         flags.setdefault(target.attr, []).append(conds)
     return flags
