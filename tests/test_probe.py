@@ -190,6 +190,23 @@ def test_topology_that_is_not_all_nvlink_or_not_known():
     assert preflight.read_topology("", 8) is None and preflight.read_topology(bridged, 1) is None
 
 
+def test_a_real_capture_of_one_h200_is_read_and_has_no_pairs_to_judge():
+    """`nvidia-smi topo -m` captured on the lent one-GPU H200 (docs/gpu-host.md, (e)): its header is underlined
+    with ANSI escapes even when written to a file, and its one row has the affinity columns only."""
+    real = recorded_topology("topo-m-1x-h200.txt")
+    assert "\x1b[4m" in real and "\x1b[0m" in real  # as nvidia-smi wrote it
+    single = [line for line in real.splitlines() if line.startswith("GPU0")]
+    assert single and single[0].split()[:3] == ["GPU0", "X", "0-15"]
+    assert preflight.read_topology(real, 1) is None  # one GPU: no all-reduce, no link to judge
+    assert preflight.read_topology(real, 2) is None  # GPU1 is not in the matrix: not read, never guessed
+    # The same header, escapes and all, with a second GPU spliced in the recorded layout: read as NVLink.
+    two = real.replace("GPU0\tCPU", "GPU0\tGPU1\tCPU").replace("GPU0\t X \t0-15", "GPU0\t X \tNV18\t0-15")
+    two = two.replace("\n\nLegend", "\nGPU1\tNV18\t X \t0-15\t0\t\tN/A\n\nLegend", 1)
+    assert preflight.read_topology(two, 2) == preflight.Topology(
+        "nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU1 is NV18"
+    )
+
+
 def test_the_probe_reads_the_hosts_topology_unless_told(pristine_tree, tmp_path, run_cli):
     args = ("probe", "--target", str(pristine_tree), "--compute-capability", "9.0")
     read = {
