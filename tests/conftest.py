@@ -71,17 +71,22 @@ def gnu_patch(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProce
     )
 
 
+def patched_copy(tree: Path, series_dir: Path, root: Path) -> Path:
+    """`tree`'s sglang package and dist-info copied to `root`, with the series in `series_dir` applied by plain
+    GNU patch, as Nix's patchPhase does."""
+    shutil.copytree(tree / "sglang", root / "sglang")
+    dist_info = next(tree.glob("sglang-*.dist-info"))
+    shutil.copytree(dist_info, root / dist_info.name)
+    for name in patchset.read_series(series_dir / "series"):
+        result = gnu_patch(root, series_dir / name)
+        assert result.returncode == 0, f"{name} does not apply:\n{result.stdout}{result.stderr}"
+    return root
+
+
 @pytest.fixture(scope="session")
 def patched_tree(pristine_tree, tmp_path_factory) -> Path:
     """Pristine tree with the series applied by plain GNU patch, as Nix's patchPhase does. Do not modify."""
-    root = tmp_path_factory.mktemp("patched")
-    shutil.copytree(pristine_tree / "sglang", root / "sglang")
-    dist_info = next(pristine_tree.glob("sglang-*.dist-info"))
-    shutil.copytree(dist_info, root / dist_info.name)
-    for name in series_names():
-        result = gnu_patch(root, SERIES_DIR / name)
-        assert result.returncode == 0, f"{name} does not apply:\n{result.stdout}{result.stderr}"
-    return root
+    return patched_copy(pristine_tree, SERIES_DIR, tmp_path_factory.mktemp("patched"))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import NEWEST, REPO, STAND_INS, gnu_patch
+from conftest import NEWEST, REPO, STAND_INS, gnu_patch, patched_copy
 from sglang_eagle3.source import patchset
 from support import pins
 
@@ -31,14 +31,7 @@ ENV = {"PYTHONPATH": str(REPO / "python" / "src")}
 @pytest.fixture(scope="module")
 def patched_newest(newest_tree, tmp_path_factory) -> Path:
     """The 0.5.23 wheel with its series applied by plain GNU patch, as Nix's patchPhase does. Do not modify."""
-    root = tmp_path_factory.mktemp("patched-newest")
-    shutil.copytree(newest_tree / "sglang", root / "sglang")
-    dist_info = next(newest_tree.glob("sglang-*.dist-info"))
-    shutil.copytree(dist_info, root / dist_info.name)
-    for name in NAMES:
-        result = gnu_patch(root, SERIES / name)
-        assert result.returncode == 0, f"{name} does not apply:\n{result.stdout}{result.stderr}"
-    return root
+    return patched_copy(newest_tree, SERIES, tmp_path_factory.mktemp("patched-newest"))
 
 
 def driver(tree: Path, *args: str) -> dict:
