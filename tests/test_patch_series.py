@@ -1,4 +1,4 @@
-"""The patch series applies cleanly, in order, to the pristine SGLang 0.5.9 wheel."""
+"""The patch series apply cleanly, in order, to their pristine wheels (SGLang 0.5.9; 0.5.23's too)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import py_compile
 import shutil
 
 import pytest
-from conftest import SERIES_DIR, gnu_patch, series_names
+from conftest import REPO, SERIES_DIR, gnu_patch, series_names
+from sglang_eagle3.source import patchset
 
 FORWARDED = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"}
 
@@ -18,18 +19,25 @@ def test_series_lists_every_patch_file_and_nothing_else():
     assert len(series_names()) == len(set(series_names())), "a patch is listed twice"
 
 
-@pytest.mark.parametrize("name", series_names())
-def test_every_patch_has_a_header_saying_what_why_and_upstream(name):
-    header = (SERIES_DIR / name).read_text().split("\n--- a/", 1)[0]
+# Every pinned series and the fixture of the pristine tree it is written against (0.5.9, and the 0.5.23 stack's).
+SERIES = {SERIES_DIR: "pristine_tree", REPO / "patches" / "sglang-0.5.23": "newest_tree"}
+PATCHES = [(d, n) for d in SERIES for n in patchset.read_series(d / "series")]
+
+
+@pytest.mark.parametrize(("series", "name"), PATCHES, ids=[f"{d.name}/{n}" for d, n in PATCHES])
+def test_every_patch_has_a_header_saying_what_why_and_upstream(series, name):
+    header = (series / name).read_text().split("\n--- a/", 1)[0]
     for section in ("What:", "Why:", "Upstream:"):
         assert section in header, f"{name} header lacks {section!r}"
 
 
-def test_series_applies_in_order_without_fuzz(pristine_tree, tmp_path):
+@pytest.mark.parametrize("series", list(SERIES), ids=[d.name for d in SERIES])
+def test_series_applies_in_order_without_fuzz(series, request, tmp_path):
+    pristine = request.getfixturevalue(SERIES[series])
     tree = tmp_path / "tree"
-    shutil.copytree(pristine_tree / "sglang", tree / "sglang")
-    for name in series_names():
-        result = gnu_patch(tree, SERIES_DIR / name)
+    shutil.copytree(pristine / "sglang", tree / "sglang")
+    for name in patchset.read_series(series / "series"):
+        result = gnu_patch(tree, series / name)
         assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
         # GNU patch reports offsets and fuzz; a clean application reports neither.
         assert "offset" not in result.stdout and "fuzz" not in result.stdout, result.stdout
