@@ -255,9 +255,30 @@ trivial
       manylinux2014 = libs;
     };
 
-  python312 = import ./python.nix { inherit lib stdenv hostTool; };
-  python3 = self.python312;
+  # pkgs/top-level/all-packages.nix: the interpreters of pkgs/development/interpreters/python,
+  # and `python3 = python313;` (the default since NixOS 25.05).
+  python312 = import ./python.nix {
+    inherit lib stdenv hostTool;
+    sourceVersion = {
+      major = "3";
+      minor = "12";
+      patch = "12";
+      suffix = "";
+    };
+  };
+  python313 = import ./python.nix {
+    inherit lib stdenv hostTool;
+    sourceVersion = {
+      major = "3";
+      minor = "13";
+      patch = "11";
+      suffix = "";
+    };
+  };
+  python3 = self.python313;
   python312Packages = self.python312.pkgs;
+  python313Packages = self.python313.pkgs;
+  python3Packages = self.python313.pkgs;
 
   cudaPackages_13_0 = import ./cuda.nix {
     inherit lib config stdenv;
