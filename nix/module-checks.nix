@@ -306,7 +306,9 @@ in
       pkgs.runCommand "sglang-eagle3-module-monitoring"
         {
           nativeBuildInputs = [
-            pkgs.prometheus
+            # promtool is in prometheus' `cli` output (pkgs/by-name/pr/prometheus/package.nix:
+            # `moveToOutput bin/promtool $cli`), not in `out`.
+            pkgs.prometheus.cli
             pkgs.jq
           ];
           dashboards = map (p: p.options.path) providers;

@@ -121,12 +121,15 @@ def _extract(tarball: Path, into: Path) -> Path:
 class Workspace:
     """A copy of the repository wired to local input trees; run `nix` in it."""
 
-    def __init__(self, root: Path, repo: Path = REPO):
+    def __init__(self, root: Path, repo: Path = REPO, trace_uses: bool = False):
         self.root = root
         self.home = root / "home"
         self.home.mkdir(parents=True)
         self.inputs = self._unpack_inputs()
         self.nixpkgs = self._assemble_nixpkgs()
+        if trace_uses:
+            # The stand-in then prints every use the flake makes of it (tests/nix/nixpkgs/trace.nix).
+            (self.nixpkgs / "trace-uses").write_text("")
         self.flake = self._copy_repo(repo)
         self._lock_to_local_trees()
 

@@ -25,6 +25,10 @@ let
     config = evaluatedConfig;
   };
 in
+let
+  pkgs = lib.fix (lib.extends (lib.composeManyExtensions overlays) base);
+in
 assert lib.assertMsg (crossSystem == localSystem || crossSystem == null)
   "nixpkgs stand-in: cross compilation is not mirrored";
-lib.fix (lib.extends (lib.composeManyExtensions overlays) base)
+# tests/test_nixpkgs_standin.py: every use of the package set traced (./trace.nix).
+if builtins.pathExists ./trace-uses then (import ./trace.nix { inherit lib; }).wrapPackages pkgs else pkgs

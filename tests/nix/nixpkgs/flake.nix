@@ -7,9 +7,15 @@
   outputs =
     { self }:
     let
+      tracing = builtins.pathExists ./trace-uses;
       lib = (import ./lib).extend (
         final: _prev: {
-          nixosSystem = args: import ./nixos/eval-config.nix ({ lib = final; } // args);
+          nixosSystem =
+            let
+              nixosSystem = args: import ./nixos/eval-config.nix ({ lib = final; } // args);
+            in
+            # tests/test_nixpkgs_standin.py: its uses traced (./trace.nix).
+            if tracing then (import ./trace.nix { lib = final; }).wrapFunction [ "lib" "nixosSystem" ] nixosSystem else nixosSystem;
         }
       );
     in

@@ -25,6 +25,10 @@ let
       ++ lib.optional (pkgs != null) { nixpkgs.pkgs = pkgs; }
     );
   };
+  # tests/test_nixpkgs_standin.py traces the flake's uses of the package set (../trace.nix):
+  # these base modules stand for NixOS's own and see it untraced.
+  tracing = builtins.pathExists ../trace-uses;
+  baseModules' = if tracing then map (import ../trace.nix { inherit lib; }).untracedModule baseModules else baseModules;
   evaluated = lib.evalModules {
     inherit prefix;
     class = "nixos";
@@ -32,7 +36,7 @@ let
       modulesPath = toString ./modules;
     }
     // specialArgs;
-    modules = baseModules ++ [ pkgsModule ] ++ extraModules ++ modules;
+    modules = baseModules' ++ [ pkgsModule ] ++ extraModules ++ modules;
   };
   withExtraAttrs =
     c:

@@ -22,15 +22,18 @@ let
       ];
 
   # A leaf package (a program nixpkgs builds from source). Evaluated like the real one
-  # (name, version, meta.mainProgram); built here as wrappers of the host's programs, so
-  # the derivations around it can run.
+  # (name, version, its outputs in nixpkgs' order, meta.mainProgram); built here as wrappers
+  # of the host's programs, each in the output nixpkgs installs it to, so the derivations
+  # around it can run, and fail where a real build would (promtool is in prometheus' `cli`).
   # Each program is a wrapper that finds the host's program when it runs (so a store path
   # built once follows the host's tools), started by its host path: a Python virtual
   # environment is found from the path its interpreter is started by.
-  hostPrograms = pname: ''
-    mkdir -p $out/bin
-    for program in $programs; do
-      cat > "$out/bin/$program" <<EOS
+  # `hostPrograms pname` writes the wrappers of $programs into $out/bin.
+  hostPrograms = pname: hostProgramsInto pname "$out" "$programs";
+  hostProgramsInto = pname: dir: programs: ''
+    mkdir -p ${dir}/bin
+    for program in ${programs}; do
+      cat > "${dir}/bin/$program" <<EOS
     #!/bin/sh
     for dir in $hostPath; do
       if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
@@ -38,18 +41,52 @@ let
     echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
     exit 127
     EOS
-      chmod +x "$out/bin/$program"
+      chmod +x "${dir}/bin/$program"
     done
   '';
 
+  # hostToolWith { pname; version; outputs; programs = { <output> = [ program ... ]; }; }.
+  # As pkgs/build-support/setup-hooks/multiple-outputs.sh does, a `dev` output propagates the
+  # outputs holding the programs and libraries (nix-support/propagated-build-inputs), so a
+  # package in nativeBuildInputs (which brings in its `dev`, lib.getDev) puts them on PATH.
+  hostToolWith =
+    {
+      pname,
+      version,
+      outputs ? [ "out" ],
+      programs ? { },
+    }:
+    let
+      unknown = lib.subtractLists outputs (builtins.attrNames programs);
+      binOutput = if lib.elem "bin" outputs then "bin" else "out";
+    in
+    assert lib.assertMsg (unknown == [ ]) "nixpkgs stand-in: ${pname} has no output ${toString unknown}";
+    stdenv.mkDerivation {
+      inherit pname version outputs;
+      hostPath = hostPath;
+      buildCommand =
+        lib.concatMapStrings (o: ''
+          mkdir -p "''${${o}}"
+        '') outputs
+        + lib.concatStrings (
+          lib.mapAttrsToList (
+            o: ps: lib.optionalString (ps != [ ]) (hostProgramsInto pname "\${${o}}" (toString ps))
+          ) programs
+        )
+        + lib.optionalString (lib.elem "dev" outputs) ''
+          mkdir -p "$dev/nix-support"
+          echo "''${${binOutput}}" > "$dev/nix-support/propagated-build-inputs"
+        '';
+      passthru.programsByOutput = programs;
+      meta.mainProgram = builtins.head (programs.${binOutput} or [ pname ] ++ [ pname ]);
+    };
+
+  # A leaf package with one output, `out`, holding `programs`.
   hostTool =
     pname: version: programs:
-    stdenv.mkDerivation {
+    hostToolWith {
       inherit pname version;
-      inherit programs;
-      hostPath = hostPath;
-      buildCommand = hostPrograms pname;
-      meta.mainProgram = builtins.head programs;
+      programs.out = programs;
     };
 
   trivial = import ./trivial-builders.nix { inherit lib stdenv hostTool; };
@@ -87,7 +124,19 @@ trivial
   git = hostTool "git" "2.52.0" [ "git" ];
   gnupatch = hostTool "patch" "2.8" [ "patch" ];
   patch = self.gnupatch;
-  jq = hostTool "jq" "1.8.1" [ "jq" ];
+  # pkgs/by-name/jq/jq/package.nix: outputs bin doc man dev out, jq in bin.
+  jq = hostToolWith {
+    pname = "jq";
+    version = "1.8.1";
+    outputs = [
+      "bin"
+      "doc"
+      "man"
+      "dev"
+      "out"
+    ];
+    programs.bin = [ "jq" ];
+  };
   nix = hostTool "nix" "2.31.2" [
     "nix"
     "nix-instantiate"
@@ -100,17 +149,56 @@ trivial
   nixfmt-tree = hostTool "nixfmt-tree" "1.2.0" [ "treefmt" ];
   # pkgs/by-name/ni/ninja/package.nix
   ninja = hostTool "ninja" "1.13.2" [ "ninja" ];
-  numactl = hostTool "numactl" "2.0.19" [ "numactl" ];
-  prometheus = hostTool "prometheus" "3.9.1" [
-    "prometheus"
-    "promtool"
-  ];
+  # pkgs/by-name/nu/numactl/package.nix: outputs out dev man.
+  numactl = hostToolWith {
+    pname = "numactl";
+    version = "2.0.19";
+    outputs = [
+      "out"
+      "dev"
+      "man"
+    ];
+    programs.out = [ "numactl" ];
+  };
+  # pkgs/by-name/pr/prometheus/package.nix: outputs out, doc, cli; `moveToOutput bin/promtool $cli`.
+  prometheus = hostToolWith {
+    pname = "prometheus";
+    version = "3.9.1";
+    outputs = [
+      "out"
+      "doc"
+      "cli"
+    ];
+    programs = {
+      out = [ "prometheus" ];
+      cli = [ "promtool" ];
+    };
+  };
   ruff = hostTool "ruff" "0.14.14" [ "ruff" ];
-  systemd = hostTool "systemd" "258.3" [ "systemd-analyze" ];
+  # pkgs/os-specific/linux/systemd/default.nix: outputs out man dev.
+  systemd = hostToolWith {
+    pname = "systemd";
+    version = "258.3";
+    outputs = [
+      "out"
+      "man"
+      "dev"
+    ];
+    programs.out = [ "systemd-analyze" ];
+  };
   ugrep = hostTool "ugrep" "7.5.0" [ "ugrep" ];
   unzip = hostTool "unzip" "6.0" [ "unzip" ];
   uv = hostTool "uv" "0.9.28" [ "uv" ];
-  zlib = hostTool "zlib" "1.3.1" [ ];
+  # pkgs/development/libraries/zlib/default.nix: outputs out dev static.
+  zlib = hostToolWith {
+    pname = "zlib";
+    version = "1.3.1";
+    outputs = [
+      "out"
+      "dev"
+      "static"
+    ];
+  };
   findutils = hostTool "findutils" "4.10.0" [ "find" ];
   gnugrep = hostTool "gnugrep" "3.12" [ "grep" ];
   gnused = hostTool "gnused" "4.9" [ "sed" ];
@@ -167,9 +255,30 @@ trivial
       manylinux2014 = libs;
     };
 
-  python312 = import ./python.nix { inherit lib stdenv hostTool; };
-  python3 = self.python312;
+  # pkgs/top-level/all-packages.nix: the interpreters of pkgs/development/interpreters/python,
+  # and `python3 = python313;` (the default since NixOS 25.05).
+  python312 = import ./python.nix {
+    inherit lib stdenv hostTool;
+    sourceVersion = {
+      major = "3";
+      minor = "12";
+      patch = "12";
+      suffix = "";
+    };
+  };
+  python313 = import ./python.nix {
+    inherit lib stdenv hostTool;
+    sourceVersion = {
+      major = "3";
+      minor = "13";
+      patch = "11";
+      suffix = "";
+    };
+  };
+  python3 = self.python313;
   python312Packages = self.python312.pkgs;
+  python313Packages = self.python313.pkgs;
+  python3Packages = self.python313.pkgs;
 
   cudaPackages_13_0 = import ./cuda.nix {
     inherit lib config stdenv;

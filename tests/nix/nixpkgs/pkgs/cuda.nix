@@ -53,6 +53,7 @@ let
         for o in $outputs; do mkdir -p "''${!o}"; done
       ''
       + lib.optionalString (programs != [ ]) (hostPrograms pname);
+      passthru.programsByOutput = lib.optionalAttrs (programs != [ ]) { out = programs; };
       meta = {
         inherit license;
         # buildRedist's brokenAssertions: "CUDA support is enabled by config.cudaSupport".

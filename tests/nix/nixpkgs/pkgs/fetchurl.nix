@@ -1,6 +1,6 @@
 # Stand-in for fetchurl (pkgs/build-support/fetchurl/default.nix): the same arguments
-# (`url` or `urls`, `name`, `hash` or `sha256` or `outputHash`/`outputHashAlgo`,
-# `passthru`, `meta`), the same name rule (the last component of the first URL, which
+# (every formal argument of the real one: `url` or `urls`, `name`, `hash` or `sha256` or
+# `outputHash`/`outputHashAlgo`, `passthru`, `meta`, ...), the same name rule (the last component of the first URL, which
 # Nix then validates as a store path name: a `%` from a percent-encoded URL fails, as it
 # does with the real fetchurl), and the same fixed-output derivation (flat hash). The
 # builder would download with the host's curl; on machines without network a test can
@@ -18,6 +18,9 @@
   sha1 ? "",
   sha512 ? "",
   recursiveHash ? false,
+  # BASIC auth for the download (unused here: nothing this project fetches needs it).
+  netrcPhase ? null,
+  netrcImpureEnvVars ? [ ],
   executable ? false,
   curlOpts ? "",
   curlOptsList ? [ ],

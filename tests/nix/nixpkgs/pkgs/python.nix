@@ -1,4 +1,4 @@
-# Stand-in for CPython 3.12 (pkgs/development/interpreters/python/cpython/default.nix and
+# Stand-in for CPython 3.x (pkgs/development/interpreters/python/cpython/default.nix and
 # passthru-fun.nix): the passthru attributes uv2nix, pyproject.nix and this flake read
 # (sitePackages, interpreter, executable, pythonVersion, sourceVersion, implementation,
 # pythonOnBuildForHost, withPackages, pkgs, stdenv, ...). Building it links the host's
@@ -8,14 +8,11 @@
   lib,
   stdenv,
   hostTool,
+  # python312 = { major = "3"; minor = "12"; patch = "12"; suffix = ""; } (the patch releases
+  # are illustrative).
+  sourceVersion,
 }:
 let
-  sourceVersion = {
-    major = "3";
-    minor = "12";
-    patch = "12";
-    suffix = "";
-  };
   pythonVersion = "${sourceVersion.major}.${sourceVersion.minor}";
   version = "${pythonVersion}.${sourceVersion.patch}";
   executable = "python${pythonVersion}";

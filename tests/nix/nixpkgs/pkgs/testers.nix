@@ -75,7 +75,9 @@ let
               {
                 _file = "runNixOSTest node ${name}";
                 networking.hostName = lib.mkDefault name;
-                nixpkgs.pkgs = pkgs;
+                # The flake's uses traced (../trace.nix) when tests/test_nixpkgs_standin.py asks.
+                nixpkgs.pkgs =
+                  if builtins.pathExists ../trace-uses then (import ../trace.nix { inherit lib; }).wrapPackages pkgs else pkgs;
                 # nixos/modules/virtualisation/qemu-vm.nix provides these in a real test.
                 fileSystems."/" = lib.mkDefault {
                   device = "/dev/vda";

@@ -31,6 +31,9 @@ let
     inherit (cfg) config overlays;
   };
   finalPkgs = if options.nixpkgs.pkgs.isDefined then cfg.pkgs else importedPkgs;
+  # What this module itself uses: the untraced set when tests/test_nixpkgs_standin.py traces
+  # the flake's uses (../../trace.nix), so NixOS's own uses are not counted as the flake's.
+  ownPkgs = finalPkgs.__nixpkgsStandInUntraced or finalPkgs;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
 in
 {
@@ -119,7 +122,7 @@ in
       };
       kernelPackages = mkOption {
         type = types.raw;
-        default = finalPkgs.linuxPackages;
+        default = ownPkgs.linuxPackages;
       };
       loader.grub = {
         enable = mkOption {
@@ -191,7 +194,7 @@ in
             lib.showWarnings config.warnings true;
       in
       assert checked;
-      finalPkgs.runCommand "nixos-system-${config.networking.hostName}-stand-in" {
+      ownPkgs.runCommand "nixos-system-${config.networking.hostName}-stand-in" {
         units = map (u: u.unit) (lib.attrValues config.systemd.units);
         stateVersion = config.system.stateVersion;
       } "mkdir -p $out; for u in $units; do ln -s $u $out/; done";

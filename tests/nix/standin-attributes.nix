@@ -1,0 +1,72 @@
+# What the nixpkgs stand-in (tests/nix/nixpkgs, assembled with nixpkgs' lib) has at each row
+# of tests/nix/nixpkgs-attributes.json, for tests/test_nixpkgs_standin.py to compare with the
+# row: found, a function's formal arguments, a package's outputs and the programs the stand-in
+# installs in each, and the value of each attribute the row reads (plain values as they are,
+# others as "<type>"). The package set is the flake's: x86_64-linux, unfree and CUDA allowed.
+{ nixpkgs, table }:
+let
+  imported = import nixpkgs {
+    system = "x86_64-linux";
+    config = {
+      allowUnfree = true;
+      cudaSupport = true;
+    };
+  };
+  # The stand-in itself, also where it is assembled to trace the flake's uses (nixpkgs/trace.nix).
+  pkgs = imported.__nixpkgsStandInUntraced or imported;
+  inherit (pkgs) lib;
+  flake = (import (nixpkgs + "/flake.nix")).outputs { self = flake; };
+  rows = (lib.importJSON table).attributes;
+
+  kind =
+    v:
+    if lib.isDerivation v then
+      "derivation"
+    else if lib.isFunction v then
+      "function"
+    else
+      builtins.typeOf v;
+  plain =
+    v:
+    if lib.elem (builtins.typeOf v) [
+      "string"
+      "bool"
+      "int"
+      "float"
+      "null"
+    ] then
+      builtins.unsafeDiscardStringContext v
+    else if builtins.isList v && lib.all (x: builtins.isString x) v then
+      v
+    else
+      "<${kind v}>";
+  readAt =
+    v: dotted:
+    let
+      path = lib.splitString "." dotted;
+    in
+    if lib.hasAttrByPath path v then plain (lib.getAttrFromPath path v) else "<missing>";
+
+  describe =
+    key: row:
+    let
+      path = lib.splitString "." key;
+      root = if lib.head path == "lib" then flake else pkgs;
+      found = lib.hasAttrByPath path root;
+      v = lib.getAttrFromPath path root;
+    in
+    {
+      inherit found;
+    }
+    // lib.optionalAttrs found {
+      kind = kind v;
+      formals = if lib.isFunction v then builtins.attrNames (lib.functionArgs v) else null;
+      outputs = if lib.isDerivation v then v.outputs or [ "out" ] else null;
+      programs = if lib.isDerivation v then v.programsByOutput or null else null;
+      # A function's reads are on what it returns (formats.json { } has `generate`).
+      reads = lib.genAttrs (lib.attrNames (row.reads or { }) ++ lib.attrNames (row.values or { })) (
+        readAt (if lib.isFunction v then v { } else v)
+      );
+    };
+in
+lib.mapAttrs describe rows
