@@ -35,6 +35,11 @@ let
   # the flake's uses (../../trace.nix), so NixOS's own uses are not counted as the flake's.
   ownPkgs = finalPkgs.__nixpkgsStandInUntraced or finalPkgs;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  # tasks/filesystems.nix: a string with a check, described as such (not lib.types.nonEmptyStr).
+  addCheckDesc =
+    desc: elemType: check:
+    types.addCheck elemType check // { description = "${elemType.description} (with check: ${desc})"; };
+  nonEmptyStr = addCheckDesc "non-empty" types.str (s: builtins.match "[ \t\n]*" s == null);
 in
 {
   options = {
@@ -93,11 +98,12 @@ in
                 default = name;
               };
               device = mkOption {
-                type = types.nullOr types.str;
+                type = types.nullOr nonEmptyStr;
                 default = null;
               };
+              # "auto" at the lock; nixpkgs PR #444829 (merged 2026-04-06) removed the default.
               fsType = mkOption {
-                type = types.str;
+                type = nonEmptyStr;
                 default = "auto";
               };
               options = mkOption {
