@@ -13,6 +13,7 @@
   config,
   options,
   lib,
+  pkgs,
   ...
 }:
 let
@@ -35,6 +36,19 @@ let
   # the flake's uses (../../trace.nix), so NixOS's own uses are not counted as the flake's.
   ownPkgs = finalPkgs.__nixpkgsStandInUntraced or finalPkgs;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  # misc/nixpkgs.nix's configType: attribute sets (or functions of { lib, pkgs }) merged with
+  # recursiveUpdate, the later definition winning.
+  optCall = f: x: if lib.isFunction f then f x else f;
+  configType = lib.mkOptionType {
+    name = "nixpkgs-config";
+    description = "nixpkgs config";
+    check = x: builtins.isAttrs x || lib.isFunction x;
+    merge =
+      _loc:
+      lib.foldr (
+        def: rhs: lib.recursiveUpdate (optCall def.value { inherit lib pkgs; }) (optCall rhs { inherit lib pkgs; })
+      ) { };
+  };
   # tasks/filesystems.nix: a string with a check, described as such (not lib.types.nonEmptyStr).
   addCheckDesc =
     desc: elemType: check:
@@ -50,7 +64,7 @@ in
       };
       system = mkOption { type = types.str; };
       config = mkOption {
-        type = types.attrsOf types.anything;
+        type = configType;
         default = { };
       };
       overlays = mkOption {
