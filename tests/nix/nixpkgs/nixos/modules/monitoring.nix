@@ -65,6 +65,29 @@ let
   prometheusYml = pkgs.writeText "prometheus.yml" (builtins.toJSON promConfig);
 
   graf = config.services.grafana;
+  # grafana.nix's settings type: pkgs.formats.ini { listToValue = ...; } (pkgs/pkgs-lib/formats.nix),
+  # sections of INI atoms or non-empty lists of them.
+  singleIniAtom =
+    types.nullOr (
+      types.oneOf [
+        types.bool
+        types.int
+        types.float
+        types.str
+      ]
+    )
+    // {
+      description = "INI atom (null, bool, int, float or string)";
+    };
+  iniAtom = types.either singleIniAtom (types.nonEmptyListOf singleIniAtom) // {
+    description = singleIniAtom.description + " or a non-empty list of them";
+  };
+  settingsFormatIni = types.attrsOf (
+    types.attrsOf iniAtom
+    // {
+      description = "section of an INI file (attrs of " + iniAtom.description + ")";
+    }
+  );
   datasourceConfig = types.submodule {
     freeformType = types.attrsOf types.anything;
     options = {
@@ -168,7 +191,7 @@ in
       enable = lib.mkEnableOption "grafana";
       settings = mkOption {
         type = types.submodule {
-          freeformType = types.attrsOf (types.attrsOf types.anything);
+          freeformType = settingsFormatIni;
           options = {
             server.http_port = mkOption {
               type = types.port;
