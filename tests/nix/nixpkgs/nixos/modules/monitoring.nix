@@ -65,6 +65,22 @@ let
   prometheusYml = pkgs.writeText "prometheus.yml" (builtins.toJSON promConfig);
 
   graf = config.services.grafana;
+  # The provisioning files' freeform type: pkgs.formats.yaml { }'s (pkgs/pkgs-lib/formats.nix).
+  yamlValue =
+    types.nullOr (
+      types.oneOf [
+        types.bool
+        types.int
+        types.float
+        types.str
+        types.path
+        (types.attrsOf yamlValue)
+        (types.listOf yamlValue)
+      ]
+    )
+    // {
+      description = "YAML 1.1 value";
+    };
   # grafana.nix's settings type: pkgs.formats.ini { listToValue = ...; } (pkgs/pkgs-lib/formats.nix),
   # sections of INI atoms or non-empty lists of them.
   singleIniAtom =
@@ -89,7 +105,7 @@ let
     }
   );
   datasourceConfig = types.submodule {
-    freeformType = types.attrsOf types.anything;
+    freeformType = yamlValue;
     options = {
       name = mkOption { type = types.str; };
       type = mkOption { type = types.str; };
@@ -113,7 +129,7 @@ let
     };
   };
   dashboardConfig = types.submodule {
-    freeformType = types.attrsOf types.anything;
+    freeformType = yamlValue;
     options = {
       name = mkOption {
         type = types.str;
