@@ -31,6 +31,30 @@ let
       };
     };
   };
+  # promTypes.relabel_config: every field optional (null: left out of prometheus.yml).
+  relabelConfig = types.submodule {
+    options = {
+      action = opt (
+        types.enum [
+          "replace"
+          "lowercase"
+          "uppercase"
+          "keep"
+          "drop"
+          "hashmod"
+          "labelmap"
+          "labeldrop"
+          "labelkeep"
+        ]
+      );
+      modulus = opt types.int;
+      regex = opt types.str;
+      replacement = opt types.str;
+      separator = opt types.str;
+      source_labels = opt (types.listOf types.str);
+      target_label = opt types.str;
+    };
+  };
   scrapeConfig = types.submodule {
     options = {
       job_name = mkOption { type = types.str; };
@@ -50,8 +74,8 @@ let
       authorization = opt types.attrs;
       bearer_token_file = opt types.str;
       static_configs = opt (types.listOf staticConfig);
-      relabel_configs = opt (types.listOf types.attrs);
-      metric_relabel_configs = opt (types.listOf types.attrs);
+      relabel_configs = opt (types.listOf relabelConfig);
+      metric_relabel_configs = opt (types.listOf relabelConfig);
     };
   };
   filterValid = lib.filterAttrsRecursive (_: v: v != null);
