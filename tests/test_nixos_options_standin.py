@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
+from support.flake_eval import REPO, REQUIRED, Workspace, standin_facts, unavailable
 
 TABLE = REPO / "tests" / "nix" / "nixos-options.json"
 HOW_TO_ADD = (
@@ -208,13 +208,8 @@ def test_the_scan_finds_what_the_modules_name():
 # -- the stand-in against the table ------------------------------------------------------------
 
 
-def standin_facts(nixpkgs: Path) -> dict:
-    expr = f"import {REPO}/tests/nix/standin-options.nix {{ nixpkgs = {nixpkgs}; table = {TABLE}; }}"
-    result = subprocess.run(
-        ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expr], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout)
+def facts_of(nixpkgs: Path) -> dict:
+    return standin_facts("standin-options.nix", nixpkgs, TABLE)
 
 
 def drift(rows: dict, facts: dict) -> list[str]:
@@ -243,7 +238,7 @@ def drift(rows: dict, facts: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def facts(traced) -> dict:
-    return standin_facts(traced.nixpkgs)
+    return facts_of(traced.nixpkgs)
 
 
 def test_the_standin_declares_each_option_as_nixpkgs_does(facts):
@@ -306,7 +301,7 @@ def test_a_drifted_standin_fails_the_comparison(traced, facts, tmp_path):
     )
     assert declared, "systemd.nix's path option moved; update this test"
     systemd.write_text(text.replace(declared.group(1), "types.listOf types.package"))
-    problems = drift(table(), standin_facts(drifted))
+    problems = drift(table(), facts_of(drifted))
     assert [p for p in problems if p not in drift(table(), facts)] == [
         "systemd.services.<name>.path (nixpkgs: nixos/lib/systemd-unit-options.nix, with types; listOf (oneOf "
         "[ package str ])): type description 'list of package', nixpkgs has 'list of (package or string)'"

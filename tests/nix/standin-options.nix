@@ -33,32 +33,7 @@ let
         node.${part} or null
     ) evaluated.options (lib.splitString "." path);
 
-  kind =
-    v:
-    if lib.isDerivation v then
-      "derivation"
-    else if lib.isFunction v then
-      "function"
-    else
-      builtins.typeOf v;
-  plain =
-    v:
-    if builtins.isString v then
-      builtins.unsafeDiscardStringContext v
-    else if lib.elem (builtins.typeOf v) [
-      "bool"
-      "int"
-      "float"
-      "null"
-    ] then
-      v
-    else if builtins.isList v && lib.all (x: lib.elem (builtins.typeOf x) [ "string" "int" "bool" ]) v then
-      v
-    else if builtins.isAttrs v && !lib.isDerivation v && v == { } then
-      { }
-    else
-      "<${kind v}>";
-
+  inherit (import ./plain-value.nix lib) plain;
   describe =
     key: row:
     let

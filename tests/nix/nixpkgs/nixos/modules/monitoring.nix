@@ -89,45 +89,11 @@ let
   prometheusYml = pkgs.writeText "prometheus.yml" (builtins.toJSON promConfig);
 
   graf = config.services.grafana;
-  # The provisioning files' freeform type: pkgs.formats.yaml { }'s (pkgs/pkgs-lib/formats.nix).
-  yamlValue =
-    types.nullOr (
-      types.oneOf [
-        types.bool
-        types.int
-        types.float
-        types.str
-        types.path
-        (types.attrsOf yamlValue)
-        (types.listOf yamlValue)
-      ]
-    )
-    // {
-      description = "YAML 1.1 value";
-    };
-  # grafana.nix's settings type: pkgs.formats.ini { listToValue = ...; } (pkgs/pkgs-lib/formats.nix),
-  # sections of INI atoms or non-empty lists of them.
-  singleIniAtom =
-    types.nullOr (
-      types.oneOf [
-        types.bool
-        types.int
-        types.float
-        types.str
-      ]
-    )
-    // {
-      description = "INI atom (null, bool, int, float or string)";
-    };
-  iniAtom = types.either singleIniAtom (types.nonEmptyListOf singleIniAtom) // {
-    description = singleIniAtom.description + " or a non-empty list of them";
+  # grafana.nix's formats: settings are INI, the provisioning files YAML.
+  settingsFormatIni = pkgs.formats.ini {
+    listToValue = lib.concatMapStringsSep " " (lib.generators.mkValueStringDefault { });
   };
-  settingsFormatIni = types.attrsOf (
-    types.attrsOf iniAtom
-    // {
-      description = "section of an INI file (attrs of " + iniAtom.description + ")";
-    }
-  );
+  yamlValue = (pkgs.formats.yaml { }).type;
   datasourceConfig = types.submodule {
     freeformType = yamlValue;
     options = {
@@ -231,7 +197,7 @@ in
       enable = lib.mkEnableOption "grafana";
       settings = mkOption {
         type = types.submodule {
-          freeformType = settingsFormatIni;
+          freeformType = settingsFormatIni.type;
           options = {
             server.http_port = mkOption {
               type = types.port;
@@ -276,7 +242,7 @@ in
       systemd.services.grafana = {
         wantedBy = [ "multi-user.target" ];
         after = [ "network.target" ];
-        serviceConfig.ExecStart = "${pkgs.grafana}/bin/grafana server --config ${pkgs.writeText "grafana.ini" (lib.generators.toINI { } graf.settings)}";
+        serviceConfig.ExecStart = "${pkgs.grafana}/bin/grafana server --config ${settingsFormatIni.generate "grafana.ini" graf.settings}";
       };
     })
   ];
