@@ -66,7 +66,16 @@ def relative(file: str, ws: Workspace) -> str:
 def trace_options(ws: Workspace) -> list[dict]:
     """Every use the flake's modules make of NixOS options, as trace-options.nix prints them."""
     expr = f'import {ws.flake}/tests/nix/trace-uses.nix {{ flake = builtins.getFlake "{ws.ref}"; }}'
-    result = ws.nix("eval", "--impure", "--json", "--expr", expr)
+    result = ws.nix("eval", "--impure", "--json", "--expr", expr, check=False)
+    # NixOS refuses a definition of an option nobody declares, in any branch: say what to add.
+    undeclared = re.search(
+        r"The option `([^']+)' does not exist\. Definition values:\n\s*- In `([^']+)'", result.stderr
+    )
+    assert not undeclared, (
+        f"{undeclared.group(1)} (set by {relative(undeclared.group(2), ws)}): the stand-in declares no such option; "
+        f"{HOW_TO_ADD}"
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
     uses = [json.loads(m) for m in re.findall(r"^trace: nixos-option (.*)$", result.stderr, re.MULTILINE)]
     assert uses, result.stderr[-3000:]
     for use in uses:
@@ -326,3 +335,24 @@ def test_a_use_the_table_lacks_and_a_row_nothing_uses_fail(uses):
     rows["services.nginx.enable"] = rows["services.prometheus.enable"]
     _, covered = coverage(uses, rows)
     assert "" not in covered["services.nginx.enable"] and "" in covered["services.prometheus.enable"]
+
+
+def test_a_module_using_an_option_the_table_lacks_fails_naming_it(tmp_path):
+    """End to end: the router module given, in a branch no evaluated host takes, a definition of
+    networking.firewall.allowedUDPPorts guarded by a read of networking.hostName (the tracer
+    evaluates the condition), and then a definition of an option the stand-in does not declare."""
+    ws = Workspace(tmp_path / "ws", trace_uses=True)
+    router = ws.flake / "modules" / "sglang-router.nix"
+    original = router.read_text()
+    tail = "    environment.systemPackages = [ cfg.package ];\n  };\n}\n"
+    assert original.endswith(tail)
+    guarded = '    networking.firewall.allowedUDPPorts = lib.mkIf (config.networking.hostName == "x") [ 1 ];\n'
+    router.write_text(original.removesuffix(tail) + tail.replace("  };", guarded + "  };"))
+    missing, _ = coverage(trace_options(ws), table())
+    assert [m.split(";")[0] for m in missing] == [
+        "networking.firewall.allowedUDPPorts (set by modules/sglang-router.nix): no row",
+        "networking.hostName (read by modules/sglang-router.nix): no row",
+    ], missing
+    router.write_text(original.removesuffix(tail) + tail.replace("  };", "    security.sudo.enable = false;\n  };"))
+    with pytest.raises(AssertionError, match=r"^security \(set by modules/sglang-router.nix\): the stand-in declares"):
+        trace_options(ws)

@@ -115,11 +115,14 @@ let
   # -- definitions --------------------------------------------------------------------------
 
   # A definition's values with mkIf (whatever its condition), mkMerge, mkOverride and mkOrder
-  # taken off.
+  # taken off. A condition is evaluated too, so its reads are traced when the option it guards
+  # is never evaluated (tryEval: a condition may throw where its branch does not apply).
   discharge =
     v:
     if builtins.isAttrs v && v ? _type then
-      if v._type == "if" || v._type == "override" || v._type == "order" then
+      if v._type == "if" then
+        builtins.seq (builtins.tryEval v.condition) (discharge v.content)
+      else if v._type == "override" || v._type == "order" then
         discharge v.content
       else if v._type == "merge" then
         lib.concatMap discharge v.contents
@@ -165,7 +168,8 @@ let
   setsOfValue =
     file: type: loc: value:
     if !holdsOptions type then
-      [ ]
+      # No options below; its mkIf conditions still evaluated (discharge).
+      builtins.seq (builtins.length (discharge value)) [ ]
     else if type.name == "submodule" then
       setsAt file (type.getSubOptions loc) loc (type.nestedTypes ? freeformType) value
     else
