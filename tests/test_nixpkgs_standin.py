@@ -19,12 +19,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
+from support.flake_eval import REPO, REQUIRED, Workspace, standin_facts, unavailable
 
 SYSTEM = "x86_64-linux"
 TABLE = REPO / "tests" / "nix" / "nixpkgs-attributes.json"
@@ -187,13 +186,8 @@ def test_the_files_use_nothing_the_table_and_the_trace_lack(uses):
 # -- the stand-in against the table ------------------------------------------------------------
 
 
-def standin_facts(nixpkgs: Path) -> dict:
-    expr = f"import {REPO}/tests/nix/standin-attributes.nix {{ nixpkgs = {nixpkgs}; table = {TABLE}; }}"
-    result = subprocess.run(
-        ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expr], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout)
+def facts_of(nixpkgs: Path) -> dict:
+    return standin_facts("standin-attributes.nix", nixpkgs, TABLE)
 
 
 def drift(rows: dict, facts: dict) -> list[str]:
@@ -226,7 +220,7 @@ def drift(rows: dict, facts: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def facts(traced) -> dict:
-    return standin_facts(traced.nixpkgs)
+    return facts_of(traced.nixpkgs)
 
 
 def test_the_standin_has_what_nixpkgs_has_at_every_row(facts):
@@ -244,7 +238,7 @@ def test_a_drifted_standin_fails_the_comparison(traced, tmp_path):
     packages.write_text(
         text.replace(block, '  prometheus = hostTool "prometheus" "3.9.1" [ "prometheus" "promtool" ];\n')
     )
-    problems = drift(table(), standin_facts(drifted))
+    problems = drift(table(), facts_of(drifted))
     assert [p for p in problems if p.startswith("prometheus ")] == [
         "prometheus (nixpkgs: pkgs/by-name/pr/prometheus/package.nix): outputs ['out'], nixpkgs has "
         "['out', 'doc', 'cli']",

@@ -18,28 +18,7 @@ let
   flake = (import (nixpkgs + "/flake.nix")).outputs { self = flake; };
   rows = (lib.importJSON table).attributes;
 
-  kind =
-    v:
-    if lib.isDerivation v then
-      "derivation"
-    else if lib.isFunction v then
-      "function"
-    else
-      builtins.typeOf v;
-  plain =
-    v:
-    if lib.elem (builtins.typeOf v) [
-      "string"
-      "bool"
-      "int"
-      "float"
-      "null"
-    ] then
-      builtins.unsafeDiscardStringContext v
-    else if builtins.isList v && lib.all (x: builtins.isString x) v then
-      v
-    else
-      "<${kind v}>";
+  inherit (import ./plain-value.nix lib) kind plain;
   readAt =
     v: dotted:
     let

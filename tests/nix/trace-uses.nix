@@ -9,6 +9,8 @@ let
   nixpkgs = flake.inputs.nixpkgs;
   inherit (nixpkgs) lib;
   drvPaths = set: lib.mapAttrsToList (_: d: d.drvPath) set;
+  # A host's config as this file reads it: untraced (what the flake reads is traced).
+  configOf = host: host.__nixosConfigUntraced or host.config;
   host = lib.nixosSystem {
     inherit system;
     modules = [
@@ -18,6 +20,8 @@ let
         fileSystems."/".device = "/dev/disk/by-label/nixos";
         boot.loader.grub.device = "nodev";
         system.stateVersion = "25.11";
+        # A static user: the module's users.users/users.groups definitions have names then.
+        services.sglang-eagle3.user = "sglang-eagle3";
       }
     ];
   };
@@ -38,15 +42,15 @@ drvPaths flake.packages.${system}
   flake.formatter.${system}.drvPath
   (flake.lib.fetchModel { lockFile = ../../nix/tests/example-draft.lock.json; }).drvPath
   (flake.lib.mkStack { version = "0.5.23"; }).package.drvPath
-  host.config.services.sglang-eagle3.package.drvPath
-  host.config.services.sglang-eagle3.gpuChecks.package.drvPath
-  host.config.system.build.toplevel.drvPath
+  (configOf host).services.sglang-eagle3.package.drvPath
+  (configOf host).services.sglang-eagle3.gpuChecks.package.drvPath
+  (configOf host).system.build.toplevel.drvPath
 ]
 # The packages of every host the checks and the VM test evaluate (the stand-in's system build
 # does not include environment.systemPackages, the real one does).
 ++ map (p: p.drvPath) (
-  host.config.environment.systemPackages
-  ++ lib.concatMap (node: node.config.environment.systemPackages) (
+  (configOf host).environment.systemPackages
+  ++ lib.concatMap (node: (configOf node).environment.systemPackages) (
     lib.attrValues flake.packages.${system}.router-vm-test.passthru.nodes
   )
 )

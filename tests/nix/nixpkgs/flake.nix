@@ -15,7 +15,7 @@
               nixosSystem = args: import ./nixos/eval-config.nix ({ lib = final; } // args);
             in
             # tests/test_nixpkgs_standin.py: its uses traced (./trace.nix).
-            if tracing then (import ./trace.nix { lib = final; }).wrapFunction [ "lib" "nixosSystem" ] nixosSystem else nixosSystem;
+            if tracing then (import ./trace.nix { lib = final; }).wrapNixosSystem nixosSystem else nixosSystem;
         }
       );
     in

@@ -51,11 +51,23 @@ let
 
   wrapFunction =
     path: position: f:
+    wrapFunctionKeeping [ ] path position f;
+
+  # `keep`: arguments handed on as they are (lib.nixosSystem's modules: a copy of an attribute
+  # set loses where it was written, which the options tracer, nixos/trace-options.nix, reports).
+  wrapFunctionKeeping =
+    keep: path: position: f:
     let
+      untraceArgs =
+        x:
+        if keep != [ ] && builtins.isAttrs x && !(x ? ${marker}) then
+          lib.mapAttrs (n: v: if lib.elem n keep then v else untrace v) x
+        else
+          untrace x;
       call =
         x:
         let
-          result = f (untrace x);
+          result = f (untraceArgs x);
         in
         record {
           inherit path position;
@@ -131,8 +143,9 @@ let
 in
 {
   inherit untrace wrapPackages;
-  # lib.nixosSystem and the like: a traced function of the nixpkgs flake's outputs.
-  wrapFunction = path: wrapFunction path 0;
+  # lib.nixosSystem: a traced function of the nixpkgs flake's outputs; its modules are handed on
+  # as they are (they hold no traced set: packages are not wrapped).
+  wrapNixosSystem = wrapFunctionKeeping [ "modules" ] [ "lib" "nixosSystem" ] 0;
   # A NixOS module of the stand-in's own (nixos/modules/*.nix): it sees the untraced set, as
   # the real module would see nixpkgs, so its uses are not counted as the flake's.
   untracedModule =

@@ -26,9 +26,12 @@ let
     );
   };
   # tests/test_nixpkgs_standin.py traces the flake's uses of the package set (../trace.nix):
-  # these base modules stand for NixOS's own and see it untraced.
+  # these base modules stand for NixOS's own and see it untraced. The other modules' uses of
+  # NixOS options are traced (./trace-options.nix, tests/test_nixos_options_standin.py).
   tracing = builtins.pathExists ../trace-uses;
   baseModules' = if tracing then map (import ../trace.nix { inherit lib; }).untracedModule baseModules else baseModules;
+  traceOptions = import ./trace-options.nix { inherit lib; };
+  given = extraModules ++ modules;
   evaluated = lib.evalModules {
     inherit prefix;
     class = "nixos";
@@ -36,7 +39,7 @@ let
       modulesPath = toString ./modules;
     }
     // specialArgs;
-    modules = baseModules' ++ [ pkgsModule ] ++ extraModules ++ modules;
+    modules = baseModules' ++ [ pkgsModule ] ++ (if tracing then traceOptions.traceModules given else given);
   };
   withExtraAttrs =
     c:
@@ -46,5 +49,10 @@ let
       inherit lib;
       extendModules = args: withExtraAttrs (c.extendModules args);
     };
+  # Reads of the evaluated system's config traced; the harness reads the untraced one.
+  traced = evaluated // {
+    config = traceOptions.readConfig evaluated.options evaluated.config;
+    __nixosConfigUntraced = evaluated.config;
+  };
 in
-withExtraAttrs evaluated
+withExtraAttrs (if tracing then traced else evaluated)

@@ -73,7 +73,8 @@ let
               config.defaults
               config.extraBaseModules
               {
-                _file = "runNixOSTest node ${name}";
+                # In the stand-in's tree: NixOS's own, not a use the options tracer counts.
+                _file = "${toString ./testers.nix}: runNixOSTest node ${name}";
                 networking.hostName = lib.mkDefault name;
                 # The flake's uses traced (../trace.nix) when tests/test_nixpkgs_standin.py asks.
                 nixpkgs.pkgs =
@@ -100,7 +101,7 @@ let
               echo "nixpkgs stand-in: the NixOS test driver needs QEMU/KVM and nixpkgs" >&2
               exit 1
             '';
-            toplevels = lib.mapAttrs (_: n: n.config.system.build.toplevel) config.evaluatedNodes;
+            toplevels = lib.mapAttrs (_: n: (n.__nixosConfigUntraced or n.config).system.build.toplevel) config.evaluatedNodes;
           in
           pkgs.stdenv.mkDerivation {
             name = "vm-test-run-${config.name}";

@@ -4,7 +4,7 @@
 #   makeSetupHook                                     pkgs/build-support/trivial-builders/default.nix
 #   replaceVars                                       pkgs/build-support/replace-vars/replace-vars.nix
 #   mkShell                                           pkgs/build-support/mkshell/default.nix
-#   formats.json                                      pkgs/pkgs-lib/formats.nix
+#   formats.{json,yaml,ini}                           pkgs/pkgs-lib/formats.nix
 #   closureInfo                                       pkgs/build-support/closure-info.nix
 {
   lib,
@@ -284,40 +284,94 @@ let
       // rest
     );
 
-  formats.json =
-    { }:
-    {
-      type =
-        with lib.types;
-        let
-          valueType =
-            nullOr (oneOf [
-              bool
-              int
-              float
-              str
-              path
-              (attrsOf valueType)
-              (listOf valueType)
-            ])
+  # formats.nix's value type of the structured formats, named by the format.
+  valueTypeOf =
+    description:
+    with lib.types;
+    let
+      valueType =
+        nullOr (oneOf [
+          bool
+          int
+          float
+          str
+          path
+          (attrsOf valueType)
+          (listOf valueType)
+        ])
+        // {
+          inherit description;
+        };
+    in
+    valueType;
+
+  formats = {
+    json =
+      { }:
+      {
+        type = valueTypeOf "JSON value";
+        generate =
+          name: value:
+          runCommand name
+            {
+              value = builtins.toJSON value;
+              passAsFile = [ "value" ];
+              nativeBuildInputs = [ (hostTool "jq" "1.7.1" [ "jq" ]) ];
+              preferLocalBuild = true;
+            }
+            ''
+              jq . "$valuePath" > $out
+            '';
+      };
+    # yaml = yaml_1_1; the file is written as JSON, which is YAML (nixpkgs runs json2yaml).
+    yaml =
+      { }:
+      {
+        type = valueTypeOf "YAML 1.1 value";
+        generate = name: value: writeText name (builtins.toJSON value);
+      };
+    # ini: sections of INI atoms; with listToValue, an atom may also be a non-empty list, which
+    # generate joins with it (listsAsDuplicateKeys is not mirrored).
+    ini =
+      {
+        listToValue ? null,
+        ...
+      }@args:
+      let
+        singleIniAtom =
+          with lib.types;
+          nullOr (oneOf [
+            bool
+            int
+            float
+            str
+          ])
+          // {
+            description = "INI atom (null, bool, int, float or string)";
+          };
+        atom =
+          if listToValue == null then
+            singleIniAtom
+          else
+            lib.types.either singleIniAtom (lib.types.nonEmptyListOf singleIniAtom)
             // {
-              description = "JSON value";
+              description = singleIniAtom.description + " or a non-empty list of them";
             };
-        in
-        valueType;
-      generate =
-        name: value:
-        runCommand name
-          {
-            value = builtins.toJSON value;
-            passAsFile = [ "value" ];
-            nativeBuildInputs = [ (hostTool "jq" "1.7.1" [ "jq" ]) ];
-            preferLocalBuild = true;
+        joinLists =
+          if listToValue == null then lib.id else lib.mapAttrs (_: v: if builtins.isList v then listToValue v else v);
+      in
+      {
+        type = lib.types.attrsOf (
+          lib.types.attrsOf atom
+          // {
+            description = "section of an INI file (attrs of " + atom.description + ")";
           }
-          ''
-            jq . "$valuePath" > $out
-          '';
-    };
+        );
+        generate =
+          name: value:
+          writeText name (lib.generators.toINI (removeAttrs args [ "listToValue" ]) (lib.mapAttrs (_: joinLists) value));
+      };
+  };
 in
 {
   inherit

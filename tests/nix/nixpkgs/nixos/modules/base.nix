@@ -13,6 +13,7 @@
   config,
   options,
   lib,
+  pkgs,
   ...
 }:
 let
@@ -35,6 +36,24 @@ let
   # the flake's uses (../../trace.nix), so NixOS's own uses are not counted as the flake's.
   ownPkgs = finalPkgs.__nixpkgsStandInUntraced or finalPkgs;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  # misc/nixpkgs.nix's configType: attribute sets (or functions of { lib, pkgs }) merged with
+  # recursiveUpdate, the later definition winning.
+  optCall = f: x: if lib.isFunction f then f x else f;
+  configType = lib.mkOptionType {
+    name = "nixpkgs-config";
+    description = "nixpkgs config";
+    check = x: builtins.isAttrs x || lib.isFunction x;
+    merge =
+      _loc:
+      lib.foldr (
+        def: rhs: lib.recursiveUpdate (optCall def.value { inherit lib pkgs; }) (optCall rhs { inherit lib pkgs; })
+      ) { };
+  };
+  # tasks/filesystems.nix: a string with a check, described as such (not lib.types.nonEmptyStr).
+  addCheckDesc =
+    desc: elemType: check:
+    types.addCheck elemType check // { description = "${elemType.description} (with check: ${desc})"; };
+  nonEmptyStr = addCheckDesc "non-empty" types.str (s: builtins.match "[ \t\n]*" s == null);
 in
 {
   options = {
@@ -45,7 +64,7 @@ in
       };
       system = mkOption { type = types.str; };
       config = mkOption {
-        type = types.attrsOf types.anything;
+        type = configType;
         default = { };
       };
       overlays = mkOption {
@@ -93,11 +112,12 @@ in
                 default = name;
               };
               device = mkOption {
-                type = types.nullOr types.str;
+                type = types.nullOr nonEmptyStr;
                 default = null;
               };
+              # "auto" at the lock; nixpkgs PR #444829 (merged 2026-04-06) removed the default.
               fsType = mkOption {
-                type = types.str;
+                type = nonEmptyStr;
                 default = "auto";
               };
               options = mkOption {

@@ -39,6 +39,7 @@ in
         default = if lib.versionOlder nvidia.package.version "560" then false else null;
       };
       package = mkOption {
+        type = types.package;
         default = config.boot.kernelPackages.nvidiaPackages.stable;
       };
       enabled = mkOption {

@@ -31,6 +31,30 @@ let
       };
     };
   };
+  # promTypes.relabel_config: every field optional (null: left out of prometheus.yml).
+  relabelConfig = types.submodule {
+    options = {
+      action = opt (
+        types.enum [
+          "replace"
+          "lowercase"
+          "uppercase"
+          "keep"
+          "drop"
+          "hashmod"
+          "labelmap"
+          "labeldrop"
+          "labelkeep"
+        ]
+      );
+      modulus = opt types.int;
+      regex = opt types.str;
+      replacement = opt types.str;
+      separator = opt types.str;
+      source_labels = opt (types.listOf types.str);
+      target_label = opt types.str;
+    };
+  };
   scrapeConfig = types.submodule {
     options = {
       job_name = mkOption { type = types.str; };
@@ -50,8 +74,8 @@ let
       authorization = opt types.attrs;
       bearer_token_file = opt types.str;
       static_configs = opt (types.listOf staticConfig);
-      relabel_configs = opt (types.listOf types.attrs);
-      metric_relabel_configs = opt (types.listOf types.attrs);
+      relabel_configs = opt (types.listOf relabelConfig);
+      metric_relabel_configs = opt (types.listOf relabelConfig);
     };
   };
   filterValid = lib.filterAttrsRecursive (_: v: v != null);
@@ -65,8 +89,13 @@ let
   prometheusYml = pkgs.writeText "prometheus.yml" (builtins.toJSON promConfig);
 
   graf = config.services.grafana;
+  # grafana.nix's formats: settings are INI, the provisioning files YAML.
+  settingsFormatIni = pkgs.formats.ini {
+    listToValue = lib.concatMapStringsSep " " (lib.generators.mkValueStringDefault { });
+  };
+  yamlValue = (pkgs.formats.yaml { }).type;
   datasourceConfig = types.submodule {
-    freeformType = types.attrsOf types.anything;
+    freeformType = yamlValue;
     options = {
       name = mkOption { type = types.str; };
       type = mkOption { type = types.str; };
@@ -90,7 +119,7 @@ let
     };
   };
   dashboardConfig = types.submodule {
-    freeformType = types.attrsOf types.anything;
+    freeformType = yamlValue;
     options = {
       name = mkOption {
         type = types.str;
@@ -168,7 +197,7 @@ in
       enable = lib.mkEnableOption "grafana";
       settings = mkOption {
         type = types.submodule {
-          freeformType = types.attrsOf (types.attrsOf types.anything);
+          freeformType = settingsFormatIni.type;
           options = {
             server.http_port = mkOption {
               type = types.port;
@@ -213,7 +242,7 @@ in
       systemd.services.grafana = {
         wantedBy = [ "multi-user.target" ];
         after = [ "network.target" ];
-        serviceConfig.ExecStart = "${pkgs.grafana}/bin/grafana server --config ${pkgs.writeText "grafana.ini" (lib.generators.toINI { } graf.settings)}";
+        serviceConfig.ExecStart = "${pkgs.grafana}/bin/grafana server --config ${settingsFormatIni.generate "grafana.ini" graf.settings}";
       };
     })
   ];

@@ -20,6 +20,22 @@ let
     "big-parallel"
     "kvm"
   ];
+  # nix.nix's semanticConfType: what nix.conf can hold.
+  confAtom =
+    types.nullOr (
+      types.oneOf [
+        types.bool
+        types.int
+        types.float
+        types.str
+        types.path
+        types.package
+      ]
+    )
+    // {
+      description = "Nix config atom (null, bool, int, float, str, path or package)";
+    };
+  semanticConfType = types.attrsOf (types.either confAtom (types.listOf confAtom));
   cfg = config.programs.nix-required-mounts;
   Mount = types.submodule {
     options = {
@@ -72,14 +88,7 @@ in
     };
     nix.settings = mkOption {
       type = types.submodule {
-        freeformType = types.attrsOf (
-          types.oneOf [
-            types.bool
-            types.int
-            types.str
-            (types.listOf types.str)
-          ]
-        );
+        freeformType = semanticConfType;
         options.system-features = mkOption {
           type = types.listOf types.str;
           default = defaultSystemFeatures;

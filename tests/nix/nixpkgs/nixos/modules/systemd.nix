@@ -306,10 +306,8 @@ in
                 type = types.str;
                 default = name;
               };
-              unit = mkOption {
-                internal = true;
-                type = types.package;
-              };
+              # nixos/lib/systemd-unit-options.nix declares it with no type.
+              unit = mkOption { internal = true; };
             };
             config.unit = lib.mkDefault (makeUnit name config);
           }

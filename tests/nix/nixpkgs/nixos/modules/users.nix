@@ -29,7 +29,7 @@ in
                 default = "";
               };
               home = mkOption {
-                type = types.str;
+                type = types.passwdEntry types.path;
                 default = "/var/empty";
               };
               uid = mkOption {
