@@ -32,6 +32,7 @@ from sglang_eagle3.models import fetch, lockfile
 from sglang_eagle3.models.progress import human_bytes
 from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+from support import harness_env
 from support.draft_fixtures import eagle3_draft_config, hub_cache_snapshot, write_draft
 from support.hub_clients import HubClient, hub_client, stack_hubs
 from support.models_fixtures import (
@@ -54,7 +55,7 @@ both_hubs = pytest.mark.parametrize("client", sorted(HUBS), indirect=True, ids=l
 def client(request) -> HubClient:
     """The hub client the CLI runs with: the test environment's, or a stack's (`@both_hubs`)."""
     version = getattr(request, "param", None) or importlib.metadata.version("huggingface_hub")
-    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL") and version != importlib.metadata.version("huggingface_hub"):
+    if harness_env.get(harness_env.SGLANG_WHEEL) and version != importlib.metadata.version("huggingface_hub"):
         pytest.skip("the Nix check has no network to fetch the other stack's huggingface_hub")
     return hub_client(HUBS.get(version, {"version": version}), CACHE)
 
