@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from .cli_common import FiniteFloat
-from .models.hub import TOKEN_CREDENTIAL
 from .serving import settings
+from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
 json_output = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 
@@ -103,7 +103,7 @@ hash_jobs = click.option("--jobs", type=JOBS, default=None, help="Files hashed i
 token_file = click.option(
     "--token-file", type=click.Path(dir_okay=False, path_type=Path),
     help=f"File holding a Hugging Face token (gated or private repositories). Default: "
-    f"$CREDENTIALS_DIRECTORY/{TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
+    f"$CREDENTIALS_DIRECTORY/{HUB_TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
 )  # fmt: skip
 progress_interval = click.option(
     "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
