@@ -726,6 +726,47 @@ def test_a_malformed_lock_is_bad_input_naming_the_field(hub, env, tmp_path, name
     assert not (tmp_path / "m").exists()
 
 
+def test_a_lock_that_is_not_text_is_bad_input_naming_the_file(hub, env, tmp_path):
+    """A zip (or any binary) given as the lock: exit 2, the message names the file, nothing is created."""
+    for name, content in (("random.zip", random.Random(1).randbytes(300)), ("latin1.json", b'{"repo": "\xe9"}')):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        for command in ("fetch", "verify"):
+            code, data, _, err = run_models(env, command, "--lock", str(bad), "--dir", str(tmp_path / "m"))
+            assert code == 2 and data["error"]["kind"] == "bad_lock", (command, data, err)
+            assert str(bad) in data["error"]["message"] and "UTF-8" in data["error"]["message"]
+            assert "a file is not" not in data["error"]["message"] and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_a_model_directory_that_is_a_file_is_bad_input(hub, env, tmp_path, where):
+    """--dir naming a regular file (or a path through one): exit 2 before anything is downloaded; the file is
+    left as it was. verify says the same of a file."""
+    lock_file, _ = lock_model(env, tmp_path)
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"the user's data")
+    target = a_file if where == "the file" else a_file / "model"
+    commands = ("fetch", "verify") if where == "the file" else ("fetch",)
+    sent = hub.bytes_sent
+    for command in commands:
+        code, data, _, err = run_models(env, command, "--lock", str(lock_file), "--dir", str(target))
+        assert code == ExitStatus.BAD_INPUT and data["error"]["kind"] == "bad_input", (command, data, err)
+        assert str(target) in data["error"]["message"] and "Traceback" not in err
+    assert a_file.read_bytes() == b"the user's data" and hub.bytes_sent == sent  # nothing was downloaded
+
+
+def test_a_lock_output_that_cannot_be_written_is_refused_before_the_hub_is_asked(tmp_path):
+    """`models lock -o FILE/x` (a path through a file): exit 2 at once, not after resolving the repository (the
+    hub here does not even answer)."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {"HF_ENDPOINT": "http://127.0.0.1:9"}
+    code, data, _, err = run_models(env, "lock", REPO_ID, "--output", str(a_file / "model.lock.json"), timeout=60)
+    assert code == ExitStatus.BAD_INPUT and data["error"]["kind"] == "bad_input", (data, err)
+    assert str(a_file) in data["error"]["message"] and a_file.read_text() == "mine"
+
+
 # -- the disk fills up --------------------------------------------------------------------------------
 
 
