@@ -18,7 +18,7 @@ source:
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..serving import settings
@@ -125,7 +125,11 @@ def method_finding(m: MethodCheck) -> Finding:
 
 
 def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
-    """What SGLang does with an all-reduce flag: FAIL if it crashes the server, WARN with a warning, else OK."""
+    """What SGLang does with an all-reduce flag: FAIL if it crashes the server; WARN with a warning, and whenever a
+    requested flag ends up off (disabled or ignored: not what was asked for, whatever the reason); else OK."""
+    off = flag.requested and flag.effect in (allreduce_gates.Effect.DISABLED, allreduce_gates.Effect.IGNORED)
+    if off and not flag.warning:
+        flag = replace(flag, warning=f"{flag.flag} is requested but not active")
     if flag.effect is allreduce_gates.Effect.CRASH:
         return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
     if flag.effect is allreduce_gates.Effect.UNKNOWN:
