@@ -59,6 +59,16 @@ def newest_tree(newest_wheel, tmp_path_factory) -> Path:
     return unpack(newest_wheel, tmp_path_factory.mktemp("newest"))
 
 
+@pytest.fixture
+def release_cache(tmp_path, pristine_wheel) -> dict[str, str]:
+    """The environment of a CLI whose SGLang wheel cache ($XDG_CACHE_HOME/sglang-eagle3/sglang) already holds the
+    pinned 0.5.9 wheel (a link to the session's): `--sglang 0.5.9` reads it without a download."""
+    wheels = tmp_path / "xdg" / "sglang-eagle3" / "sglang" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / pins.pins()["sglang"]["wheel"]).symlink_to(pristine_wheel)
+    return {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+
+
 def series_names() -> list[str]:
     return patchset.read_series(SERIES_DIR / "series")
 

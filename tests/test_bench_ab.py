@@ -71,6 +71,11 @@ def test_ab_serves_each_stack_through_its_own_program_and_gates_b_against_a(tmp_
     assert "stack old serving" in (out / "sglang-0.5.9-server.log").read_text()
     assert "stack new serving" in (out / "sglang-0.5.23-server.log").read_text()
     assert "stack new" not in (out / "sglang-0.5.9-server.log").read_text()
+    # Each side's preflight read the real tree, its server is the stand-in: its serve says so, plainly.
+    assert (
+        f"note: preflight judged SGLang 0.5.9 at {patched_tree / 'sglang'}, but the command runs the sglang at "
+        in (out / "sglang-0.5.9-server.log").read_text()
+    )
     starts = [i for i, line in enumerate(result.stderr.splitlines()) if ": starting " in line]
     assert len(starts) == 2 and "sglang-0.5.9: starting" in result.stderr.splitlines()[starts[0]]
     # Both sides speculate (the eagle3 profile): each side's acceptance is judged and shown.

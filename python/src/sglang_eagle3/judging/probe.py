@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, model_calls, spec_conditions
+from ..source import allreduce_gates, model_calls, patchset, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
@@ -80,6 +80,7 @@ class ProbeResult(Judged):
     # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
     # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
     call_sites_read: bool = True
+    apply_command: str = ""  # how to apply the patch set to this tree (the fix for a missing method)
 
     @property
     def missing(self) -> list[str]:
@@ -242,6 +243,7 @@ def probe(
         arch_suggestions=[] if found else index.similar_model_classes(arch),
         call_sites_read=read,
         canonical_algorithm=canonical,
+        apply_command=patchset.apply_command(tree),
     )
 
 
@@ -284,5 +286,5 @@ def render_text(result: ProbeResult) -> str:
     lines.append(findings.render_verdict(found))
     lines += [f"  {f.render()}" for f in found if f.status is not OK]
     if result.class_location is not None and (result.missing or any(f.status is FAIL for f in flags)):
-        lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
+        lines.append(f"  Fix: apply this project's patch set ({result.apply_command}), then probe again.")
     return "\n".join(lines)
