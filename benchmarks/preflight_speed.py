@@ -6,9 +6,9 @@ process, as a user would run it, so interpreter start-up and imports are include
 The dry run uses the default settings, so it does the full preflight: probe, GPUs
 (nvidia-smi, absent here), model ids, port, and renders the plan.
 
-    python benchmarks/preflight_speed.py [--target DIR] [--runs 5]
+    python benchmarks/preflight_speed.py [--sglang DIR|VERSION] [--runs 5]
 
-Without --target it probes the pinned SGLang 0.5.9 wheel (downloaded once with pip,
+Without --sglang it probes the pinned SGLang 0.5.9 wheel (downloaded once with pip,
 sha256-checked, unpacked to a temporary directory), pristine and patched.
 """
 
@@ -31,7 +31,7 @@ BAR_SECONDS = 3.0
 
 
 COMMANDS = {
-    "probe": ["probe", "--json", "--target"],
+    "probe": ["probe", "--json", "--sglang"],
     "serve --dry-run": ["serve", "--dry-run", "--json", "--sglang"],
 }
 
@@ -48,13 +48,13 @@ def time_command(args: list[str], runs: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=Path, help="SGLang tree to probe (default: the pinned 0.5.9 wheel)")
+    parser.add_argument("--sglang", help="SGLang to probe, as the CLI takes it (default: the pinned 0.5.9 wheel)")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        if args.target:
-            targets = {"given": args.target}
+        if args.sglang:
+            targets = {args.sglang: args.sglang}
         else:
             cache = Path.home() / ".cache" / "sglang-eagle3-tests"
             pristine = unpack(fetch_wheel("sglang", cache), Path(tmp) / "pristine")

@@ -22,7 +22,7 @@ in
           pkgs.patch
         ];
         # The pristine wheel for the tests, from the same pin (no network in the sandbox).
-        SGLANG_EAGLE3_SGLANG_WHEEL = pkgs.fetchurl (pins.fetchurlArgs "sglang");
+        EAGLE3_TESTS_SGLANG_WHEEL = pkgs.fetchurl (pins.fetchurlArgs "sglang");
       }
       ''
         cp -r ${src} source

@@ -21,7 +21,7 @@
 #
 # Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix); nvidia-ml-py
 # finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); sglang-eagle3 is
-# built with patches/ beside python/.
+# built with patches/ and nix/pins.json beside python/.
 {
   pkgs,
   lib,
@@ -164,6 +164,8 @@ fixed
       fileset = lib.fileset.unions [
         (src + "/python")
         (src + "/patches")
+        # hatch's force-include: the pins `--sglang VERSION` checks a fetched wheel against
+        (src + "/nix/pins.json")
       ];
     };
     sourceRoot = "source/python";

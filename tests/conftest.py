@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 from sglang_eagle3.source import patchset
-from support import flake_eval, pins
+from support import flake_eval, harness_env, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
-CACHE = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
+CACHE = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")
 
 
 @pytest.fixture(scope="session")
 def pristine_wheel() -> Path:
     # In the Nix sandbox (no network) the wheel comes from the same pin, via fetchurl.
-    given = os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL")
+    given = harness_env.get(harness_env.SGLANG_WHEEL)
     if given:
         actual = sha256_of(Path(given))
         assert actual == pins.pins()["sglang"]["sha256"], f"{given} has sha256 {actual}, not the pinned one"
@@ -48,7 +48,7 @@ NEWEST = "sglang-0.5.23"  # the newest SGLang release on PyPI (its pin in nix/pi
 @pytest.fixture(scope="session")
 def newest_wheel() -> Path:
     """The newest SGLang release's real wheel from PyPI, sha256 checked against its pin."""
-    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
+    if harness_env.get(harness_env.SGLANG_WHEEL):
         pytest.skip(f"the Nix check has no network and is given the {pins.pins()['sglang']['version']} wheel only")
     return fetch_wheel(NEWEST, CACHE, package="sglang")
 
@@ -57,6 +57,16 @@ def newest_wheel() -> Path:
 def newest_tree(newest_wheel, tmp_path_factory) -> Path:
     """The newest wheel unpacked (sglang/ and its dist-info). Do not modify."""
     return unpack(newest_wheel, tmp_path_factory.mktemp("newest"))
+
+
+@pytest.fixture
+def release_cache(tmp_path, pristine_wheel) -> dict[str, str]:
+    """The environment of a CLI whose SGLang wheel cache ($XDG_CACHE_HOME/sglang-eagle3/sglang) already holds the
+    pinned 0.5.9 wheel (a link to the session's): `--sglang 0.5.9` reads it without a download."""
+    wheels = tmp_path / "xdg" / "sglang-eagle3" / "sglang" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / pins.pins()["sglang"]["wheel"]).symlink_to(pristine_wheel)
+    return {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
 
 
 def series_names() -> list[str]:
@@ -139,6 +149,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def pytest_configure(config):
+    harness_env.adopt_former_names()  # before any CLI runs: none of them is a setting
     config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
 
 

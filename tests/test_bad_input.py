@@ -42,7 +42,7 @@ def other_layout(tmp_path: Path, version: str) -> Path:
 
 
 def test_probe_on_another_layout(tmp_path, run_cli):
-    result = run_cli("probe", "--target", str(other_layout(tmp_path, "0.6.1")))
+    result = run_cli("probe", "--sglang", str(other_layout(tmp_path, "0.6.1")))
     assert result.returncode == ExitStatus.BAD_INPUT
     text = clean(result)
     assert "does not have the source layout of 0.5.9" in text and "spec_info.py" in text
@@ -55,6 +55,38 @@ def test_dry_run_on_another_layout_warns_about_the_version(tmp_path, run_cli):
     text = clean(result)
     assert "[WARN] sglang: SGLang 0.6.1 at" in text and "written for 0.5.9" in text  # reachable now
     assert "[FAIL] probe:" in text and "source layout of 0.5.9" in text
+
+
+# -- the SGLang preflight judged and the one the command runs -----------------------------------------
+
+
+def test_the_dry_run_says_when_its_command_runs_another_sglang_than_preflight_judged(run_cli, newest_tree, tmp_path,
+                                                                                    release_cache):  # fmt: skip
+    """`serve --dry-run --sglang T` judged T but printed a command that runs whatever its Python imports, without
+    a word. Now it says so (and which one runs); with T on the command's PYTHONPATH it runs T and says nothing."""
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    judged = newest_tree / "sglang"
+    text = clean(run_cli("serve", "--dry-run", "--sglang", str(newest_tree), env=env))
+    (note,) = [line for line in text.splitlines() if line.startswith("note:")]
+    assert f"preflight judged SGLang 0.5.23 at {judged}, but the command runs " in note
+    data = json.loads(run_cli("serve", "--dry-run", "--json", "--sglang", str(newest_tree), env=env).stdout)
+    assert data["sglang"]["judged"] == str(judged) and data["sglang"]["runs"] != str(judged)
+    assert data["sglang"]["note"] == note.removeprefix("note:").strip()
+
+    on_path = json.dumps({"PYTHONPATH": str(newest_tree)})  # the settings' environment reaches the command
+    runs_it = run_cli("serve", "--dry-run", "--json", "--sglang", str(newest_tree), "--set", f"environment={on_path}",
+                      env=env)  # fmt: skip
+    assert json.loads(runs_it.stdout)["sglang"] == {"judged": str(judged), "runs": str(judged), "note": None}
+
+    stand_in = json.dumps({"PYTHONPATH": str(FAKE_SGLANG)})
+    other = json.loads(run_cli("serve", "--dry-run", "--json", "--sglang", str(newest_tree), "--set",
+                               f"environment={stand_in}", env=env).stdout)  # fmt: skip
+    assert other["sglang"]["runs"] == str(FAKE_SGLANG / "sglang")
+    assert f"the sglang at {FAKE_SGLANG / 'sglang'}" in other["sglang"]["note"]
+
+    release = clean(run_cli("serve", "--dry-run", "--sglang", "0.5.9", env={**env, **release_cache}))
+    assert "note:    preflight judged the pristine SGLang 0.5.9 release (sglang-0.5.9-py3-none-any.whl" in release
+    assert "[FAIL] probe:" in release and "patch apply --sglang DIR, DIR being the SGLang 0.5.9 you serve" in release
 
 
 # -- 7: the model's config.json ------------------------------------------------------------------
@@ -85,7 +117,7 @@ def test_bad_config_json_fails_the_model_check(tmp_path, run_cli, patched_tree, 
 
 
 def test_unknown_architecture_is_bad_input_not_a_missing_patch(run_cli, pristine_tree):
-    result = run_cli("probe", "--target", str(pristine_tree), "--arch", "NoSuchArch")
+    result = run_cli("probe", "--sglang", str(pristine_tree), "--arch", "NoSuchArch")
     assert result.returncode == ExitStatus.BAD_INPUT
     text = clean(result)
     assert "no class NoSuchArch" in text and "patch apply" not in text
@@ -93,7 +125,7 @@ def test_unknown_architecture_is_bad_input_not_a_missing_patch(run_cli, pristine
 
 @pytest.mark.parametrize("capability", ["99.9", "0.0", "12", "12.0.1", "sm120", "-9.0", "nan"])
 def test_compute_capability_must_be_a_real_one(run_cli, pristine_tree, capability):
-    result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", capability)
+    result = run_cli("probe", "--sglang", str(pristine_tree), "--compute-capability", capability)
     assert result.returncode == ExitStatus.BAD_INPUT
     text = clean(result)
     assert "compute capability" in text and "KeyError" not in text
@@ -208,7 +240,7 @@ def test_apply_on_a_read_only_tree(pristine_tree, tree_copy, run_cli):
     tree = tree_copy(pristine_tree)
     before = snapshot(tree)
     result = subprocess.run([*read_only(tree), sys.executable, "-m", "sglang_eagle3.cli", "patch", "apply",
-                             "--target", str(tree)], capture_output=True, text=True)  # fmt: skip
+                             "--sglang", str(tree)], capture_output=True, text=True)  # fmt: skip
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr
     assert "cannot write to" in clean(result) and "nothing was changed" in result.stderr
     assert snapshot(tree) == before
@@ -229,7 +261,7 @@ def staging_dirs(tree: Path) -> list[Path]:
 
 
 def start_apply(tree: Path, env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.cli", "patch", "apply", "--target", str(tree)],
+    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.cli", "patch", "apply", "--sglang", str(tree)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     deadline = time.monotonic() + 120
     while not staging_dirs(tree):  # the apply is past verify, staging
@@ -256,7 +288,7 @@ def test_a_killed_applys_staging_directory_is_removed_by_the_next_run(tmp_path, 
     proc.kill()  # SIGKILL: no clean-up possible
     proc.communicate()
     assert len(staging_dirs(tree)) == 1  # what issue 10 found in site-packages
-    result = run_cli("patch", "apply", "--target", str(tree))
+    result = run_cli("patch", "apply", "--sglang", str(tree))
     assert result.returncode == ExitStatus.OK, result.stderr
     assert staging_dirs(tree) == []
 

@@ -8,7 +8,6 @@ EAGLE-style bursts of several tokens per chunk.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import statistics
@@ -22,6 +21,7 @@ import pytest
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
 from sglang_eagle3.exit_status import ExitStatus
+from support import harness_env
 from support.bench_fixtures import fake_server, free_port
 
 
@@ -216,13 +216,13 @@ def test_aggregate_throughput_is_what_the_server_sent_over_the_level(tmp_path):
 
 
 @pytest.mark.skipif(
-    not (os.environ.get("SGLANG_EAGLE3_BASELINE_URL") and os.environ.get("SGLANG_EAGLE3_EAGLE3_URL")),
-    reason="live A/B gate: set SGLANG_EAGLE3_BASELINE_URL and SGLANG_EAGLE3_EAGLE3_URL to running servers",
+    not (harness_env.get(harness_env.BASELINE_URL) and harness_env.get(harness_env.EAGLE3_URL)),
+    reason="live A/B gate: set EAGLE3_TESTS_BASELINE_URL and EAGLE3_TESTS_EAGLE3_URL to running servers",
 )
 def test_live_eagle3_beats_baseline(run_cli):
-    threshold = os.environ.get("SGLANG_EAGLE3_THRESHOLD", "1.0")
+    threshold = harness_env.get(harness_env.THRESHOLD, "1.0")
     result = run_cli(
-        "bench", "compare", os.environ["SGLANG_EAGLE3_BASELINE_URL"], os.environ["SGLANG_EAGLE3_EAGLE3_URL"],
+        "bench", "compare", harness_env.get(harness_env.BASELINE_URL), harness_env.get(harness_env.EAGLE3_URL),
         "--threshold", threshold,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

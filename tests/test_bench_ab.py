@@ -20,10 +20,12 @@ from support.bench_fixtures import FAKE_SGLANG, free_port
 from support.gpus import fake_nvidia_smi
 
 
-def stand_in_stack(tmp_path, name: str, rate: int, tree, serve_first: str = "") -> str:
+def stand_in_stack(tmp_path, name: str, rate: int, tree, serve_first: str = "", starts_on=None) -> str:
     """bin/sglang-eagle3 of a stand-in stack: this CLI, a stand-in server at `rate` tok/s, preflight on `tree`.
 
-    `serve_first`: shell run before `serve` (not before `--version`), e.g. to make the stack fail to start.
+    `serve_first`: shell run before a `serve` that starts (not before `serve --dry-run`, the preflight bench ab
+    runs first, nor `--version`), e.g. to make the stack fail to start. `starts_on`: the tree the preflight of
+    that `serve` reads (default `tree`), e.g. one it fails on after its dry run passed.
     """
     program = tmp_path / name / "bin" / "sglang-eagle3"
     program.parent.mkdir(parents=True)
@@ -31,8 +33,9 @@ def stand_in_stack(tmp_path, name: str, rate: int, tree, serve_first: str = "") 
         "#!/bin/sh\n"
         f"export FAKE_SGLANG_RATE={rate} FAKE_SGLANG_FIRST_DELAY=0.02\n"
         'if [ "$1" = serve ]; then\n'
-        f"  echo 'stack {name} serving' >&2\n  {serve_first}\n"
-        f'  exec {sys.executable} -m sglang_eagle3.cli "$@" --sglang {tree}\nfi\n'
+        f'  case " $* " in *" --dry-run "*) tree={tree} ;; *) echo \'stack {name} serving\' >&2; {serve_first}\n'
+        f"    tree={starts_on or tree} ;; esac\n"
+        f'  exec {sys.executable} -m sglang_eagle3.cli "$@" --sglang "$tree"\nfi\n'
         f'exec {sys.executable} -m sglang_eagle3.cli "$@"\n'
     )
     program.chmod(program.stat().st_mode | stat.S_IXUSR)
@@ -68,6 +71,11 @@ def test_ab_serves_each_stack_through_its_own_program_and_gates_b_against_a(tmp_
     assert "stack old serving" in (out / "sglang-0.5.9-server.log").read_text()
     assert "stack new serving" in (out / "sglang-0.5.23-server.log").read_text()
     assert "stack new" not in (out / "sglang-0.5.9-server.log").read_text()
+    # Each side's preflight read the real tree, its server is the stand-in: its serve says so, plainly.
+    assert (
+        f"note: preflight judged SGLang 0.5.9 at {patched_tree / 'sglang'}, but the command runs the sglang at "
+        in (out / "sglang-0.5.9-server.log").read_text()
+    )
     starts = [i for i, line in enumerate(result.stderr.splitlines()) if ": starting " in line]
     assert len(starts) == 2 and "sglang-0.5.9: starting" in result.stderr.splitlines()[starts[0]]
     # Both sides speculate (the eagle3 profile): each side's acceptance is judged and shown.
@@ -109,3 +117,42 @@ def test_bad_sides_are_refused_before_anything_starts(tmp_path, patched_tree):
         capture_output=True, text=True,
     )  # fmt: skip
     assert same.returncode == ExitStatus.BAD_INPUT and "--a-label and --b-label" in same.stderr
+
+
+def test_a_side_that_fails_its_preflight_stops_the_run_before_anything_starts(tmp_path, patched_tree, pristine_tree):
+    """Side B on an SGLang without the patch set: its own preflight (`serve --dry-run`) fails; A is not served
+    first, and the message is the preflight's findings, not a server that exited."""
+    a = stand_in_stack(tmp_path, "old", 60, patched_tree)
+    b = stand_in_stack(tmp_path, "unpatched", 90, pristine_tree)
+    result = run_ab(tmp_path, a, b)
+    assert result.returncode == ExitStatus.CHECK_FAILED, result.stdout + result.stderr
+    assert "sglang-0.5.23: preflight failed; nothing was started" in result.stderr
+    assert "[FAIL] probe:" in result.stderr and "get_embed_and_head" in result.stderr
+    assert "exited with" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "ab" / "ab.jsonl").exists() and not list(tmp_path.glob("ab/*-server.log"))
+
+
+def test_a_side_whose_serve_stops_at_its_preflight_says_so(tmp_path, patched_tree, pristine_tree):
+    """Side A passes the preflight run first, then its serve's own preflight fails (here: it reads another tree):
+    the run says the preflight failed and shows its findings, with exit status 1."""
+    a = stand_in_stack(tmp_path, "old", 60, patched_tree, starts_on=pristine_tree)
+    b = stand_in_stack(tmp_path, "new", 90, patched_tree)
+    result = run_ab(tmp_path, a, b)
+    assert result.returncode == ExitStatus.CHECK_FAILED, result.stdout + result.stderr
+    assert "sglang-0.5.9: preflight failed; nothing was started" in result.stderr
+    assert "[FAIL] probe:" in result.stderr and "sglang-0.5.9-server.log" in result.stderr
+    assert "before it was ready" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "ab" / "sglang-0.5.23-server.log").exists()  # B never started
+
+
+def test_a_side_program_that_is_no_command_line_is_bad_input(tmp_path):
+    """An unterminated quote (or an empty program) is refused as the option it came in, before anything runs."""
+    for program, option in (('unterminated "quote', "--a"), ("", "--a"), ("'", "--b")):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3.cli", "bench", "ab", "--a", program if option == "--a" else "true",
+             "--b", program if option == "--b" else "true", "--output-dir", str(tmp_path / "ab")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert result.returncode == ExitStatus.BAD_INPUT, (program, result.stderr)
+        assert f"Invalid value for {option}" in result.stderr and "Traceback" not in result.stderr
+        assert "unexpected" not in result.stderr and not (tmp_path / "ab").exists()

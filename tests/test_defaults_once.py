@@ -7,6 +7,7 @@ import collections
 import inspect
 from pathlib import Path
 
+import click
 from sglang_eagle3.cli import probe_command
 from sglang_eagle3.judging import draft_check, probe
 from sglang_eagle3.serving import settings
@@ -106,5 +107,31 @@ def test_every_shared_option_is_declared_once():
 
 def test_the_shared_options_are_in_options_py():
     declared = _declared_options()
-    for name in ("--json", "--sglang", "--lock", "--dir", "--target", "--plot/--no-plot", "--api-key-file"):
+    for name in ("--json", "--sglang", "--lock", "--dir", "--target", "--against", "--plot/--no-plot",
+                 "--api-key-file"):  # fmt: skip
         assert [p.split(":")[0] for p in declared[name]] == ["options.py"], name
+
+
+def _commands(group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield " ".join((*prefix, name)), command
+
+
+def test_every_command_that_reads_sglang_names_it_one_way():
+    """--sglang DIR|WHEEL|VERSION on every command that reads SGLang's source (and only there); --target and
+    --against, its former names, are still accepted but not shown."""
+    from sglang_eagle3.cli import main
+
+    reading = {}
+    for name, command in _commands(main):
+        found = [p for p in command.params if {"--sglang", "--target", "--against"} & set(p.opts)]
+        if found:
+            reading[name] = found[0]
+            text = command.get_help(click.Context(command, info_name=name))
+            assert "--sglang DIR|WHEEL|VERSION" in text and "--target" not in text and "--against" not in text
+    assert sorted(reading) == ["bench sweep", "patch apply", "patch check", "patch verify", "probe", "serve"]
+    assert {tuple(p.opts) for p in reading.values()} == {("--sglang", "--target", "--against")}
+    assert [n for n, p in reading.items() if p.required] == ["patch check"]

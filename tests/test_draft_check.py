@@ -247,7 +247,7 @@ def test_draft_layers(tmp_path, target, patched_tree):
 
 def test_probe_draft_text_and_json(tmp_path, target, patched_tree, run_cli):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((2, 30, 58)), d2t_rows=32000)
-    args = ("probe", "--target", str(patched_tree), "--model", str(target), "--draft", str(draft))
+    args = ("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(draft))
     result = run_cli(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ OK ] captured layers: the inputs of layers [2, 30, 58]" in result.stdout
@@ -259,7 +259,7 @@ def test_probe_draft_text_and_json(tmp_path, target, patched_tree, run_cli):
     assert data["draft"]["target"]["num_layers"] == 61 and data["arch"] == KIMI  # from --model's config.json
 
     bad = write_draft(tmp_path / "bad", eagle3_draft_config((1, 29, 57), hidden=4096), d2t_rows=32000)
-    result = run_cli("probe", "--target", str(patched_tree), "--model", str(target), "--draft", str(bad))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(bad))
     assert (
         result.returncode == 1 and "Verdict: FAIL" in result.stdout and "  [FAIL] draft hidden size:" in result.stdout
     )
@@ -273,13 +273,13 @@ def test_hub_ids_are_read_from_the_local_cache(tmp_path, patched_tree, run_cli):
     write_draft(hub_cache_snapshot(cache, "someone/kimi-eagle3"), eagle3_draft_config((2, 30, 58)), d2t_rows=32000)
     assert {r.repo_id for r in scan_cache_dir(cache).repos} == {"nvidia/Kimi-K2.5-NVFP4", "someone/kimi-eagle3"}
     env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    result = run_cli("probe", "--target", str(patched_tree), "--draft", "someone/kimi-eagle3", "--json", env=env)
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "someone/kimi-eagle3", "--json", env=env)
     data = json.loads(result.stdout)
     assert data["draft"]["draft_source"] == "Hugging Face cache" and data["draft"]["verdict"] == "ok"
     assert data["draft"]["target"]["given"] == "nvidia/Kimi-K2.5-NVFP4"  # the launcher's default model_path
     assert data["draft"]["target"]["num_layers"] == 61
 
-    result = run_cli("probe", "--target", str(patched_tree), "--draft", "someone/not-downloaded", env=env)
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "someone/not-downloaded", env=env)
     assert result.returncode == 0  # a warning, not a failure: the check happens after download
     assert "[WARN] files: someone/not-downloaded is not in the local Hugging Face cache" in result.stdout
     assert "checked only after download" in result.stdout
@@ -309,7 +309,7 @@ def test_bad_draft_input_is_exit_2_with_a_clear_message(tmp_path, target, patche
     draft.mkdir()
     if content is not None:
         (draft / "config.json").write_bytes(content)
-    result = run_cli("probe", "--target", str(patched_tree), "--model", str(target), "--draft", str(draft))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(draft))
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stdout + result.stderr
 
@@ -327,7 +327,7 @@ def test_bad_target_input_is_exit_2(tmp_path, patched_tree, run_cli, target_conf
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
     if model is None:
         model = str(write_config(tmp_path / "target", target_config))
-    result = run_cli("probe", "--target", str(patched_tree), "--arch", KIMI, "--model", model, "--draft", str(draft))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--arch", KIMI, "--model", model, "--draft", str(draft))
     assert result.returncode == 2 and message in result.stderr, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
 

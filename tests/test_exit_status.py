@@ -165,9 +165,9 @@ def test_errors_of_every_layer_end_in_their_status_and_message(monkeypatch):
 
 def test_bad_input_and_failed_checks_use_their_statuses(run_cli, tmp_path):
     assert run_cli("serve", "--dry-run", "--set", "tp_size=0").returncode == ExitStatus.BAD_INPUT
-    assert run_cli("probe", "--target", str(tmp_path)).returncode == ExitStatus.BAD_INPUT
+    assert run_cli("probe", "--sglang", str(tmp_path)).returncode == ExitStatus.BAD_INPUT
     assert run_cli("no-such-command").returncode == ExitStatus.BAD_INPUT  # click's usage errors agree
-    result = run_cli("patch", "verify", "--target", str(tmp_path))  # an SGLangNotFound from source/: its own status
+    result = run_cli("patch", "verify", "--sglang", str(tmp_path))  # an SGLangNotFound from source/: its own status
     assert result.returncode == ExitStatus.BAD_INPUT and "Traceback" not in result.stderr
 
 

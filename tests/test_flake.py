@@ -25,7 +25,7 @@ from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
 SYSTEM = "x86_64-linux"
 reason = unavailable()
 if reason and REQUIRED:
-    raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
+    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
 pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
 
 

@@ -73,9 +73,9 @@ def run(args: list[str], cwd, may_succeed: bool = False) -> None:
 
 
 PATH_COMMANDS = [
-    ["probe", "--target", "{}"],
-    ["patch", "verify", "--target", "{}"],
-    ["patch", "apply", "--target", "{}"],
+    ["probe", "--sglang", "{}"],
+    ["patch", "verify", "--sglang", "{}"],
+    ["patch", "apply", "--sglang", "{}"],
     ["settings", "show", "--config", "{}"],
     ["settings", "reference", "--write", "{}"],
     ["serve", "--dry-run", "--config", "{}"],
@@ -101,8 +101,8 @@ def test_every_command_with_nasty_paths(tmp_path, nasty_path, command, kind):
 
 # Each command with the numbers it accepts (a valid value succeeds; every other must be refused).
 NUMBER_COMMANDS = [
-    (["probe", "--target", "/nonexistent", "--compute-capability", "{}"], ()),
-    (["probe", "--target", "/nonexistent", "--tp", "{}"], ()),
+    (["probe", "--sglang", "/nonexistent", "--compute-capability", "{}"], ()),
+    (["probe", "--sglang", "/nonexistent", "--tp", "{}"], ()),
     (["settings", "show", "--set", "tp_size={}"], ("99999999999999999999999999",)),
     (["settings", "show", "--set", "port={}"], ()),
     (["settings", "show", "--set", "mem_fraction_static={}"], ()),

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from sglang_eagle3.exit_status import ExitStatus
@@ -98,6 +99,40 @@ def test_child_that_dies_during_load_is_reported(tmp_path):
         interval=0.1,
     )
     assert outcome.status is ExitStatus.SERVER_EXITED and "exited with 7 before it was ready" in outcome.message
+
+
+def test_running_reports_how_the_server_ended_and_stops_it(tmp_path):
+    """The block form (the sweep's points, bench ab's sides): NotReady with the exit status, or after the timeout
+    with the server stopped; its output goes where it is told."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/health_generate"
+    with (tmp_path / "server.log").open("ab") as sink, pytest.raises(launcher.NotReady) as exited:
+        with launcher.running(fake_plan(port, NEVER_READY=1, EXIT_AFTER=0.5), url, 30, 10, interval=0.1, output=sink):
+            raise AssertionError("the block ran, though the server never became ready")
+    assert exited.value.status is ExitStatus.SERVER_EXITED and exited.value.returncode == 7
+    assert "server exited with 7 before it was ready" in str(exited.value)
+
+    with pytest.raises(launcher.NotReady) as timed_out:
+        with launcher.running(fake_plan(port, NEVER_READY=1), url, 2, 10, interval=0.1):
+            raise AssertionError("the block ran, though the server never became ready")
+    assert timed_out.value.status is ExitStatus.NOT_READY and timed_out.value.returncode is None
+    assert "not ready after 2s" in str(timed_out.value)
+    with socket.socket() as free:  # it was stopped: its port is free again
+        free.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        free.bind(("127.0.0.1", port))
+
+
+def test_server_processes_are_started_awaited_and_stopped_in_one_place():
+    """serve, the sweep and bench ab all go through launcher.start/wait_ready/stop: no second copy of them."""
+    package = Path(launcher.__file__).parents[1]
+    copies = [
+        f"{path.relative_to(package)}: {needle}"
+        for path in package.rglob("*.py")
+        if path != Path(launcher.__file__)
+        for needle in ("Popen(", "start_new_session", "killpg(", "def wait_ready")
+        if needle in path.read_text()
+    ]
+    assert copies == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -32,6 +32,7 @@ from sglang_eagle3.models import fetch, lockfile
 from sglang_eagle3.models.progress import human_bytes
 from sglang_eagle3.serving import settings
 from stand_ins.fake_hub import git_blob_id, is_lfs, lfs_pointer
+from support import harness_env
 from support.draft_fixtures import eagle3_draft_config, hub_cache_snapshot, write_draft
 from support.hub_clients import HubClient, hub_client, stack_hubs
 from support.models_fixtures import (
@@ -54,7 +55,7 @@ both_hubs = pytest.mark.parametrize("client", sorted(HUBS), indirect=True, ids=l
 def client(request) -> HubClient:
     """The hub client the CLI runs with: the test environment's, or a stack's (`@both_hubs`)."""
     version = getattr(request, "param", None) or importlib.metadata.version("huggingface_hub")
-    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL") and version != importlib.metadata.version("huggingface_hub"):
+    if harness_env.get(harness_env.SGLANG_WHEEL) and version != importlib.metadata.version("huggingface_hub"):
         pytest.skip("the Nix check has no network to fetch the other stack's huggingface_hub")
     return hub_client(HUBS.get(version, {"version": version}), CACHE)
 
@@ -723,6 +724,47 @@ def test_a_malformed_lock_is_bad_input_naming_the_field(hub, env, tmp_path, name
         assert code == 2 and data["error"]["kind"] == "bad_lock", (command, data)
         assert message in data["error"]["message"] and str(bad) in data["error"]["message"]
     assert not (tmp_path / "m").exists()
+
+
+def test_a_lock_that_is_not_text_is_bad_input_naming_the_file(hub, env, tmp_path):
+    """A zip (or any binary) given as the lock: exit 2, the message names the file, nothing is created."""
+    for name, content in (("random.zip", random.Random(1).randbytes(300)), ("latin1.json", b'{"repo": "\xe9"}')):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        for command in ("fetch", "verify"):
+            code, data, _, err = run_models(env, command, "--lock", str(bad), "--dir", str(tmp_path / "m"))
+            assert code == 2 and data["error"]["kind"] == "bad_lock", (command, data, err)
+            assert str(bad) in data["error"]["message"] and "UTF-8" in data["error"]["message"]
+            assert "a file is not" not in data["error"]["message"] and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_a_model_directory_that_is_a_file_is_bad_input(hub, env, tmp_path, where):
+    """--dir naming a regular file (or a path through one): exit 2 before anything is downloaded; the file is
+    left as it was. verify says the same of a file."""
+    lock_file, _ = lock_model(env, tmp_path)
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"the user's data")
+    target = a_file if where == "the file" else a_file / "model"
+    commands = ("fetch", "verify") if where == "the file" else ("fetch",)
+    sent = hub.bytes_sent
+    for command in commands:
+        code, data, _, err = run_models(env, command, "--lock", str(lock_file), "--dir", str(target))
+        assert code == ExitStatus.BAD_INPUT and data["error"]["kind"] == "bad_input", (command, data, err)
+        assert str(target) in data["error"]["message"] and "Traceback" not in err
+    assert a_file.read_bytes() == b"the user's data" and hub.bytes_sent == sent  # nothing was downloaded
+
+
+def test_a_lock_output_that_cannot_be_written_is_refused_before_the_hub_is_asked(tmp_path):
+    """`models lock -o FILE/x` (a path through a file): exit 2 at once, not after resolving the repository (the
+    hub here does not even answer)."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {"HF_ENDPOINT": "http://127.0.0.1:9"}
+    code, data, _, err = run_models(env, "lock", REPO_ID, "--output", str(a_file / "model.lock.json"), timeout=60)
+    assert code == ExitStatus.BAD_INPUT and data["error"]["kind"] == "bad_input", (data, err)
+    assert str(a_file) in data["error"]["message"] and a_file.read_text() == "mine"
 
 
 # -- the disk fills up --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`sglang-eagle3 patch check --against`: each patch of the series on another SGLang tree.
+"""`sglang-eagle3 patch check --sglang`: each patch of the series on another SGLang tree.
 
 On the pristine 0.5.9 wheel every patch applies; on the patched tree every one is already
 applied; on the newest release's real wheel (0.5.23) each patch is what its source says
@@ -27,7 +27,7 @@ DOC = REPO / "docs" / "upgrade.md"
 
 
 def check_json(run_cli, against: Path | str, rc: int = 0) -> dict:
-    result = run_cli("patch", "check", "--against", str(against), "--json", env=ENV)
+    result = run_cli("patch", "check", "--sglang", str(against), "--json", env=ENV)
     assert result.returncode == rc, result.stdout + result.stderr
     return json.loads(result.stdout)
 
@@ -47,7 +47,7 @@ def test_on_the_pristine_wheel_every_patch_applies(run_cli, pristine_tree):
 def test_on_the_patched_tree_every_patch_is_already_applied(run_cli, patched_tree):
     report = check_json(run_cli, patched_tree)
     assert set(outcomes(report).values()) == {"already applied"}
-    text = run_cli("patch", "check", "--against", str(patched_tree), env=ENV)
+    text = run_cli("patch", "check", "--sglang", str(patched_tree), env=ENV)
     assert text.returncode == 0 and text.stdout.count("[ OK ] 000") == 5
     assert "Verdict: OK (5 ok)" in text.stdout
 
@@ -74,7 +74,7 @@ def test_a_conflict_shows_the_failing_hunk(run_cli, pristine_tree, tree_copy):
     assert hunk["file"] == "sglang/srt/layers/communicator.py" and hunk["header"] == "@@ -92,7 +94,9 @@"
     assert hunk["reason"].startswith("FAILED at ")
     assert "-        (_is_sm90_supported or _is_sm100_supported)" in hunk["lines"]
-    text = run_cli("patch", "check", "--against", str(tree), env=ENV).stdout
+    text = run_cli("patch", "check", "--sglang", str(tree), env=ENV).stdout
     assert "[FAIL] 0003-sm120-flashinfer-allreduce-fusion-opt-in.patch: conflicts:" in text
     assert "sglang/srt/layers/communicator.py @@ -92,7 +94,9 @@ (FAILED at" in text
 
@@ -100,7 +100,7 @@ def test_0001_still_needed_when_the_probe_does_not_find_the_methods(run_cli, pri
 @pytest.fixture(scope="module")
 def newest(newest_tree) -> dict:
     """The check's --json of the 0.5.9 series on the newest wheel, from the real command (once for this module)."""
-    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--against", str(newest_tree),
+    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--sglang", str(newest_tree),
                "--series", str(SERIES_0_5_9), "--json"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ENV})
     assert result.returncode == 1, result.stdout + result.stderr
@@ -170,13 +170,73 @@ def test_0005_still_needed_and_not_covered_by_the_0_5_9_patch(newest):
 
 
 def test_a_version_is_fetched_into_the_cache_once(newest_wheel, tmp_path):
-    """--against 0.5.23 takes the wheel from the cache (pip only when it is missing) and unpacks it once."""
+    """--sglang 0.5.23 takes the wheel from the cache (pip only when it is missing) and unpacks it once."""
     (tmp_path / "wheels").mkdir()
     shutil.copy(newest_wheel, tmp_path / "wheels" / newest_wheel.name)
     tree = sglang_release.resolve("0.5.23", cache=tmp_path)
     assert tree.version == "0.5.23" and tree.root == tmp_path / "trees" / newest_wheel.name.removesuffix(".whl")
     assert sglang_release.resolve("0.5.23", cache=tmp_path) == tree
     assert sglang_release.resolve(str(newest_wheel), cache=tmp_path) == tree  # the wheel file itself
+    assert tree.release == newest_wheel.name  # a pristine copy, to be read
+
+
+def test_a_pinned_version_is_the_pinned_wheel_for_its_own_tags(tmp_path, monkeypatch):
+    """0.5.23's pinned wheel is for CPython 3.12 on manylinux_2_34: pip is asked for exactly that file whatever this
+    Python is (a laptop's 3.11 would otherwise get no wheel or another one). pip stands in here: the download
+    itself is the tests' wheel fetch (support/pinned_wheels.py runs this same code)."""
+    pin = pins.pins()["sglang-0.5.23"]
+    assert sglang_release.release_pin("0.5.23") == pin and sglang_release.release_pin("0.5.22") is None
+    asked = []
+
+    def pip(command, **_kw):
+        asked.append(command)
+        (tmp_path / "wheels" / pin["wheel"]).write_bytes(b"not the pinned bytes")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sglang_release.subprocess, "run", pip)
+    with pytest.raises(sglang_release.CheckFailed, match=f"pins {pin['sha256']}"):
+        sglang_release.download("0.5.23", tmp_path)
+    (command,) = asked
+    assert command[command.index("--python-version") + 1] == "312" and "manylinux_2_34_x86_64" in command
+    assert command[-1] == "sglang==0.5.23" and "--no-deps" in command
+
+
+def test_a_cached_wheel_that_is_not_the_pinned_one_fails_the_check(run_cli, tmp_path, pristine_wheel):
+    """A wheel in the cache whose sha256 is not nix/pins.json's is never read: exit 1, the file and both hashes
+    named."""
+    wheels = tmp_path / "sglang-eagle3" / "sglang" / "wheels"
+    wheels.mkdir(parents=True)
+    tampered = wheels / pins.pins()["sglang"]["wheel"]
+    tampered.write_bytes(pristine_wheel.read_bytes() + b"\0")
+    result = run_cli("patch", "check", "--sglang", "0.5.9", env={**ENV, "XDG_CACHE_HOME": str(tmp_path)})
+    assert result.returncode == 1 and str(tampered) in result.stderr, result.stderr
+    assert f"nix/pins.json pins {pins.pins()['sglang']['sha256']}" in result.stderr and result.stdout == ""
+    assert not (tmp_path / "sglang-eagle3" / "sglang" / "trees").exists()
+
+
+@pytest.mark.parametrize("home", ["a file", "a directory of a file"])
+def test_a_cache_that_cannot_be_written_says_which_and_how_to_move_it(run_cli, tmp_path, home):
+    """HOME (and so ~/.cache) where nothing can be written: exit 2, naming the SGLang wheel cache and the variable
+    that moves it, not a bare 'Permission denied'."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    env = {**ENV, "HOME": str(blocker if home == "a file" else blocker / "home"), "XDG_CACHE_HOME": ""}
+    result = run_cli("patch", "check", "--sglang", "0.5.23", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "cannot write the SGLang wheel cache" in result.stderr and "XDG_CACHE_HOME=DIR" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_release_copy_is_read_never_patched(run_cli, release_cache):
+    """`patch apply --sglang 0.5.9` would patch the cache's pristine copy, which nothing runs: refused (2), the
+    copy unchanged; verify reads it, and its hint names the SGLang that is served, not the cache."""
+    refused = run_cli("patch", "apply", "--sglang", "0.5.9", env=release_cache)
+    assert refused.returncode == 2 and "is not an SGLang anything runs" in refused.stderr
+    assert "patch check --sglang 0.5.9" in refused.stderr
+    verified = run_cli("patch", "verify", "--sglang", "0.5.9", env=release_cache)
+    assert verified.returncode == 1 and verified.stdout.count("not applied") == len(series_names())
+    assert "patch apply --sglang DIR, DIR being the SGLang 0.5.9 you serve" in verified.stderr
+    assert run_cli("patch", "check", "--sglang", "0.5.9", env=release_cache).returncode == 0  # still pristine
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -193,7 +253,7 @@ def test_a_version_is_fetched_into_the_cache_once(newest_wheel, tmp_path):
 )
 def test_bad_input_exits_2_with_a_message(run_cli, tmp_path, against, message):
     env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PIP_RETRIES": "0", "PIP_TIMEOUT": "10"}
-    result = run_cli("patch", "check", "--against", against.format(tmp=tmp_path), env=env)
+    result = run_cli("patch", "check", "--sglang", against.format(tmp=tmp_path), env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
@@ -202,7 +262,7 @@ def test_bad_input_exits_2_with_a_message(run_cli, tmp_path, against, message):
 def test_a_file_that_is_no_wheel_exits_2(run_cli, tmp_path):
     fake = tmp_path / "sglang-0.5.9-py3-none-any.whl"
     fake.write_text("not a zip")
-    result = run_cli("patch", "check", "--against", str(fake), env={**ENV, "XDG_CACHE_HOME": str(tmp_path)})
+    result = run_cli("patch", "check", "--sglang", str(fake), env={**ENV, "XDG_CACHE_HOME": str(tmp_path)})
     assert result.returncode == 2 and "cannot unpack" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -222,7 +282,7 @@ def doc_block(version: str) -> str:
 )
 def test_the_docs_table_is_the_check_output(run_cli, pristine_tree, newest_tree, block, series):
     tree = pristine_tree if block == "0.5.9" else newest_tree
-    result = run_cli("patch", "check", "--against", str(tree), *series, "--markdown", env=ENV)
+    result = run_cli("patch", "check", "--sglang", str(tree), *series, "--markdown", env=ENV)
     table = result.stdout.strip()
     assert re.search(r"\| \*\*(applies|already upstream)\*\* \|", table)
     command = table.split("`")[1]  # the header names the command that made the table

@@ -65,7 +65,7 @@ def test_patched_files_compile(patched_newest):
 
 
 def check(run_cli, tree: Path, *extra: str, rc: int = 0) -> dict:
-    result = run_cli("patch", "check", "--against", str(tree), "--json", *extra, env=ENV)
+    result = run_cli("patch", "check", "--sglang", str(tree), "--json", *extra, env=ENV)
     assert result.returncode == rc, result.stdout + result.stderr
     return json.loads(result.stdout)
 
@@ -74,7 +74,7 @@ def test_check_on_0_5_23_takes_its_own_series_and_every_patch_applies(run_cli, n
     report = check(run_cli, newest_tree)
     assert report["series_version"] == "0.5.23" and report["series"] == str(SERIES)
     assert [(p["name"], p["outcome"]) for p in report["patches"]] == [(n, "applies") for n in NAMES]
-    text = run_cli("patch", "check", "--against", str(newest_tree), env=ENV).stdout
+    text = run_cli("patch", "check", "--sglang", str(newest_tree), env=ENV).stdout
     assert f"Patch set for SGLang 0.5.23 (2 patches, -p1 --fuzz=0) from {SERIES}:" in text
 
 
@@ -86,9 +86,9 @@ def test_check_on_the_patched_0_5_23_tree_says_already_applied(run_cli, patched_
 def test_another_series_is_checked_when_named(run_cli, newest_tree):
     report = check(run_cli, newest_tree, "--series", str(REPO / "patches" / "sglang-0.5.9"), rc=1)
     assert report["series_version"] == "0.5.9" and len(report["patches"]) == 5
-    markdown = run_cli("patch", "check", "--against", str(newest_tree), "--series", str(REPO / "patches" /
+    markdown = run_cli("patch", "check", "--sglang", str(newest_tree), "--series", str(REPO / "patches" /
                        "sglang-0.5.9"), "--markdown", env=ENV).stdout  # fmt: skip
-    assert "`sglang-eagle3 patch check --against 0.5.23 --series patches/sglang-0.5.9`" in markdown
+    assert "`sglang-eagle3 patch check --sglang 0.5.23 --series patches/sglang-0.5.9`" in markdown
 
 
 def test_the_0_5_9_patch_0005_is_recognised_once_the_log_redacts_the_keys(run_cli, patched_newest):
@@ -102,11 +102,11 @@ def test_the_0_5_9_patch_0005_is_recognised_once_the_log_redacts_the_keys(run_cl
 
 def test_apply_and_verify_take_the_trees_own_series(run_cli, newest_tree, tree_copy):
     tree = tree_copy(newest_tree)
-    verify = run_cli("patch", "verify", "--target", str(tree), env=ENV)
+    verify = run_cli("patch", "verify", "--sglang", str(tree), env=ENV)
     assert verify.returncode == 1 and verify.stdout.count("not applied") == 2, verify.stdout + verify.stderr
-    applied = run_cli("patch", "apply", "--target", str(tree), env=ENV)
+    applied = run_cli("patch", "apply", "--sglang", str(tree), env=ENV)
     assert applied.returncode == 0 and applied.stdout.count("applied          000") == 2, applied.stderr
-    assert run_cli("patch", "verify", "--target", str(tree), env=ENV).returncode == 0
+    assert run_cli("patch", "verify", "--sglang", str(tree), env=ENV).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_apply_and_verify_take_the_trees_own_series(run_cli, newest_tree, tree_c
 def test_a_bad_series_directory_exits_2(run_cli, newest_tree, tmp_path, make, message):
     directory = tmp_path / "sglang-0.5.23"
     make(directory)
-    result = run_cli("patch", "check", "--against", str(newest_tree), "--series", str(directory), env=ENV)
+    result = run_cli("patch", "check", "--sglang", str(newest_tree), "--series", str(directory), env=ENV)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 

@@ -13,7 +13,7 @@ def sglang_files(tree):
 
 def test_apply_gives_exactly_the_series_result(pristine_tree, patched_tree, tree_copy, run_cli):
     tree = tree_copy(pristine_tree)
-    result = run_cli("patch", "apply", "--target", str(tree))
+    result = run_cli("patch", "apply", "--sglang", str(tree))
     assert result.returncode == 0, result.stderr
     for name in series_names():
         assert f"applied          {name}" in result.stdout
@@ -24,7 +24,7 @@ def test_apply_gives_exactly_the_series_result(pristine_tree, patched_tree, tree
 def test_second_apply_changes_nothing(patched_tree, tree_copy, run_cli):
     tree = tree_copy(patched_tree)
     before = snapshot(tree)
-    result = run_cli("patch", "apply", "--target", str(tree))
+    result = run_cli("patch", "apply", "--sglang", str(tree))
     assert result.returncode == 0
     assert f"All {len(series_names())} patches are already applied" in result.stdout
     assert snapshot(tree) == before
@@ -34,7 +34,7 @@ def test_partly_patched_tree_gets_the_rest(pristine_tree, patched_tree, tree_cop
     tree = tree_copy(pristine_tree)
     first = series_names()[0]
     assert gnu_patch(tree, SERIES_DIR / first).returncode == 0
-    result = run_cli("patch", "apply", "--target", str(tree))
+    result = run_cli("patch", "apply", "--sglang", str(tree))
     assert result.returncode == 0
     assert f"already applied  {first}" in result.stdout
     assert sglang_files(tree) == sglang_files(patched_tree)
@@ -46,7 +46,7 @@ def test_conflict_leaves_the_tree_exactly_as_it_was(pristine_tree, tree_copy, ru
     gate = tree / "sglang/srt/layers/communicator.py"
     gate.write_text(gate.read_text().replace("(_is_sm90_supported or _is_sm100_supported)", "(_is_sm90_supported)"))
     before = snapshot(tree)
-    result = run_cli("patch", "apply", "--target", str(tree))
+    result = run_cli("patch", "apply", "--sglang", str(tree))
     assert result.returncode == 1
     assert "the tree was left unchanged" in result.stderr
     assert "0003-sm120-flashinfer-allreduce-fusion-opt-in.patch conflicts" in result.stderr
@@ -59,7 +59,7 @@ def test_wrong_version_is_refused_with_the_version_found(pristine_tree, tree_cop
     version.write_text(version.read_text().replace("'0.5.9'", "'0.5.8'"))
     before = snapshot(tree)
     for command in ("apply", "verify"):
-        result = run_cli("patch", command, "--target", str(tree))
+        result = run_cli("patch", command, "--sglang", str(tree))
         assert result.returncode == 2
         assert "is SGLang 0.5.8, but this patch set is for SGLang 0.5.9" in result.stderr
         assert "Traceback" not in result.stderr
@@ -67,11 +67,11 @@ def test_wrong_version_is_refused_with_the_version_found(pristine_tree, tree_cop
 
 
 def test_verify_reports_the_three_states(pristine_tree, patched_tree, tree_copy, run_cli):
-    result = run_cli("patch", "verify", "--target", str(patched_tree))
+    result = run_cli("patch", "verify", "--sglang", str(patched_tree))
     assert result.returncode == 0
     assert result.stdout.count("applied ") == len(series_names()) and "not applied" not in result.stdout
 
-    result = run_cli("patch", "verify", "--target", str(pristine_tree), "--json")
+    result = run_cli("patch", "verify", "--sglang", str(pristine_tree), "--json")
     assert result.returncode == 1
     states = {p["name"]: p["state"] for p in json.loads(result.stdout)["patches"]}
     assert set(states.values()) == {"not applied"}
@@ -79,7 +79,7 @@ def test_verify_reports_the_three_states(pristine_tree, patched_tree, tree_copy,
     tree = tree_copy(pristine_tree)
     symm = tree / "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
     symm.write_text(symm.read_text().replace("        10: [6, 8],", "        10: [8],  # edited by hand"))
-    result = run_cli("patch", "verify", "--target", str(tree), "--json")
+    result = run_cli("patch", "verify", "--sglang", str(tree), "--json")
     assert result.returncode == 1
     states = {p["name"]: p["state"] for p in json.loads(result.stdout)["patches"]}
     # The hand edit conflicts with 0002 only; every other patch of the series still applies.
@@ -99,8 +99,8 @@ def test_default_target_is_the_importable_sglang(pristine_tree, tree_copy, run_c
 
 def test_target_may_be_the_package_directory(pristine_tree, tree_copy, run_cli):
     tree = tree_copy(pristine_tree)
-    assert run_cli("patch", "apply", "--target", str(tree / "sglang")).returncode == 0
-    assert run_cli("patch", "verify", "--target", str(tree)).returncode == 0
+    assert run_cli("patch", "apply", "--sglang", str(tree / "sglang")).returncode == 0
+    assert run_cli("patch", "verify", "--sglang", str(tree)).returncode == 0
 
 
 def test_list_shows_the_series(run_cli):

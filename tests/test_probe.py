@@ -27,7 +27,7 @@ def test_unpatched_kimi_is_not_ready_and_names_the_missing_methods(pristine_tree
     report = run_probe(pristine_tree, arch=KIMI, algorithm="EAGLE3")
     assert not report.passed and report.verdict == "fail"
     assert set(report.missing) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
-    result = run_cli("probe", "--target", str(pristine_tree))
+    result = run_cli("probe", "--sglang", str(pristine_tree))
     assert result.returncode == 1
     assert "Verdict: FAIL" in result.stdout
     assert f"[FAIL] get_embed_and_head: not defined in {KIMI}" in result.stdout
@@ -40,7 +40,7 @@ def test_patched_kimi_is_ready_by_forwarding_to_the_inner_model(patched_tree, ru
     for m in report.methods:
         assert m.how.startswith("forwarded to self.language_model"), m.how
         assert "DeepseekV3ForCausalLM" in m.how and "deepseek_v2.py" in m.how
-    assert run_cli("probe", "--target", str(patched_tree)).returncode == 0
+    assert run_cli("probe", "--sglang", str(patched_tree)).returncode == 0
 
 
 def test_call_sites_are_the_ones_in_the_source(pristine_tree):
@@ -138,7 +138,7 @@ def test_not_requested_optimisations_are_not_problems(pristine_tree):
 
 
 def test_json_output(pristine_tree, run_cli):
-    result = run_cli("probe", "--target", str(pristine_tree), "--json")
+    result = run_cli("probe", "--sglang", str(pristine_tree), "--json")
     assert result.returncode == 1
     data = json.loads(result.stdout)
     assert data["verdict"] == "fail"
@@ -149,14 +149,52 @@ def test_json_output(pristine_tree, run_cli):
 
 
 def test_bad_inputs_get_clear_messages(pristine_tree, tmp_path, run_cli):
-    result = run_cli("probe", "--target", str(tmp_path))
+    result = run_cli("probe", "--sglang", str(tmp_path))
     assert result.returncode == 2 and "does not contain an SGLang source tree" in result.stderr
-    result = run_cli("probe", "--target", str(pristine_tree), "--compute-capability", "sm120")
+    result = run_cli("probe", "--sglang", str(pristine_tree), "--compute-capability", "sm120")
     assert result.returncode == 2 and "is not of the form 12.0" in result.stderr
-    result = run_cli("probe", "--target", str(pristine_tree), "--arch", "KimiK25ForConditionalGen")
+    result = run_cli("probe", "--sglang", str(pristine_tree), "--arch", "KimiK25ForConditionalGen")
     assert result.returncode == 2 and "no class KimiK25ForConditionalGen" in result.stderr
     assert "did you mean KimiK25ForConditionalGeneration" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+# -- an SGLang named by its version, and the hints that name the tree --------------------------------------
+
+
+def test_a_version_is_read_from_its_pristine_wheel_without_installing_it(pristine_tree, release_cache, run_cli):
+    """`probe --sglang 0.5.9` on a machine without SGLang: the pinned wheel (sha256 checked) is unpacked in the
+    cache and read; the verdict is the one the pristine tree gives, and the fix names no cache path to patch."""
+    by_version = run_cli("probe", "--sglang", "0.5.9", "--json", env=release_cache)
+    by_tree = run_cli("probe", "--sglang", str(pristine_tree), "--json")
+    assert by_version.returncode == by_tree.returncode == 1, by_version.stderr
+    read, direct = json.loads(by_version.stdout), json.loads(by_tree.stdout)
+    assert read["sglang_version"] == "0.5.9" and read["findings"] == direct["findings"]
+    assert read["sglang_root"].startswith(release_cache["XDG_CACHE_HOME"])
+    assert read["apply_command"] == "sglang-eagle3 patch apply --sglang DIR, DIR being the SGLang 0.5.9 you serve"
+    text = run_cli("probe", "--sglang", "0.5.9", env=release_cache).stdout
+    assert "Fix: apply this project's patch set (sglang-eagle3 patch apply --sglang DIR, DIR being" in text
+
+
+def test_the_fix_names_the_tree_that_was_probed_and_following_it_patches_that_tree(pristine_tree, tree_copy,
+                                                                                  run_cli):  # fmt: skip
+    """`patch verify --sglang T`, the probe and preflight said `run sglang-eagle3 patch apply` without T, which
+    patches the importable SGLang instead: each hint carries T, and running verify's hint makes T pass."""
+    tree = tree_copy(pristine_tree)
+    probed = run_cli("probe", "--sglang", str(tree))
+    assert f"Fix: apply this project's patch set (sglang-eagle3 patch apply --sglang {tree}), " in probed.stdout
+    verified = run_cli("patch", "verify", "--sglang", str(tree))
+    assert verified.returncode == 1
+    hint = re.search(r"run `(sglang-eagle3 patch apply [^`]+)`", verified.stderr).group(1)
+    assert hint == f"sglang-eagle3 patch apply --sglang {tree}"
+    assert run_cli(*hint.split()[1:]).returncode == 0  # as a user would follow it
+    assert run_cli("patch", "verify", "--sglang", str(tree)).returncode == 0
+    assert run_cli("probe", "--sglang", str(tree)).returncode == 0
+
+
+def test_the_former_option_names_still_work(pristine_tree, run_cli):
+    former = run_cli("probe", "--target", str(pristine_tree), "--json")
+    assert former.returncode == 1 and json.loads(former.stdout)["sglang_root"] == str(pristine_tree)
 
 
 # -- the GPUs' links, from nvidia-smi topo -m ------------------------------------------------------
@@ -208,7 +246,7 @@ def test_a_real_capture_of_one_h200_is_read_and_has_no_pairs_to_judge():
 
 
 def test_the_probe_reads_the_hosts_topology_unless_told(pristine_tree, tmp_path, run_cli):
-    args = ("probe", "--target", str(pristine_tree), "--compute-capability", "9.0")
+    args = ("probe", "--sglang", str(pristine_tree), "--compute-capability", "9.0")
     read = {
         "8x-h200.csv": "NVLink (nvidia-smi topo -m: every pair of GPU0-GPU7 is NV18)",
         "8x-rtx-pro-6000.csv": "PCIe (nvidia-smi topo -m: GPU0-GPU7 over PCIe only",

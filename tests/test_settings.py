@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 from sglang_eagle3.serving import settings
 from sglang_eagle3.source import sglang_source
+from support import harness_env
 
 
 def test_defaults_are_the_tuned_configuration():
@@ -96,10 +97,11 @@ def test_every_sglang_eagle3_variable_the_project_names_is_a_setting_or_a_tool_v
         text = path.read_bytes().decode("utf-8", "replace")
         for match in re.finditer(r"\bSGLANG_EAGLE3_([A-Z0-9_]*[A-Z0-9])\b", text):
             names.setdefault(match.group(1).lower(), rel)
-    assert {"patches", "require_flake_eval", "tp_size"} <= names.keys()  # the scan sees what it must
+    assert {"patches", "tp_size", "nvidia_smi"} <= names.keys()  # the scan sees what it must
+    former = {name.removeprefix("SGLANG_EAGLE3_").lower() for name in harness_env.FORMER.values()}
     for name, where in sorted(names.items()):
-        if name in REFUSED_ON_PURPOSE:
-            continue
+        if name in REFUSED_ON_PURPOSE or name in former:
+            continue  # the harness moves its former names out of the way before any CLI runs
         environ = {f"SGLANG_EAGLE3_{name.upper()}": "1"}
         if name in settings.NOT_SETTINGS:
             assert settings.from_environment(environ) == {}, where
@@ -110,13 +112,21 @@ def test_every_sglang_eagle3_variable_the_project_names_is_a_setting_or_a_tool_v
 
 
 def test_cli_runs_with_the_ci_environment(run_cli):
-    env = {
-        "SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL": "1",
-        "SGLANG_EAGLE3_NIX_INPUTS": "/nowhere",
-        "SGLANG_EAGLE3_SHARED": "/x",
-    }
+    """Every variable of the test harness and CI set (EAGLE3_TESTS_*): the CLI reads none of them."""
+    env = {getattr(harness_env, name): "1" for name in dir(harness_env) if name.isupper() and name != "FORMER"}
+    assert len(env) == len(harness_env.FORMER)
     result = run_cli("settings", "show", env=env)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_package_knows_no_name_of_the_test_harness():
+    """The runtime does not list test-harness variables (it once did, in NOT_SETTINGS): the tests' own live
+    outside the settings' prefix, and the package names neither them nor their former names."""
+    harness = {*harness_env.FORMER, *harness_env.FORMER.values()}
+    package = REPO / "python" / "src" / "sglang_eagle3"
+    assert {(n, p.name) for p in package.rglob("*.py") for n in harness if n in p.read_text()} == set()
+    assert {settings.ENV_PREFIX + n.upper() for n in settings.NOT_SETTINGS}.isdisjoint(harness_env.FORMER.values())
+    assert not any(n.startswith(settings.ENV_PREFIX) for n in harness_env.FORMER)  # the loader never reads them
 
 
 def test_cli_reports_bad_settings_without_traceback(run_cli):

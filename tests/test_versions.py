@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSIONS
 from sglang_eagle3.judging import draft_check, patch_check, preflight, probe
+from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
 from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
@@ -169,6 +170,51 @@ def test_sm120_allreduce_gates_of_each_tree(tree):
     assert ipc.effect is Effect.ACTIVE and "no compute capability test" in ipc.detail
     assert PCIE in source_line(tree, ipc.detail.split("active (")[1].split(")")[0])
     assert "custom_all_reduce_utils.py:" in ipc.detail and ":?" not in ipc.detail
+
+
+# (tree, gates) where SGLang turns torch symmetric memory off by itself, and the line it does so on.
+SYMM_MEM_OFF = [
+    ("patched_tree", {"tp_size": 3}, "self.world_size"),  # 0.5.9 patched: SM12x has an entry, not for tp 3
+    ("patched_tree", {"tp_size": 16}, "self.world_size"),
+    ("pristine_tree", {"compute_capability": "9.0", "tp_size": 3}, "self.world_size"),
+    ("pristine_tree", {"compute_capability": "8.0"}, "self.device_capability < 9"),
+    ("newest_tree", {}, ".get("),  # 0.5.23: no SM12x entry, looked up with .get (PR #24548)
+    ("newest_tree", {"tp_size": 3}, ".get("),
+    ("newest_tree", {"compute_capability": "9.0", "tp_size": 3}, "self.world_size"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "kw", "line"), SYMM_MEM_OFF, ids=lambda v: str(v).replace(" ", ""))
+def test_a_requested_optimisation_that_ends_up_off_is_a_warning_on_every_stack(request, fixture, kw, line):
+    """One judgement: symmetric memory that SGLang disables itself was [ OK ] on 0.5.9 at tp 3 or 16 and [WARN] on
+    0.5.23; whatever the reason (capability, no entry, world size), it is WARN and names the setting to unset,
+    and the line it rests on is the one that disables it."""
+    tree = sglang_source.locate(request.getfixturevalue(fixture))
+    symm = gates(tree, allreduce_fusion=False, **kw).torch_symm_mem
+    assert symm.effect is Effect.DISABLED
+    found = probe.flag_finding(symm)
+    assert found.status is Status.WARN and "requested but not active" in found.message
+    assert "unset enable_torch_symm_mem" in found.message
+    where = re.search(r"\((srt/[^)]+:\d+)\)", symm.detail).group(1)
+    assert line in source_line(tree, where)
+
+
+def test_preflight_warns_of_symmetric_memory_that_disables_itself(tmp_path, patched_tree):
+    report = run_preflight(tmp_path, sglang_source.locate(patched_tree), tp_size=3)
+    (symm,) = [f for f in report.findings if f.name == "optimisations" and "--enable-torch-symm-mem" in f.message]
+    assert symm.status is Status.WARN and "unset enable_torch_symm_mem" in symm.message
+
+
+def test_every_requested_flag_that_ends_up_off_is_a_warning(newest_tree):
+    """PCIe-IPC at a world size it does not serve, and the rule itself: a flag SGLang turns off or ignores is never
+    [ OK ], even where the reading gives no warning text."""
+    ipc = gates(sglang_source.locate(newest_tree), tp_size=6, pcie_ipc=True).pcie_ipc
+    found = probe.flag_finding(ipc)
+    assert found.status is Status.WARN and "unset pcie_ipc_allreduce" in found.message
+    for effect in (Effect.DISABLED, Effect.IGNORED):
+        bare = allreduce_gates.FlagEffect("--some-flag", True, effect, "turned off")
+        assert probe.flag_finding(bare).status is Status.WARN
+        assert probe.flag_finding(allreduce_gates.FlagEffect("--some-flag", False, effect, "")).status is Status.OK
 
 
 def test_pcie_ipc_conditions_on_0523(newest_tree):
@@ -336,7 +382,7 @@ def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy
         assert f"    def {method}(" in text
         text = text.replace(f"    def {method}(", f"    def _was_{method}(")
     kimi.write_text(text)
-    result = run_cli("probe", "--target", str(root), "--no-allreduce-fusion")
+    result = run_cli("probe", "--sglang", str(root), "--no-allreduce-fusion")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "[FAIL] get_embed_and_head: not defined in KimiK25ForConditionalGeneration" in result.stdout
     assert "first called at srt/speculative/pp_draft_embedding.py:" in result.stdout
@@ -344,12 +390,12 @@ def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy
 
 
 def test_probe_on_0523_reads_the_call_sites(newest_tree, run_cli):
-    result = run_cli("probe", "--target", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
+    result = run_cli("probe", "--sglang", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert "[ ?? ] call sites" not in result.stdout and "[ OK ] set_eagle3_layers_to_capture" in result.stdout
     assert "reached from srt/model_executor/model_runner.py:" in result.stdout
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: active" in result.stdout
-    failed = run_cli("probe", "--target", str(newest_tree))  # the defaults request fusion: ValueError on SM120
+    failed = run_cli("probe", "--sglang", str(newest_tree))  # the defaults request fusion: ValueError on SM120
     assert failed.returncode == 1 and "would crash the server: ValueError" in failed.stdout
 
 

@@ -2,7 +2,7 @@
 
 The flake's locked inputs are used as they are: uv2nix, pyproject.nix and
 build-system-pkgs from exact copies of their trees, staged as `<name>-<rev>.tar.gz` in
-$SGLANG_EAGLE3_NIX_INPUTS (default ~/.cache/sglang-eagle3/nix-inputs) by
+$EAGLE3_TESTS_NIX_INPUTS (default ~/.cache/sglang-eagle3/nix-inputs) by
 ../shared/nix/stage-inputs.sh; their `nix hash path` must equal the narHash in flake.lock,
 which Nix checks. Nothing is staged in the repository: with network, Nix fetches the
 inputs itself and none of this is needed. nixpkgs, which cannot be had here, is replaced by
@@ -27,10 +27,15 @@ import tarfile
 from functools import cached_property
 from pathlib import Path
 
+try:
+    from support import harness_env
+except ImportError:  # run as a script (.ci/run): support/ is this file's own directory
+    import harness_env
+
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "nix" / "nixpkgs"
 DEFAULT_INPUTS = Path.home() / ".cache" / "sglang-eagle3" / "nix-inputs"
-INPUTS = Path(os.environ.get("SGLANG_EAGLE3_NIX_INPUTS") or DEFAULT_INPUTS)
+INPUTS = Path(harness_env.get(harness_env.NIX_INPUTS) or DEFAULT_INPUTS)
 # flake.lock node -> prefix of its tarball in INPUTS (the prefix is followed by the locked rev)
 TARBALLS = {
     "uv2nix": "uv2nix-",
@@ -46,7 +51,7 @@ HOW_TO_STAGE = (
     "(README, 'The two commands'; with network, `nix flake check` fetches the inputs itself)"
 )
 # .ci/run sets this: there, a missing Nix or missing inputs is a failure, not a skip.
-REQUIRED = os.environ.get("SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL") == "1"
+REQUIRED = harness_env.get(harness_env.REQUIRE_FLAKE_EVAL) == "1"
 
 
 def nix_version(nix: str) -> tuple[int, int] | None:
@@ -95,7 +100,7 @@ def input_tree(node: str) -> Path | None:
     tarball = staged_tarballs()[node]
     if not tarball.is_file():
         return None
-    cache = Path(os.environ.get("SGLANG_EAGLE3_TEST_CACHE", Path.home() / ".cache" / "sglang-eagle3-tests"))
+    cache = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")
     target = cache / "inputs" / tarball.name.removesuffix(".tar.gz")
     if not target.is_dir():
         # Test workers (pytest-xdist) may unpack at once: each into its own folder, the first rename wins.

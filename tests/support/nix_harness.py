@@ -25,7 +25,7 @@ UV2NIX_SRC = os.environ.get("UV2NIX_SRC") or str(flake_eval.input_tree("uv2nix")
 PYPROJECT_NIX_SRC = os.environ.get("PYPROJECT_NIX_SRC") or str(flake_eval.input_tree("pyproject-nix") or "")
 if flake_eval.REQUIRED and not (NIX and NIXPKGS_LIB and UV2NIX_SRC and PYPROJECT_NIX_SRC):
     raise RuntimeError(
-        f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}"
+        f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the inputs are not staged: {flake_eval.unavailable()}"
     )
 needs_lib = pytest.mark.skipif(
     not (NIX and NIXPKGS_LIB),

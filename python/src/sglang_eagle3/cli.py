@@ -23,7 +23,8 @@ from .source.source_index import SourceLayoutError
 def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
     return (
         f"SGLang {tree.version or '(unknown version)'} at {tree.root} does not have the source layout of "
-        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}"
+        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}, "
+        f"or read its pristine wheel with --sglang {SGLANG_VERSION}"
     )
 
 
@@ -67,10 +68,17 @@ def patch_list() -> None:
 
 
 @patch.command("apply")
-@options.target
-def patch_apply(target: str | None) -> None:
+@options.sglang
+def patch_apply(sglang: str | None) -> None:
     """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
-    tree = sglang_source.locate(target)
+    tree = sglang_release.resolve(sglang)
+    if tree.release is not None:
+        raise BadInput(
+            f"--sglang {sglang} names a release: its pristine wheel ({tree.release}), unpacked in the cache to be "
+            "read, is not an SGLang anything runs, so it is not patched. Give the directory of the SGLang you "
+            f"serve (or none: the one this Python imports); whether the series applies to {tree.version}: "
+            f"sglang-eagle3 patch check --sglang {tree.version}"
+        )
     series = _series(version=tree.version)
     try:
         result = patchset.apply(series, tree)
@@ -89,7 +97,7 @@ def patch_apply(target: str | None) -> None:
 
 
 @patch.command("check")
-@options.against
+@options.sglang_required
 @click.option(
     "--series", "series_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The patch series to check (a patches/sglang-<version> directory). Default: the tree's own "
@@ -97,13 +105,13 @@ def patch_apply(target: str | None) -> None:
 )  # fmt: skip
 @options.json_output
 @click.option("--markdown", is_flag=True, help="A Markdown table of the outcomes (as docs/upgrade.md shows them).")
-def patch_check_command(against: str, series_dir: Path | None, as_json: bool, markdown: bool) -> None:
+def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, markdown: bool) -> None:
     """For each patch: applies, already applied, already upstream, not needed, still needed or conflicts.
 
     Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
     still needed there or conflicts, i.e. the series needs work for that version.
     """
-    tree = sglang_release.resolve(against)
+    tree = sglang_release.resolve(sglang)
     series = _series(series_dir, tree.version)
     report = patch_check.check(series, tree)
     if markdown:
@@ -114,11 +122,11 @@ def patch_check_command(against: str, series_dir: Path | None, as_json: bool, ma
 
 
 @patch.command("verify")
-@options.target
+@options.sglang
 @options.json_output
-def patch_verify(target: str | None, as_json: bool) -> None:
+def patch_verify(sglang: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
-    tree = sglang_source.locate(target)
+    tree = sglang_release.resolve(sglang)
     series = _series(version=tree.version)
     try:
         statuses = patchset.verify(series, tree)
@@ -143,7 +151,7 @@ def patch_verify(target: str | None, as_json: bool) -> None:
                 click.echo("      " + s.detail.replace("\n", "\n      "))
     if any(s.state is not patchset.PatchState.APPLIED for s in statuses):
         if not as_json:
-            click.echo("Not all patches are applied: run `sglang-eagle3 patch apply`.", err=True)
+            click.echo(f"Not all patches are applied: run `{patchset.apply_command(tree)}`.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
 
 
@@ -151,7 +159,7 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 
 
 @main.command("probe")
-@options.target
+@options.sglang
 @click.option(
     "--arch", help=f"Target model architecture. Default: from --model's config.json, else {probe.DEFAULT_ARCH}."
 )
@@ -195,7 +203,7 @@ def patch_verify(target: str | None, as_json: bool) -> None:
 )  # fmt: skip
 @options.json_output
 def probe_command(
-    target, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, pcie_ipc, topology, draft,
+    sglang, arch, algorithm, compute_capability, tp_size, torch_symm_mem, allreduce_fusion, pcie_ipc, topology, draft,
     model, as_json,
 ):  # fmt: skip
     """Check, from SGLang's source, that it can serve ARCH with speculative decoding.
@@ -206,7 +214,7 @@ def probe_command(
     With --draft: whether the draft fits the target and this SGLang, and which
     target layers it will see (see docs/draft-checks.md).
     """
-    tree = sglang_source.locate(target)
+    tree = sglang_release.resolve(sglang)
     try:
         if arch is None:
             given = draft_inputs.locate(model, "target model") if draft else None
@@ -295,20 +303,27 @@ def settings_reference(write: Path | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing (--json too).")
 @options.json_output
 @options.sglang
-def serve_command(config, assignments, profile, dry_run, as_json, sglang_target) -> None:
+def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> None:
     """Preflight, then start SGLang and wait until it serves.
 
     Preflight takes seconds: the probe on the installed SGLang, GPUs (nvidia-smi),
     model directories, the port. Any failure stops here, before the model load.
+    With --sglang, preflight reads that SGLang; the command still runs the one its
+    Python imports, and the output says so when the two differ.
     """
     s = load_settings(config, assignments, profile)
+    tree = sglang_release.resolve(sglang) if sglang is not None else None
     plan = launch_plan.build(s)
-    checks = preflight.run(s, sglang_target)
+    checks = preflight.run(s, tree)
+    judged, runs = tree or sglang_release.importable(), launch_plan.imported_sglang(plan)
+    note = sglang_release.not_the_one_run(judged, runs, plan.argv[0])
     if dry_run or as_json:
         if as_json:
             click.echo(json.dumps({
                 "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
                 "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s),
+                "sglang": {"judged": str(judged.package) if judged else None, "runs": str(runs) if runs else None,
+                           "note": note},
                 "preflight": checks.to_dict(),
             }, indent=2))  # fmt: skip
         else:
@@ -316,11 +331,15 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang_target)
             click.echo(f"command: {plan.shell()}")
             for key, value in credentials.masked_env(plan.env).items():
                 click.echo(f"env:     {key}={value}")
+            if note:
+                click.echo(f"note:    {note}")
             click.echo(checks.render_text())
         sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
     click.echo(checks.render_text())
     if not checks.passed:
         raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
+    if note:
+        click.echo(f"note: {note}", err=True)
     click.echo(f"starting: {plan.shell()}")
     outcome = launcher.serve(
         plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)

@@ -12,29 +12,42 @@ from pathlib import Path
 import click
 
 from .cli_common import FiniteFloat
-from .models.hub import TOKEN_CREDENTIAL
 from .serving import settings
+from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
 json_output = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 
 # -- SGLang's source ---------------------------------------------------------------------------
 
-target = click.option(
-    "--target",
-    metavar="DIR",
-    help="SGLang tree: site-packages, the sglang package directory, or a git checkout. "
-    "Default: the sglang this Python imports.",
-)
-against = click.option(
-    "--against",
-    metavar="DIR|WHEEL|VERSION",
-    required=True,
-    help="SGLang to check against: a tree (as --target takes), a wheel file, or a release version "
-    "(e.g. 0.5.23, fetched with pip into ~/.cache/sglang-eagle3/sglang).",
-)
-sglang = click.option(
-    "--sglang", "sglang_target", metavar="DIR", help="SGLang tree the preflight probes (default: the importable one)."
-)
+
+class _OldNamesHidden(click.Option):
+    """An option whose first name is the one --help shows; the others are its former names, still accepted."""
+
+    def get_help_record(self, ctx):
+        names, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = names
+
+    def get_error_hint(self, ctx) -> str:
+        return f"'{self.opts[0]}'"
+
+
+def _sglang(required: bool):
+    default = "" if required else " Default: the sglang this Python imports."
+    return click.option(
+        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden, metavar="DIR|WHEEL|VERSION",
+        required=required,
+        help="The SGLang whose source is read: a directory (site-packages, the sglang package, a git checkout), "
+        "a wheel file, or a release version, e.g. 0.5.9 (its pristine wheel is fetched once into "
+        f"~/.cache/sglang-eagle3/sglang, sha256 checked against nix/pins.json; nothing is installed).{default}",
+    )  # fmt: skip
+
+
+# --sglang names the SGLang to read everywhere (--target and --against, its former names, still work).
+sglang = _sglang(required=False)
+sglang_required = _sglang(required=True)
 
 # -- the server settings -----------------------------------------------------------------------
 
@@ -103,7 +116,7 @@ hash_jobs = click.option("--jobs", type=JOBS, default=None, help="Files hashed i
 token_file = click.option(
     "--token-file", type=click.Path(dir_okay=False, path_type=Path),
     help=f"File holding a Hugging Face token (gated or private repositories). Default: "
-    f"$CREDENTIALS_DIRECTORY/{TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
+    f"$CREDENTIALS_DIRECTORY/{HUB_TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
 )  # fmt: skip
 progress_interval = click.option(
     "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,

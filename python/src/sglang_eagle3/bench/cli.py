@@ -15,7 +15,8 @@ from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
 from ..judging import preflight
 from ..judging.findings import Status
-from ..serving import credentials
+from ..serving import credentials, launch_plan
+from ..source import sglang_release
 
 
 @click.group("bench")
@@ -253,7 +254,7 @@ def _int_list(text: str) -> list[int]:
 @options.output_dir("results/sweep")
 @options.sglang
 @bench_options
-def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang_target, api,
+def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts, output_dir, sglang, api,
                 concurrencies, concurrency_sweep, requests, warmup, max_tokens, ignore_eos, plot):  # fmt: skip
     """Start the server for each draft and speculative setting, measure, stop; report the best against baseline.
 
@@ -268,12 +269,17 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     writable_file(output_dir / "sweep.jsonl")
     drafts = list(drafts) or [base.speculative_draft_model_path]
     # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
-    checks = preflight.run(base, sglang_target, drafts=False)
+    tree = sglang_release.resolve(sglang) if sglang is not None else None
+    checks = preflight.run(base, tree, drafts=False)
     click.echo(checks.render_text())
+    plan = launch_plan.build(base)  # every point runs what this plan's Python imports
+    if note := sglang_release.not_the_one_run(tree or sglang_release.importable(), launch_plan.imported_sglang(plan),
+                                              plan.argv[0]):  # fmt: skip
+        click.echo(f"note: {note}", err=True)
     if not checks.passed:
         raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
     points = sweep.grid(base, *grid, drafts)
-    if not _check_drafts(points, base, drafts, sglang_target):
+    if not _check_drafts(points, base, drafts, tree or sglang_release.importable()):  # preflight found it
         raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
@@ -297,15 +303,13 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     click.echo(f"best: {top.label} at {top.median_tok_s:.1f} tok/s{gain_text}")
 
 
-def _check_drafts(points, base, drafts, sglang_target) -> bool:
+def _check_drafts(points, base, drafts, tree) -> bool:
     """Serve's draft checks for every draft; a draft that cannot work is not started (its points are skipped).
 
     True if at least one draft passed.
     """
-    from ..source import sglang_source
     from .sweep import draft_names
 
-    tree = sglang_source.locate(sglang_target)  # the preflight above found it
     names, passed = draft_names(drafts), False
     for draft in drafts:
         checks = preflight.Preflight()

@@ -112,7 +112,7 @@ class CheckReport(Judged):
         """The command that checks this series on this version (--series when it is not the version's own)."""
         other = self.series.sglang_version != self.tree.version
         series = f" --series patches/sglang-{self.series.sglang_version}" if other else ""
-        return f"sglang-eagle3 patch check --against {self.tree.version}{series}"
+        return f"sglang-eagle3 patch check --sglang {self.tree.version}{series}"
 
     def markdown(self) -> str:
         """A table of the series on this tree (docs/upgrade.md embeds one per SGLang version and series)."""

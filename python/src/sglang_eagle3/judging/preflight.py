@@ -323,7 +323,10 @@ def check_extra_args(result: Preflight, settings: ServerSettings, tree: sglang_s
 
 
 def run(
-    settings: ServerSettings, sglang_target: str | None = None, nvidia_smi: str | None = None, drafts: bool = True
+    settings: ServerSettings,
+    sglang_target: sglang_source.SGLangTree | str | None = None,
+    nvidia_smi: str | None = None,
+    drafts: bool = True,
 ) -> Preflight:
     """Every check before the load. ``drafts=False``: the host, SGLang and the target only, for a caller
     that checks each draft on its own (bench sweep across drafts)."""
@@ -392,7 +395,8 @@ def run(
             "(the tuned host's)",
         )  # fmt: skip
     try:
-        tree = sglang_source.locate(sglang_target)
+        given = isinstance(sglang_target, sglang_source.SGLangTree)
+        tree = sglang_target if given else sglang_source.locate(sglang_target)
     except sglang_source.SGLangNotFound as err:
         result.add("sglang", Status.FAIL, str(err))
     else:
@@ -468,7 +472,7 @@ def check_probe(
     judged = found if settings.speculative_algorithm else [f for f in found if f.name in flags]
     failed = [f"{f.name}: {f.message}" for f in judged if f.status is Status.FAIL]
     if failed:
-        result.add("probe", Status.FAIL, "; ".join(failed) + " (fix: sglang-eagle3 patch apply)")
+        result.add("probe", Status.FAIL, "; ".join(failed) + f" (fix: {probed.apply_command})")
     elif not probed.call_sites_read and settings.speculative_algorithm:
         result.add("probe", Status.NOT_CHECKED, f"SGLang {tree.version}: {probe.UNREAD_CALL_SITES}")
     else:

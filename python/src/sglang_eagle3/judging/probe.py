@@ -18,11 +18,11 @@ source:
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, model_calls, spec_conditions
+from ..source import allreduce_gates, model_calls, patchset, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
@@ -80,6 +80,7 @@ class ProbeResult(Judged):
     # False when no call on the target was found even for EAGLE-3, which needs some: the tree calls the target
     # in a way this reader does not follow (0.5.23 goes through helpers taking the model as an argument).
     call_sites_read: bool = True
+    apply_command: str = ""  # how to apply the patch set to this tree (the fix for a missing method)
 
     @property
     def missing(self) -> list[str]:
@@ -125,7 +126,11 @@ def method_finding(m: MethodCheck) -> Finding:
 
 
 def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
-    """What SGLang does with an all-reduce flag: FAIL if it crashes the server, WARN with a warning, else OK."""
+    """What SGLang does with an all-reduce flag: FAIL if it crashes the server; WARN with a warning, and whenever a
+    requested flag ends up off (disabled or ignored: not what was asked for, whatever the reason); else OK."""
+    off = flag.requested and flag.effect in (allreduce_gates.Effect.DISABLED, allreduce_gates.Effect.IGNORED)
+    if off and not flag.warning:
+        flag = replace(flag, warning=f"{flag.flag} is requested but not active")
     if flag.effect is allreduce_gates.Effect.CRASH:
         return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
     if flag.effect is allreduce_gates.Effect.UNKNOWN:
@@ -238,6 +243,7 @@ def probe(
         arch_suggestions=[] if found else index.similar_model_classes(arch),
         call_sites_read=read,
         canonical_algorithm=canonical,
+        apply_command=patchset.apply_command(tree),
     )
 
 
@@ -280,5 +286,5 @@ def render_text(result: ProbeResult) -> str:
     lines.append(findings.render_verdict(found))
     lines += [f"  {f.render()}" for f in found if f.status is not OK]
     if result.class_location is not None and (result.missing or any(f.status is FAIL for f in flags)):
-        lines.append("  Fix: apply this project's patch set (sglang-eagle3 patch apply), then probe again.")
+        lines.append(f"  Fix: apply this project's patch set ({result.apply_command}), then probe again.")
     return "\n".join(lines)

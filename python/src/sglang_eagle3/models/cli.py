@@ -19,6 +19,8 @@ from pathlib import Path
 import click
 
 from .. import errors, options
+from ..cli_common import writable_file
+from ..errors import BadInput
 from ..exit_status import ExitStatus
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
@@ -82,6 +84,11 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
             raise ModelsError(
                 "bad_input", "one lock per repository: the same repository is given twice", ExitStatus.BAD_INPUT
             )
+        for target in targets:  # before the hub is asked: a lock that cannot be written is bad input, not news
+            try:
+                writable_file(target)
+            except BadInput as err:
+                raise ModelsError("bad_input", str(err), ExitStatus.BAD_INPUT) from None
         for (repo, revision), target in zip(parsed, targets, strict=True):
             with tempfile.TemporaryDirectory(prefix="sglang-eagle3-lock-") as work:
                 lock = hub.resolve(repo, revision, token, Path(work), jobs)

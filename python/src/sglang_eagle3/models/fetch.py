@@ -36,10 +36,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..exit_status import ExitStatus
 from . import ModelsError, hashing, hub
 from .lockfile import LockedFile, ModelLock
 from .progress import Progress, human_bytes
-from .verify import check_size, default_jobs, extra_files, parallel_map
+from .verify import PATH_ERRORS, check_directory, check_size, default_jobs, extra_files, parallel_map
 
 STATE_DIR = ".sglang-eagle3"
 
@@ -317,10 +318,16 @@ def fetch(
     interval: float = 30.0,
 ) -> FetchResult:
     started = time.monotonic()
+    check_directory(directory)
     try:
         (directory / STATE_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ModelsError("io_error", f"cannot create {directory}: {err.strerror}") from None
+        shown = err.filename and Path(err.filename) not in (directory, directory / STATE_DIR)
+        at = f" ({err.filename})" if shown else ""
+        if err.errno in PATH_ERRORS:  # a file on the way, no permission, a read-only file system
+            raise ModelsError("bad_input", f"cannot create {directory}{at}: {err.strerror}; give --dir a directory "
+                              "this user can write", ExitStatus.BAD_INPUT) from None  # fmt: skip
+        raise ModelsError("io_error", f"cannot create {directory}{at}: {err.strerror}") from None
     fetcher = Fetcher(lock, directory, token, jobs, interval)
     with exclusive(directory):
         state = State(directory, lock)

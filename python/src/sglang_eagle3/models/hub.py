@@ -24,10 +24,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..exit_status import ExitStatus
+from ..serving import credentials
 from . import ModelsError, hashing
 from .lockfile import ModelLock, describe
 
-TOKEN_CREDENTIAL = "hf-token"  # systemd: LoadCredential=hf-token:/path -> $CREDENTIALS_DIRECTORY/hf-token
+TOKEN_CREDENTIAL = credentials.HUB_TOKEN_CREDENTIAL  # systemd: LoadCredential=hf-token:/path
 TOKEN_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 # Failures after which no other file of the model can succeed either.
 FATAL = {"gated", "repo_not_found", "revision_not_found", "offline", "disk_full", "token", "network"}
@@ -40,10 +41,7 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
     /proc/PID/environ) and inherited by children. Messages name the file, never its content.
     """
     environ = os.environ if environ is None else environ
-    path = token_file
-    if path is None and environ.get("CREDENTIALS_DIRECTORY"):
-        candidate = Path(environ["CREDENTIALS_DIRECTORY"]) / TOKEN_CREDENTIAL
-        path = candidate if candidate.is_file() else None
+    path = token_file if token_file is not None else credentials.credential(TOKEN_CREDENTIAL, environ)
     if path is None:
         return None
     try:

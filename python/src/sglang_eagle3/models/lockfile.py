@@ -125,9 +125,14 @@ def describe(err: ValidationError) -> str:
 def load(path: Path) -> ModelLock:
     """Read and validate a lock file; every problem is a ModelsError naming the file and the field."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ModelsError("bad_lock", f"cannot read lock file {path}: {err.strerror}", ExitStatus.BAD_INPUT) from None
+    except UnicodeDecodeError:
+        raise ModelsError(
+            "bad_lock", f"lock file {path} is not UTF-8 text: a lock is the JSON file `sglang-eagle3 models lock` "
+            "writes", ExitStatus.BAD_INPUT,
+        ) from None  # fmt: skip
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

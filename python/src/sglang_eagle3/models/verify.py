@@ -6,12 +6,14 @@ directory, so a stray shard changes what is served as surely as a changed one.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..exit_status import ExitStatus
 from . import ModelsError, hashing
 from .lockfile import RESERVED_DIRS, LockedFile, ModelLock
 from .progress import Progress
@@ -93,9 +95,24 @@ def check_size(f: LockedFile, directory: Path) -> Problem | None:
     return None
 
 
+# Why a model directory cannot be made: the path given is at fault (bad input), not the disk or the download.
+PATH_ERRORS = {errno.ENOTDIR, errno.EEXIST, errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG,
+               errno.ELOOP}  # fmt: skip
+
+
+def check_directory(directory: Path) -> None:
+    """--dir names a directory, or a place to make one: a file there is bad input."""
+    if directory.exists() and not directory.is_dir():
+        raise ModelsError(
+            "bad_input", f"{directory} is a file, not a directory; --dir names the model directory (its files go "
+            "inside it)", ExitStatus.BAD_INPUT,
+        )  # fmt: skip
+
+
 def verify(
     lock: ModelLock, directory: Path, quick: bool = False, jobs: int | None = None, interval: float = 30.0
 ) -> VerifyResult:
+    check_directory(directory)
     if not directory.is_dir():
         raise ModelsError(
             "missing", f"{directory} does not exist or is not a directory; fetch it: "

@@ -3,7 +3,8 @@
 SGLang has two secret flags, ``--api-key`` and ``--admin-api-key``. Neither key is ever a
 setting, an argument or an environment variable here: the settings name a file
 (``api_key_file``, ``admin_api_key_file``), or systemd hands the key over as a credential
-(``LoadCredential=api-key:/path``, ``admin-api-key``), found in ``$CREDENTIALS_DIRECTORY``.
+(``LoadCredential=api-key:/path``, ``admin-api-key``), found in ``$CREDENTIALS_DIRECTORY``; so does
+the Hugging Face token of the models commands (``hf-token``).
 The launcher passes only the file's path on (see sglang_main.py), and patch 0005 keeps
 SGLang from printing the keys it was given.
 """
@@ -60,14 +61,20 @@ def secret_flag_in(arg: str) -> SecretArg | None:
     return next((s for s in SECRET_ARGS if s.flag.startswith(name)), None)
 
 
+# The Hugging Face token `models lock` and `models fetch` read (modules/sglang-eagle3-models.nix loads it).
+HUB_TOKEN_CREDENTIAL = "hf-token"
+
+
+def credential(name: str, environ: dict[str, str]) -> Path | None:
+    """systemd's credential ``name`` (``LoadCredential=name:/path``): $CREDENTIALS_DIRECTORY/name, if it is there."""
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    path = Path(directory) / name if directory else None
+    return path if path is not None and path.is_file() else None
+
+
 def key_file(secret: SecretArg, configured: Path | None, environ: dict[str, str]) -> Path | None:
     """A key's file: the setting, else systemd's credential $CREDENTIALS_DIRECTORY/<name>."""
-    if configured is not None:
-        return configured
-    credentials = environ.get("CREDENTIALS_DIRECTORY")
-    if credentials and (Path(credentials) / secret.credential).is_file():
-        return Path(credentials) / secret.credential
-    return None
+    return configured if configured is not None else credential(secret.credential, environ)
 
 
 class KeyFileError(BadInput):

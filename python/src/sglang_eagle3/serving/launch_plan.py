@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,24 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
     if not key_files:
         return LaunchPlan(sglang_argv, env, {}, sglang_argv)
     return LaunchPlan([python, "-m", "sglang_eagle3.serving.sglang_main", *args], env, key_files, sglang_argv)
+
+
+FIND_SGLANG = (
+    "import importlib.util as u; s = u.find_spec('sglang'); "
+    "print(next(iter(s.submodule_search_locations or []), '') if s else '')"
+)
+
+
+def imported_sglang(plan: LaunchPlan) -> Path | None:
+    """The sglang package the plan's command imports: its Python asked with the plan's environment (settings'
+    `environment` may set PYTHONPATH), without importing it. None: that Python finds none."""
+    try:
+        done = subprocess.run([plan.argv[0], "-c", FIND_SGLANG], env={**os.environ, **plan.env},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.strip()
+    return Path(found).resolve() if done.returncode == 0 and found else None
 
 
 def base_url(settings: ServerSettings) -> str:

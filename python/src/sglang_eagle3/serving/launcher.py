@@ -114,31 +114,54 @@ def stop(process: subprocess.Popen, grace: float, sig: int | None = signal.SIGTE
     return process.returncode
 
 
-def start(plan: LaunchPlan) -> subprocess.Popen:
-    """Start the server in its own process group, so one signal reaches SGLang's children too."""
-    return subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
+def start(plan: LaunchPlan, output=None) -> subprocess.Popen:
+    """Start the server in its own process group, so one signal reaches SGLang's children too.
+    ``output``: a file for its stdout and stderr (default: ours)."""
+    return subprocess.Popen(
+        plan.argv, env={**os.environ, **plan.env}, start_new_session=True,
+        stdout=output, stderr=None if output is None else subprocess.STDOUT,
+    )  # fmt: skip
 
 
 class NotReady(Eagle3Error):
-    """The server did not answer /health_generate: it exited first, or ready_timeout passed."""
+    """The server did not answer /health_generate: it exited first (``returncode``), or ready_timeout passed."""
 
     status = ExitStatus.NOT_READY
+    returncode: int | None = None
+
+
+def not_ready(readiness: Readiness, process: subprocess.Popen, ready_timeout: float) -> NotReady | None:
+    """How waiting for the server ended, as the failure it is; None when it is ready."""
+    if readiness is Readiness.EXITED:
+        failure = NotReady(f"server {describe_exit(process.returncode)} before it was ready", ExitStatus.SERVER_EXITED)
+        failure.returncode = process.returncode
+        return failure
+    if readiness is Readiness.TIMED_OUT:
+        return NotReady(f"server not ready after {ready_timeout:.0f}s")
+    return None
 
 
 @contextlib.contextmanager
 def running(
-    plan: LaunchPlan, health_url: str, ready_timeout: float, stop_timeout: float, interval: float = 2.0, progress=None
+    plan: LaunchPlan,
+    health_url: str,
+    ready_timeout: float,
+    stop_timeout: float,
+    interval: float = 2.0,
+    progress=None,
+    output=None,
 ):
-    """The server, started and healthy, for the duration of the block; stopped afterwards."""
-    process = start(plan)
+    """The server, started and healthy, for the duration of the block; stopped afterwards.
+
+    NotReady when it exits or ready_timeout passes first (stopped all the same). The one way a
+    server is started, awaited and stopped for a block: the sweep's points, bench ab's sides
+    (each a `serve` of its own), the tests' stand-ins; `serve` runs it in the foreground below.
+    """
+    process = start(plan, output)
     try:
         readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)
-        if readiness is Readiness.EXITED:
-            raise NotReady(
-                f"server {describe_exit(process.returncode)} before /health_generate answered", ExitStatus.SERVER_EXITED
-            )
-        if readiness is Readiness.TIMED_OUT:
-            raise NotReady(f"server not ready after {ready_timeout:.0f}s")
+        if (failure := not_ready(readiness, process, ready_timeout)) is not None:
+            raise failure
         yield process
     finally:
         stop(process, stop_timeout)
@@ -224,16 +247,12 @@ def serve(
             if process.returncode == -signal.SIGKILL:
                 outcome.message += f"; it did not exit within {stop_timeout:g}s and was killed"
             return outcome
+        failure = not_ready(readiness, process, ready_timeout)
         if readiness is Readiness.TIMED_OUT:
             sd_notify("STOPPING=1")
             stop(process, stop_timeout)
-            return ServeOutcome(
-                ExitStatus.NOT_READY, f"server not ready after {ready_timeout:.0f}s; stopped it (raise ready_timeout?)"
-            )
-        return ServeOutcome(
-            ExitStatus.SERVER_EXITED,
-            f"server {describe_exit(process.returncode)} before it was ready; see its log above",
-        )
+            return ServeOutcome(failure.status, f"{failure}; stopped it (raise ready_timeout?)")
+        return ServeOutcome(failure.status, f"{failure}; see its log above")
     finally:
         if process.poll() is None:
             stop(process, stop_timeout)

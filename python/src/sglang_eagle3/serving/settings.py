@@ -41,22 +41,10 @@ ALGORITHMS: tuple[str, ...] = get_args(SpeculativeAlgorithm)
 # The GPUs the defaults are tuned for (RTX PRO 6000 Blackwell, SM120): what the probe judges the
 # all-reduce settings on when no GPU is there to ask. Not a setting: SGLang reads it from the GPU.
 TUNED_COMPUTE_CAPABILITY = "12.0"
-# SGLANG_EAGLE3_* variables that configure the tools, not the server.
-NOT_SETTINGS = {
-    "config",
-    "patches",
-    "nvidia_smi",
-    "test_cache",
-    "sglang_wheel",
-    "baseline_url",
-    "eagle3_url",
-    "threshold",
-    "traceback",
-    # the test harness and CI (tests/flake_eval.py, .ci/run)
-    "nix_inputs",
-    "require_flake_eval",
-    "shared",
-}
+# SGLANG_EAGLE3_* variables that configure the tools, not the server: the settings file (options.py), the
+# patch series (source/patchset.py), nvidia-smi (judging/preflight.py), tracebacks (cli_common.py). The tests'
+# own variables are EAGLE3_TESTS_*, a prefix this loader does not read (tests/support/harness_env.py).
+NOT_SETTINGS = {"config", "patches", "nvidia_smi", "traceback"}
 
 
 class SettingsError(BadInput):

@@ -135,17 +135,22 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
     multimem = expect(
         _constants(cls.body).get("_WORLD_SIZES_MULTIMEM"), "TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM"
     )
-    minimum = next(
+    minimum, minimum_line = next(
         (
-            n.comparators[0].value
+            (n.comparators[0].value, n.lineno)
             for n in ast.walk(cls)
             if isinstance(n, ast.Compare)
             and ast.unparse(n.left) == "self.device_capability"
             and isinstance(n.ops[0], ast.Lt)
             and isinstance(n.comparators[0], ast.Constant)
         ),
-        0,
+        (0, cls.lineno),
     )
+    world_size_line = next(
+        (n.lineno for n in ast.walk(cls) if isinstance(n, ast.Compare) and ast.unparse(n.left) == "self.world_size"
+         and isinstance(n.ops[0], ast.NotIn)),
+        cls.lineno,
+    )  # fmt: skip
 
     def line(table: str) -> str:
         return f"{index.rel(comm_path)}:{_lookup(cls, table)[0] or cls.lineno}"
@@ -153,16 +158,21 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
     flag = SYMM_MEM_FLAG
     if not requested:
         return FlagEffect(flag, False, Effect.NOT_REQUESTED, "")
+
+    def disabled(why: str, where: str, on: str) -> FlagEffect:
+        """SGLang turns the requested flag off by itself: one judgement whatever the reason (a WARN)."""
+        return FlagEffect(
+            flag, True, Effect.DISABLED, f"{why}: the communicator disables itself ({where}); all-reduce falls back",
+            warning=f"{flag} is requested but not active {on}: unset enable_torch_symm_mem",
+        )  # fmt: skip
+
     if major < minimum:
-        return FlagEffect(
-            flag, True, Effect.DISABLED, f"capability major {major} < {minimum}: the communicator disables itself"
-        )
+        return disabled(f"capability major {major} < {minimum}", f"{index.rel(comm_path)}:{minimum_line}",
+                        f"on SM{major}x")  # fmt: skip
     if major not in sizes and _lookup(cls, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")[1]:
-        return FlagEffect(
-            flag, True, Effect.DISABLED,
-            f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has no SM{major}x entry (keys {sorted(sizes)}): the communicator "
-            f"disables itself ({line('TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES')}); all-reduce falls back",
-            warning=f"{flag} is requested but not active on SM{major}x: unset enable_torch_symm_mem",
+        return disabled(
+            f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has no SM{major}x entry (keys {sorted(sizes)})",
+            line("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"), f"on SM{major}x",
         )  # fmt: skip
     if major not in sizes:
         return FlagEffect(
@@ -173,9 +183,8 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
             f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has keys {sorted(sizes)} only",
         )
     if tp_size not in sizes[major]:
-        return FlagEffect(
-            flag, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x: disabled"
-        )
+        return disabled(f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x",
+                        f"{index.rel(comm_path)}:{world_size_line}", f"at tp {tp_size}")  # fmt: skip
     if major not in multimem and not _lookup(cls, "_WORLD_SIZES_MULTIMEM")[1]:
         return FlagEffect(
             flag,
@@ -466,13 +475,17 @@ def pcie_ipc_effect(index: SourceIndex, tp_size: int, requested: bool, topology:
     sizes = expect(
         _constants(module.body).get("_SUPPORTED_WORLD_SIZES"), f"_SUPPORTED_WORLD_SIZES in {index.rel(path)}"
     )
+    unset = "unset pcie_ipc_allreduce"
     if tp_size not in sizes:
         return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes)} "
-                          f"({index.rel(path)}:{sizes_node.lineno}): the communicator is not built")  # fmt: skip
+                          f"({index.rel(path)}:{sizes_node.lineno}): the communicator is not built",
+                          warning=f"{PCIE_IPC_ENV} is requested but not active at tp {tp_size}: {unset}")  # fmt: skip
     init = index.tree.root / "flashinfer" / "comm" / "__init__.py"
     if init.is_file() and "PcieIpcAllReduceWorkspace" not in init.read_text(errors="replace"):
         return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, "the FlashInfer beside this SGLang has no "
-                          "PcieIpcAllReduceWorkspace: it falls back to NCCL")  # fmt: skip
+                          "PcieIpcAllReduceWorkspace: it falls back to NCCL",
+                          warning=f"{PCIE_IPC_ENV} is requested but not active with this FlashInfer: "
+                          f"{unset}")  # fmt: skip
     order = _pcie_ipc_order(index)
     detail = (
         f"active ({gate}), world size {tp_size}, no compute capability test; serves bf16 reductions up to the "

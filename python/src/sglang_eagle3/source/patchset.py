@@ -10,6 +10,7 @@ import contextlib
 import enum
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -199,9 +200,17 @@ def check_version(series: PatchSeries, tree: SGLangTree) -> None:
         raise PatchError(
             f"{tree.package} is SGLang {found}, but this patch set is for SGLang "
             f"{series.sglang_version}; install sglang=={series.sglang_version} there "
-            "or point --target at an SGLang "
+            "or point --sglang at an SGLang "
             f"{series.sglang_version} tree"
         )
+
+
+def apply_command(tree: SGLangTree) -> str:
+    """The command that applies the series to ``tree``, as hints print it. A pristine release unpacked to be read
+    (``--sglang VERSION``) is not patched: the hint names the SGLang that is served instead."""
+    if tree.release is not None:
+        return f"sglang-eagle3 patch apply --sglang DIR, DIR being the SGLang {tree.version} you serve"
+    return f"sglang-eagle3 patch apply --sglang {shlex.quote(str(tree.root))}"
 
 
 def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
@@ -280,7 +289,7 @@ def check_writable(tree: SGLangTree, touched: list[str]) -> None:
         if not os.access(existing, os.W_OK | os.X_OK):
             raise TreeNotWritable(
                 f"cannot write to {existing} (user {os.getuid()}); nothing was changed. Run as the owner "
-                f"of that SGLang install (e.g. with sudo), or patch a writable copy with --target"
+                f"of that SGLang install (e.g. with sudo), or patch a writable copy with --sglang DIR"
             )
 
 

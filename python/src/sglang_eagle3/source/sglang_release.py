@@ -1,11 +1,20 @@
-"""An SGLang tree to read from what a user names: a directory, a wheel file, or a release version.
+"""The SGLang tree a user names with ``--sglang``: a directory, a wheel file, or a release version.
 
-A version is fetched from PyPI with pip (``pip download --no-deps --only-binary=:all:``) into
-this user's cache; a wheel is unpacked once into the same cache. Nothing is imported or installed.
+A version is fetched from the package index with pip (``pip download --no-deps``) into this user's
+cache, ``$XDG_CACHE_HOME/sglang-eagle3/sglang`` (``~/.cache/...`` by default). For a version
+nix/pins.json pins, that is exactly the pinned wheel, whatever this Python and platform are, and
+its sha256 is checked against the pin, as Nix checks it. A wheel is unpacked once into the same
+cache, to be read: nothing is imported, installed or run from there. This is how the probe, patch
+check and `serve --dry-run` read SGLang without installing it (torch and its CUDA libraries).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -13,70 +22,201 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from functools import cache
 from pathlib import Path
 
-from ..errors import BadInput
-from .sglang_source import SGLangTree, locate
+from ..errors import BadInput, CheckFailed
+from .sglang_source import SGLangNotFound, SGLangTree, locate
 
 VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)*")
+CACHE_VARIABLE = "XDG_CACHE_HOME"
 
 
 def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/sglang-eagle3/sglang`` (``~/.cache/...`` by default): wheels and their unpacked trees."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    base = Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache")
     return base / "sglang-eagle3" / "sglang"
 
 
-def resolve(against: str, cache: Path | None = None) -> SGLangTree:
-    """The SGLang tree ``against`` names: a directory (as ``--target`` takes), a ``.whl`` file, or a version."""
+def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
+    """The SGLang tree ``given`` names: None for the one this Python imports, a directory (site-packages, the
+    sglang package, a git checkout), a ``.whl`` file, or a release version (its pristine wheel, fetched)."""
+    if given is None:
+        return locate(None)
     cache = cache or cache_dir()
-    path = Path(against).expanduser()
+    text = str(given)
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~unknown-user
+        return locate(text)  # which says so
     if path.is_dir():
         return locate(path)
-    if against.endswith(".whl"):
+    if text.endswith(".whl"):
         if not path.is_file():
-            raise BadInput(f"{against}: no such wheel file")
+            raise BadInput(f"{text}: no such wheel file")
         return unpack(path, cache)
-    if VERSION.fullmatch(against):
-        return unpack(download(against, cache), cache)
+    if VERSION.fullmatch(text):
+        return unpack(download(text, cache), cache)
+    if path.exists() or "/" in text:
+        return locate(path)  # a file, or a directory that is not there: locate() says which
     raise BadInput(
-        f"{against!r} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
+        f"{text!r} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
         "give an SGLang tree (a directory holding sglang/), a wheel, or a release version"
     )
 
 
+def importable() -> SGLangTree | None:
+    """The sglang this Python imports, or None (preflight says so)."""
+    try:
+        return locate(None)
+    except SGLangNotFound:
+        return None
+
+
+def not_the_one_run(judged: SGLangTree | None, runs: Path | None, python: str) -> str | None:
+    """What to say when the SGLang preflight read (``judged``) is not the package a command runs (``runs``, as
+    ``python`` finds it); None when they are one."""
+    if judged is None or (runs is not None and runs == judged.package.resolve()):
+        return None
+    what = (
+        f"the pristine SGLang {judged.version} release ({judged.release}, read from the cache)"
+        if judged.release
+        else f"SGLang {judged.version or '(unknown version)'} at {judged.package}"
+    )
+    running = f"the sglang at {runs}" if runs else "no sglang: its Python finds none"
+    return (
+        f"preflight judged {what}, but the command runs {running} ({python} with the plan's environment). "
+        "To judge what runs, drop --sglang or name that directory; to run what was judged, serve from its "
+        "Python environment"
+    )
+
+
+# -- the pins ---------------------------------------------------------------------------------------
+
+
+def pins_file() -> Path | None:
+    """nix/pins.json: the copy inside a built wheel (force-include), or the repo's."""
+    package = Path(__file__).resolve().parents[1]
+    return next((p for p in (package / "pins.json", package.parents[2] / "nix" / "pins.json") if p.is_file()), None)
+
+
+@cache
+def pins() -> dict:
+    found = pins_file()
+    return json.loads(found.read_text()) if found else {}
+
+
+def release_pin(version: str) -> dict | None:
+    """nix/pins.json's entry for SGLang ``version`` (its wheel file name and sha256), or None if it is not pinned."""
+    return next(
+        (
+            pin for pin in pins().values()
+            if isinstance(pin, dict) and pin.get("version") == version
+            and str(pin.get("wheel", "")).startswith(f"sglang-{version}-")
+        ),
+        None,
+    )  # fmt: skip
+
+
+# -- fetching and unpacking -----------------------------------------------------------------------------
+
+
 def download(version: str, cache: Path) -> Path:
-    """The sglang ``version`` wheel in ``cache``, downloaded from the package index with pip if missing."""
+    """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
+
+    A pinned version is exactly the pinned wheel, sha256 checked; another version is whatever
+    wheel pip picks for this Python (its bytes are not pinned anywhere to check them against).
+    """
     wheels = cache / "wheels"
+    pin = release_pin(version)
+    try:
+        if pin is not None:
+            return fetch_pinned(pin, wheels, "sglang")
+        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+        if found:
+            return found[0]
+        with download_lock(wheels):
+            _pip_download(f"sglang=={version}", wheels, [])
+    except OSError as err:
+        raise cache_error(cache, err) from None
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if found:
-        return found[0]
-    wheels.mkdir(parents=True, exist_ok=True)
+    if not found:
+        raise BadInput(f"pip fetched no sglang {version} wheel into {wheels}")
+    return found[0]
+
+
+def fetch_pinned(pin: dict, directory: Path, package: str) -> Path:
+    """``pin``'s wheel (its ``wheel`` file name, ``version``, ``sha256``; ``pinned_by``: where the pin is, for the
+    message) in ``directory``, downloaded with pip for the wheel's own tags if missing; CheckFailed if its sha256
+    is not the pinned one. Runs that share ``directory`` wait for one another's download."""
+    wheel = directory / pin["wheel"]
+    if not wheel.is_file():
+        with download_lock(directory):
+            if not wheel.is_file():
+                _pip_download(f"{package}=={pin['version']}", directory, wheel_tags(pin["wheel"]))
+    actual = sha256_of(wheel)
+    if actual != pin["sha256"]:
+        raise CheckFailed(
+            f"{wheel} has sha256 {actual}, but {pin.get('pinned_by', 'nix/pins.json')} pins {pin['sha256']}: "
+            "delete the file and run again; if the index serves these bytes again, the release was replaced"
+        )
+    return wheel
+
+
+@contextlib.contextmanager
+def download_lock(directory: Path):
+    """One download into ``directory`` at a time (parallel runs, and the test workers, share the cache)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".download.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _pip_download(requirement: str, directory: Path, tags: list[str]) -> None:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-               "--disable-pip-version-check", "-d", str(wheels), f"sglang=={version}"]  # fmt: skip
+               "--disable-pip-version-check", *tags, "-d", str(directory), requirement]  # fmt: skip
     try:
         result = subprocess.run(command, capture_output=True, text=True)
     except OSError as err:
-        raise BadInput(f"cannot run pip to fetch sglang=={version}: {err}") from None
-    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if result.returncode != 0 or not found:
+        raise BadInput(f"cannot run pip to fetch {requirement}: {err}") from None
+    if result.returncode != 0:
         said = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
         why = said[-1].strip() if said else f"pip exited with status {result.returncode}"
         if "No module named pip" in result.stderr:
             why = f"{sys.executable} has no pip; download the wheel yourself and pass its path"
+        package, version = requirement.split("==")
         raise BadInput(
-            f"cannot fetch SGLang {version} from the package index: {why}. "
-            "Is it a released version (pip index versions sglang)? Offline, pass a wheel file or a directory"
+            f"cannot fetch {'SGLang' if package == 'sglang' else package} {version} from the package index: {why}. "
+            f"Is it a released version (pip index versions {package})? Offline, pass a wheel file or a directory"
         )
-    return found[0]
+
+
+def wheel_tags(wheel: str) -> list[str]:
+    """pip's --implementation/--python-version/--abi/--platform for a wheel built for one CPython; none for a pure
+    one, which pip fetches for any Python."""
+    python, abi, platform = wheel.removesuffix(".whl").split("-")[-3:]
+    if not python.startswith("cp") or abi == "none":
+        return []
+    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, "--platform", platform]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def unpack(wheel: Path, cache: Path) -> SGLangTree:
     """The wheel's contents under ``cache/trees/<wheel name>``, unpacked once (atomically)."""
     root = cache / "trees" / wheel.name.removesuffix(".whl")
     if not (root / "sglang").is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+        except OSError as err:
+            raise cache_error(cache, err) from None
         try:
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(staging)
@@ -88,4 +228,14 @@ def unpack(wheel: Path, cache: Path) -> SGLangTree:
             raise BadInput(f"cannot unpack {wheel}: {err}") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return locate(root)
+    return dataclasses.replace(locate(root), release=wheel.name)
+
+
+def cache_error(cache: Path, err: OSError) -> BadInput:
+    """A cache that cannot be written: which cache, why, and how to move it."""
+    where = f" ({err.filename})" if err.filename and Path(err.filename) != cache else ""
+    return BadInput(
+        f"cannot write the SGLang wheel cache {cache}{where}: {err.strerror or err}; move it with "
+        f"{CACHE_VARIABLE}=DIR (the cache is $XDG_CACHE_HOME/sglang-eagle3/sglang), or give a wheel file or an "
+        "SGLang directory instead of a version"
+    )

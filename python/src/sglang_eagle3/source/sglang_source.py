@@ -24,6 +24,7 @@ class SGLangNotFound(BadInput):
 class SGLangTree:
     root: Path  # the directory that contains the ``sglang/`` package (patch -p1 runs here)
     version: str | None
+    release: str | None = None  # the wheel this tree was unpacked from, to be read (sglang_release), else None
 
     @property
     def package(self) -> Path:
@@ -68,8 +69,9 @@ def locate(target: str | Path | None = None) -> SGLangTree:
         spec = importlib.util.find_spec("sglang")  # finds, does not import
         if spec is None or not spec.submodule_search_locations:
             raise SGLangNotFound(
-                "no importable 'sglang' package in this Python environment; "
-                "install it (pip install sglang==0.5.9) or give its directory"
+                "no importable 'sglang' package in this Python environment; name the SGLang to read with "
+                "--sglang: a release version (e.g. --sglang 0.5.9: its pristine wheel is fetched and read, "
+                "nothing is installed), a wheel file or a directory; or install it (pip install sglang==0.5.9)"
             )
         package = Path(next(iter(spec.submodule_search_locations)))
         return SGLangTree(root=package.parent, version=_read_version(package))
