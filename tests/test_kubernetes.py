@@ -136,6 +136,8 @@ def test_an_unknown_field_fails_the_validation():
 @pytest.fixture(scope="module")
 def crd_schemas():
     why = k8s_crds.unavailable()
+    if why and k8s_crds.REQUIRED:
+        raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_K8S_CRDS is set, but {why}")
     if why:
         pytest.skip(why)
     return k8s_crds.schemas()
