@@ -501,49 +501,39 @@ def network_policies() -> list[dict]:
         "to": [{"namespaceSelector": {}}],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
+    from_servers = {"from": [{"podSelector": {"matchLabels": server}}]}
+    to_servers = {"to": [{"podSelector": {"matchLabels": server}}]}
     return [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": NAME, "labels": server},
-            "spec": {
-                "podSelector": {"matchLabels": server},
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [
-                    {
-                        "from": [{"podSelector": {"matchLabels": router_pods}}, prometheus],
-                        "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
-                    },
-                    {"from": [{"podSelector": {"matchLabels": server}}]},
-                ],  # fmt: skip
-                "egress": [
-                    dns,
-                    {"to": [{"podSelector": {"matchLabels": server}}]},
-                    {"ports": [{"protocol": "TCP", "port": 443}]},
-                ],  # fmt: skip
-            },
+        network_policy(
+            NAME, server,
+            ingress=[{"from": [{"podSelector": {"matchLabels": router_pods}}, prometheus], "ports": [tcp(HTTP_PORT)]},
+                     from_servers],
+            egress=[dns, to_servers, {"ports": [tcp(443)]}],
+        ),
+        network_policy(
+            ROUTER, router_pods,
+            ingress=[{"ports": [tcp(HTTP_PORT)]}, {"from": [prometheus], "ports": [tcp(ROUTER_METRICS_PORT)]}],
+            egress=[dns, {**to_servers, "ports": [tcp(HTTP_PORT)]}],
+        ),
+    ]  # fmt: skip
+
+
+def tcp(port: int) -> dict:
+    return {"protocol": "TCP", "port": port}
+
+
+def network_policy(name: str, pods: dict, ingress: list[dict], egress: list[dict]) -> dict:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "labels": pods},
+        "spec": {
+            "podSelector": {"matchLabels": pods},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
         },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": ROUTER, "labels": router_pods},
-            "spec": {
-                "podSelector": {"matchLabels": router_pods},
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [
-                    {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
-                    {"from": [prometheus], "ports": [{"protocol": "TCP", "port": ROUTER_METRICS_PORT}]},
-                ],
-                "egress": [
-                    dns,
-                    {
-                        "to": [{"podSelector": {"matchLabels": server}}],
-                        "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
-                    },
-                ],  # fmt: skip
-            },
-        },
-    ]
+    }
 
 
 def kustomization(resources: list[str]) -> dict:

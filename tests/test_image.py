@@ -89,10 +89,11 @@ def test_the_image_derivation_calls_the_tested_root_script(ws):
     """The customisation layer's extraCommands run nix/scripts/image-root.sh (tests/test_build_scripts.py runs it)."""
     closure = json.loads(ws.nix("derivation", "show", "--recursive", f"{ws.ref}#packages.{SYSTEM}.image").stdout)
     (layer,) = [d for d in closure.values() if d["name"] == "sglang-eagle3-customisation-layer"]
-    commands = layer["env"]["extraCommands"]
+    commands = " ".join(layer["env"]["extraCommands"].replace("\\\n", " ").split())
     call = (
         r"bash /nix/store/\w{32}-image-root\.sh 1000 /var/lib/sglang-eagle3 /nix/store/\w{32}-glibc-"
-        r"[\w.-]+/bin/ldconfig /var/lib/sglang-eagle3,/var/cache/sglang-eagle3 -- "
+        r"[\w.-]+/bin/ldconfig /var/lib/sglang-eagle3,/var/cache/sglang-eagle3 -- .*"
+        r"/nix/store/\w{32}-sglang-eagle3-0\.1\.0/bin/sglang-eagle3$"
     )
     assert re.search(call, commands), commands
 
