@@ -80,6 +80,7 @@ trivial
   fetchurl = import ./fetchurl.nix { inherit lib stdenv; };
 
   bash = hostTool "bash" "5.3" [ "bash" ];
+  # pkgs/tools/misc/coreutils: the programs the flake's derivations and the image's /bin use
   coreutils = hostTool "coreutils" "9.8" [
     "basename"
     "cat"
@@ -101,12 +102,13 @@ trivial
     "sleep"
     "true"
   ];
-  # pkgs/tools/text/gawk
+  # pkgs/tools/text/gawk/default.nix: bin/awk and bin/gawk (nix/image.nix links them into the image's /bin)
   gawk = hostTool "gawk" "5.3.2" [
     "awk"
     "gawk"
   ];
-  # pkgs/development/libraries/glibc: ldconfig (and ldd) are in its `bin` output (lib.getExe' glibc "ldconfig").
+  # pkgs/development/libraries/glibc/common.nix (read at 00437292513a341c81ae728a74011fc0cfb7fa01):
+  # outputs out, bin, dev, static, getent; ldconfig and ldd are in `bin` (lib.getExe' glibc "ldconfig").
   glibc = (hostTool "glibc" "2.40-66" [ ]) // {
     bin = hostTool "glibc-bin" "2.40-66" [
       "ldconfig"
