@@ -114,6 +114,8 @@ def test_cli_runs_with_the_ci_environment(run_cli):
         "SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL": "1",
         "SGLANG_EAGLE3_NIX_INPUTS": "/nowhere",
         "SGLANG_EAGLE3_SHARED": "/x",
+        "SGLANG_EAGLE3_REQUIRE_K8S_CRDS": "1",
+        "SGLANG_EAGLE3_K8S_CRDS": "/nowhere",
     }
     result = run_cli("settings", "show", env=env)
     assert result.returncode == 0, result.stderr

@@ -46,15 +46,18 @@ NOT_SETTINGS = {
     "config",
     "patches",
     "nvidia_smi",
+    "libcuda",
     "test_cache",
     "sglang_wheel",
     "baseline_url",
     "eagle3_url",
     "threshold",
     "traceback",
-    # the test harness and CI (tests/flake_eval.py, .ci/run)
+    # the test harness and CI (tests/flake_eval.py, tests/support/k8s_crds.py, .ci/run)
     "nix_inputs",
     "require_flake_eval",
+    "k8s_crds",
+    "require_k8s_crds",
     "shared",
 }
 
