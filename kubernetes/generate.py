@@ -112,7 +112,6 @@ class Layout:
 
 ONE_NODE = Layout("one-node", nnodes=1, replicas=2)
 MULTI_NODE = Layout("multi-node", nnodes=2, replicas=1)
-LAYOUTS = (ONE_NODE, MULTI_NODE)
 
 
 # -- what the unit is made of ----------------------------------------------------------------------------
@@ -137,6 +136,7 @@ def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
     )
     if layout.nnodes > 1:
         values["extra_args"] = ["--dist-timeout", str(DIST_TIMEOUT)]
+    # What the launcher will load is valid (several nodes: once LeaderWorkerSet's leader fills dist_init_addr).
     settings.ServerSettings(**{**values, "dist_init_addr": values["dist_init_addr"] or f"leader:{RENDEZVOUS_PORT}"})
     return dict(sorted(values.items()))
 
