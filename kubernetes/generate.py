@@ -446,39 +446,29 @@ def relabel_job(job: str) -> list[dict]:
     return [{"targetLabel": "job", "replacement": job, "action": "replace"}]
 
 
+def service_monitor(name: str, component: str, endpoints: list[dict], **spec) -> dict:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": name, "labels": labels(component)},
+        "spec": {"selector": {"matchLabels": labels(component)}, **spec, "endpoints": endpoints},
+    }
+
+
+def scrape(port: str, path: str, job: str, **extra) -> dict:
+    return {"port": port, "path": path, "interval": "15s", **extra, "relabelings": relabel_job(job)}
+
+
 def monitoring() -> list[dict]:
-    server = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {"name": NAME, "labels": labels("server")},
-        "spec": {
-            "selector": {"matchLabels": labels("server")},
-            # /health_generate answers with an empty body and no Content-Type (the module's scrape config too)
-            "fallbackScrapeProtocol": "PrometheusText0.0.4",
-            "endpoints": [
-                {"port": "http", "path": "/metrics", "interval": "15s", "relabelings": relabel_job(NAME)},
-                # /health_generate as a target: `up` is 0 while it fails (SGLangServerNotReady)
-                {
-                    "port": "http",
-                    "path": "/health_generate",
-                    "interval": "15s",
-                    "scrapeTimeout": "10s",
-                    "relabelings": relabel_job(f"{NAME}-health"),
-                },  # fmt: skip
-            ],
-        },
-    }
-    router_monitor = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {"name": ROUTER, "labels": labels("router")},
-        "spec": {
-            "selector": {"matchLabels": labels("router")},
-            "endpoints": [
-                {"port": "metrics", "path": "/metrics", "interval": "15s", "relabelings": relabel_job(ROUTER)}
-            ],
-        },
-    }
+    server = service_monitor(
+        NAME, "server",
+        [scrape("http", "/metrics", NAME),
+         # /health_generate as a target: `up` is 0 while it fails (SGLangServerNotReady)
+         scrape("http", "/health_generate", f"{NAME}-health", scrapeTimeout="10s")],
+        # /health_generate answers with an empty body and no Content-Type (the module's scrape config too)
+        fallbackScrapeProtocol="PrometheusText0.0.4",
+    )  # fmt: skip
+    router_monitor = service_monitor(ROUTER, "router", [scrape("metrics", "/metrics", ROUTER)])
     groups = []
     for rules in ("sglang-eagle3-alerts.yml", "sglang-eagle3-thresholds.yml"):
         groups += yaml.safe_load((MONITORING / rules).read_text())["groups"]
