@@ -82,6 +82,15 @@
       # The newest pinned stack: side B of `nix run .#upgrade-ab` (A is the default stack).
       newest = stacks.${lib.last (lib.sort lib.versionOlder (builtins.attrNames pins.stacks))};
 
+      # OCI images of a stack (nix/image.nix): .server (`nix build .#image`) and .router.
+      images =
+        s:
+        import ./nix/image.nix {
+          inherit pkgs lib;
+          stack = s;
+          revision = self.rev or self.dirtyRev or "unknown";
+        };
+
       app = package: name: args: {
         type = "app";
         program = "${pkgs.writeShellScript name ''exec ${lib.getExe package} ${args} "$@"''}";
@@ -121,10 +130,14 @@
         );
         # Needs GPUs (system feature "cuda"); deliberately not in `checks`.
         gpu-throughput-check = self.lib.mkGpuCheck { };
+        # OCI images (docs/kubernetes.md): the server's and the router's; `./result | docker load`.
+        image = (images stack).server;
+        router-image = (images stack).router;
       }
-      # Each pinned stack by its SGLang version: sglang-eagle3-0_5_23, sglang-wheel-0_5_23, ...
+      # Each pinned stack by its SGLang version: sglang-eagle3-0_5_23, sglang-wheel-0_5_23, image-0_5_23, ...
       // versioned "sglang-eagle3" (s: s.package)
-      // versioned "sglang-wheel" (s: s.sglangWheel);
+      // versioned "sglang-wheel" (s: s.sglangWheel)
+      // versioned "image" (s: (images s).server);
 
       apps.${system} = {
         default = self.apps.${system}.serve-eagle3;

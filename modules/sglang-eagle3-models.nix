@@ -9,7 +9,8 @@ let
   inherit (lib) mkOption types literalExpression;
   top = config.services.sglang-eagle3;
   cfg = top.models;
-  modelsDir = "/var/lib/sglang-eagle3/models";
+  process = lib.importJSON ./server-process.json;
+  modelsDir = process.modelsDirectory;
   staticUser = top.user != null;
   # The server's sandbox (the same program runs here), with PrivateDevices: no GPU needed.
   hardening = import ./hardening.nix;
@@ -139,10 +140,7 @@ in
       wants = [ "network-online.target" ];
       after = [ "network-online.target" ];
       # Writable places only: huggingface_hub's caches (Xet chunks included) go to the cache directory.
-      environment = cfg.environment // {
-        HOME = "/var/cache/sglang-eagle3";
-        HF_HOME = "/var/cache/sglang-eagle3/huggingface";
-      };
+      environment = cfg.environment // process.modelsEnvironment;
       serviceConfig =
         hardening.base
         // hardening.cuda

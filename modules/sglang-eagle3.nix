@@ -72,8 +72,10 @@ let
   settingsFormat = pkgs.formats.json { };
   settingsFile = settingsFormat.generate "sglang-eagle3-settings.json" (import ./settings-file.nix cfg);
 
-  stateDir = "/var/lib/sglang-eagle3";
-  cacheDir = "/var/cache/sglang-eagle3";
+  # State and cache directories, the environment pointing there, the supervisor's grace: shared
+  # with the image and the Kubernetes manifests (server-process.json).
+  process = lib.importJSON ./server-process.json;
+  stateDir = process.stateDirectory;
   port = cfg.settings.port;
   rendezvousPort =
     if cfg.distInitAddr == null then null else lib.toInt (lib.last (lib.splitString ":" cfg.distInitAddr));
@@ -359,12 +361,7 @@ in
           path = driverPath;
           environment =
             cfg.environment
-            // {
-              HOME = stateDir;
-              HF_HOME = "${cacheDir}/huggingface";
-              XDG_CACHE_HOME = cacheDir;
-              TRITON_CACHE_DIR = "${cacheDir}/triton";
-            }
+            // process.environment
             // lib.optionalAttrs (cfg.gpus != null) {
               CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
             };
@@ -382,17 +379,17 @@ in
               NotifyAccess = "main";
               ExecStart = "${exe} serve --config ${settingsFile}";
               DynamicUser = !staticUser;
-              StateDirectory = "sglang-eagle3";
-              CacheDirectory = "sglang-eagle3";
+              StateDirectory = lib.removePrefix "/var/lib/" stateDir;
+              CacheDirectory = lib.removePrefix "/var/cache/" process.cacheDirectory;
               WorkingDirectory = stateDir;
               LoadCredential =
                 lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}"
                 ++ lib.optional (cfg.adminApiKeyFile != null) "admin-api-key:${cfg.adminApiKeyFile}";
-              TimeoutStartSec = cfg.startTimeoutSec + 120;
+              TimeoutStartSec = cfg.startTimeoutSec + process.startGraceSec;
               # SIGTERM to the launcher, which forwards it, gives SGLang settings.stop_timeout
               # seconds, then SIGKILLs its process group; systemd waits that long and 30 s more.
               KillMode = "mixed";
-              TimeoutStopSec = builtins.ceil cfg.settings.stop_timeout + 30;
+              TimeoutStopSec = builtins.ceil cfg.settings.stop_timeout + process.stopGraceSec;
               Restart = "on-failure";
               RestartSec = "30s";
               RestartSteps = 5;

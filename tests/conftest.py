@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from sglang_eagle3.source import patchset
-from support import flake_eval, harness_env, pins
+from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,6 +146,12 @@ def pytest_terminal_summary(terminalreporter, config):
     skipped = terminalreporter.stats.get("skipped", [])
     if why and any(why in str(report.longrepr) for report in skipped):
         terminalreporter.write_line(f"NOTE: the flake was NOT evaluated: {why}", yellow=True, bold=True)
+    why = k8s_crds.unavailable()
+    if why and any(why in str(report.longrepr) for report in skipped):
+        terminalreporter.write_line(
+            f"NOTE: the LeaderWorkerSet and Prometheus objects were NOT validated against their CRDs: {why}",
+            yellow=True, bold=True,
+        )  # fmt: skip
 
 
 def pytest_configure(config):

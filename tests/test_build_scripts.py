@@ -154,3 +154,35 @@ def test_patched_0_5_23_wheel_is_its_pristine_wheel_plus_its_series(newest_wheel
             continue
         expected = (unpacked / name).read_bytes() if name in touched else pristine[name]
         assert content == expected, f"{name} is not the pristine wheel plus the series"
+
+
+# -- image-root.sh: the image's own files (nix/image.nix's extraCommands) -------------------------------------
+
+
+def test_image_root_writes_the_user_ldconfig_links_and_writable_directories(tmp_path):
+    programs = tmp_path / "store-bin"
+    programs.mkdir()
+    for name in ("bash", "awk"):
+        (programs / name).write_text("#!/bin/false\n")
+    server = tmp_path / "sglang-eagle3"
+    server.write_text("#!/bin/false\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    command = ["bash", str(SCRIPTS / "image-root.sh"), "1000", "/var/lib/sglang-eagle3", "/glibc/bin/ldconfig",
+               "/var/lib/sglang-eagle3,/var/cache/sglang-eagle3", "--", str(programs), str(server)]  # fmt: skip
+    subprocess.run(command, cwd=root, check=True)
+    assert "sglang:x:1000:1000:sglang-eagle3:/var/lib/sglang-eagle3:/bin/false" in (root / "etc/passwd").read_text()
+    assert "sglang:x:1000:" in (root / "etc/group").read_text()
+    assert os.readlink(root / "sbin/ldconfig") == "/glibc/bin/ldconfig" and (root / "etc/ld.so.conf.d").is_dir()
+    assert {p.name: os.readlink(p) for p in (root / "bin").iterdir()} == {
+        "bash": str(programs / "bash"), "awk": str(programs / "awk"), "sh": "bash", "sglang-eagle3": str(server),
+    }  # fmt: skip
+    for directory in ("tmp", "var/lib/sglang-eagle3", "var/cache/sglang-eagle3"):
+        assert (root / directory).stat().st_mode & 0o7777 == 0o1777, directory
+    assert (root / "etc/sglang-eagle3").is_dir() and (root / "run").is_dir(), "mount points"
+
+
+def test_image_root_refuses_a_call_without_its_separator(tmp_path):
+    result = subprocess.run(["bash", str(SCRIPTS / "image-root.sh"), "1000", "/home", "/ldconfig", "/var/x", "/bin"],
+                            cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2 and "expected -- after WRITABLE_DIRS" in result.stderr

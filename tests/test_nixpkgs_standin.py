@@ -37,7 +37,7 @@ ALWAYS_THERE = {"out", "outputs"}
 
 reason = unavailable()
 if reason and REQUIRED:
-    raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
+    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
 pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
 
 

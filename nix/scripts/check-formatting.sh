@@ -14,8 +14,8 @@ cd "$src"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-ruff format --no-cache --check python tests benchmarks nix
-ruff check --no-cache python tests benchmarks nix
+ruff format --no-cache --check python tests benchmarks nix kubernetes
+ruff check --no-cache python tests benchmarks nix kubernetes
 
 export NIX_STORE_DIR=$scratch/store NIX_STATE_DIR=$scratch/state NIX_LOG_DIR=$scratch/log
 export NIX_CONF_DIR=$scratch HOME=$scratch NIX_CONFIG="build-users-group ="

@@ -8,13 +8,21 @@
 # glibc-linked libraries ahead of the store's. So, as nix-gl-host does, only the driver's own
 # libraries are linked into a private directory, and that one goes on LD_LIBRARY_PATH.
 #
+# In a container (nix/image.nix) the NVIDIA Container Toolkit mounts the driver the same way:
+# at the host distribution's library directory in its legacy mode and with CDI from
+# `nvidia-ctk cdi generate` (/usr/lib/x86_64-linux-gnu, /usr/lib64), at /run/opengl-driver and
+# /usr/local/nvidia/lib64 with NixOS's hardware.nvidia-container-toolkit (CDI). Where the
+# toolkit's ldconfig step did not run (no /sbin/ldconfig, or CDI's create-symlinks hook
+# disabled, as NixOS's generator does) only the versioned files are there
+# (libcuda.so.580.95.05): the soname links the loader asks for are made here.
+#
 # Inputs (shell variables, for tests): driverLink (default /run/opengl-driver), ldconfigs
 # (the host's ldconfig programs to ask), hostLibDirs (directories to look in otherwise).
 # Nothing here may fail the wrapper (it runs under `bash -e`): no driver found means no change,
 # and the preflight then reports the missing GPUs.
 
 _sglang_eagle3_host_driver() {
-  local link=${driverLink:-/run/opengl-driver} dir="" candidate out
+  local link=${driverLink:-/run/opengl-driver} dir="" candidate found out
   [ -e "$link/lib/libcuda.so.1" ] && return 0
   for candidate in ${ldconfigs:-/sbin/ldconfig /usr/sbin/ldconfig}; do
     [ -x "$candidate" ] || continue
@@ -23,8 +31,11 @@ _sglang_eagle3_host_driver() {
     [ -n "$dir" ] && { dir=${dir%/*}; break; }
   done
   if [ -z "$dir" ]; then
-    for candidate in ${hostLibDirs:-/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/lib/wsl/lib}; do
-      [ -e "$candidate/libcuda.so.1" ] && { dir=$candidate; break; }
+    for candidate in ${hostLibDirs:-/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/wsl/lib}; do
+      # libcuda.so.1, or only libcuda.so.<driver version> where no ldconfig made the link
+      for found in "$candidate"/libcuda.so.1 "$candidate"/libcuda.so.[0-9]*.*; do
+        [ -e "$found" ] && { dir=$candidate; break 2; }
+      done
     done
   fi
   [ -n "$dir" ] || return 0
@@ -35,6 +46,14 @@ _sglang_eagle3_host_driver() {
   rm -f "$out"/*.so* 2>/dev/null || true
   for candidate in "$dir"/libcuda.so* "$dir"/libcudadebugger.so* "$dir"/libnvidia-*.so*; do
     [ -e "$candidate" ] && ln -sf "$candidate" "$out/" 2>/dev/null || true
+  done
+  # The sonames programs open (dlopen("libcuda.so.1"), ctypes.CDLL("libnvidia-ml.so.1")), where
+  # only the versioned file is there.
+  for candidate in libcuda libnvidia-ml; do
+    [ -e "$out/$candidate.so.1" ] && continue
+    for found in "$out/$candidate".so.[0-9]*.*; do
+      [ -e "$found" ] && { ln -sf "${found##*/}" "$out/$candidate.so.1" 2>/dev/null || true; break; }
+    done
   done
   export LD_LIBRARY_PATH=$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }

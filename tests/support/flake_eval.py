@@ -165,7 +165,9 @@ class Workspace:
         # then PATH.
         dirs = [str(Path(sys.executable).parent), *os.environ.get("PATH", "").split(os.pathsep)]
         host_path = list(dict.fromkeys(d for d in dirs if d))
-        (target / "host-tools.json").write_text(json.dumps({"path": host_path}))
+        # The wrappers' shell by its real path: they also run inside an image's root (tests/test_image.py).
+        shell = os.path.realpath(shutil.which("sh") or "/bin/sh")
+        (target / "host-tools.json").write_text(json.dumps({"path": host_path, "shell": shell}))
         return target
 
     def _copy_repo(self, repo: Path) -> Path:

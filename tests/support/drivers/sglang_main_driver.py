@@ -59,9 +59,11 @@ def main():
     keys = {f: getattr(with_keys, f) for f in ("api_key", "admin_api_key")}
     changed = sorted(name for name, value in fields(with_keys).items() if without[name] != value)
     launch_command = str(getattr(with_keys, "_launch_command", ""))
+    parsed = {name: value for name, value in fields(with_keys).items() if "api_key" not in name}  # every field, no key
     print(json.dumps({"startup": startup, "order": calls, "keys": keys, "changed": changed,
                       "launch_command": launch_command, "tp_size": with_keys.tp_size,
-                      "speculative_algorithm": with_keys.speculative_algorithm}))  # fmt: skip
+                      "speculative_algorithm": with_keys.speculative_algorithm,
+                      "fields": parsed}))  # fmt: skip
 
 
 if __name__ == "__main__":

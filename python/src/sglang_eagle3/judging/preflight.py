@@ -8,6 +8,7 @@ is wrong and how to fix it.
 from __future__ import annotations
 
 import csv
+import ctypes
 import difflib
 import errno
 import json
@@ -32,6 +33,11 @@ from .findings import Finding, Judged, Status
 
 NVIDIA_SMI_ENV = "SGLANG_EAGLE3_NVIDIA_SMI"  # tests point this at recorded outputs
 QUERY = ["--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader"]
+LIBCUDA_ENV = "SGLANG_EAGLE3_LIBCUDA"  # the driver library to judge instead of the one the loader finds (tests)
+# The CUDA both stacks are built with (nix/pins.json "cuda"). A driver reports the newest CUDA it runs with
+# cuDriverGetVersion (13000 = 13.0); CUDA's minor version compatibility lets a 13.0 driver run any 13.x.
+STACK_CUDA = (13, 0)
+DRIVER_LINK = Path("/run/opengl-driver")  # NixOS's driver, also where its container toolkit (CDI) mounts it
 
 
 @dataclass
@@ -70,6 +76,77 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
         index, name, cap, memory = (cell.strip() for cell in row)
         gpus.append(Gpu(int(index), name, cap, memory))
     return gpus
+
+
+def driver_cuda_version(library: str | None = None) -> tuple[str, int]:
+    """(the libcuda.so.1 SGLang's processes will load, the CUDA version it runs as cuDriverGetVersion gives it).
+
+    The loader's search first (LD_LIBRARY_PATH: the wrapper links the host's or the container's driver there,
+    nix/scripts/host-driver.sh), then NixOS's driver link, which CUDA libraries find through their RUNPATH.
+    Raises OSError when there is no driver library, RuntimeError when it does not answer.
+    """
+    names = [library] if library else ["libcuda.so.1", str(DRIVER_LINK / "lib" / "libcuda.so.1")]
+    failures = []
+    for name in names:
+        try:
+            driver = ctypes.CDLL(name)
+        except OSError as err:
+            failures.append(str(err))
+            continue
+        version = ctypes.c_int(0)
+        status = driver.cuDriverGetVersion(ctypes.byref(version))
+        if status != 0:
+            raise RuntimeError(f"cuDriverGetVersion of {name} failed (CUresult {status})")
+        return _mapped_file("libcuda.so") or name, version.value
+    raise OSError("; ".join(failures))
+
+
+def _mapped_file(stem: str) -> str | None:
+    """The file of a loaded library whose name starts with ``stem`` (from /proc/self/maps), or None."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split()[-1] for line in lines if Path(line.split()[-1]).name.startswith(stem)), None)
+
+
+def check_driver(result: Preflight, nvidia_smi: str | None, environ) -> None:
+    """The CUDA driver library SGLang loads: there (a container gets it only with the compute capability), and
+    new enough for the stack's CUDA."""
+    given = environ.get(LIBCUDA_ENV)
+    if given is None and (nvidia_smi or environ.get(NVIDIA_SMI_ENV)):
+        result.add(
+            "driver", Status.NOT_CHECKED,
+            "the GPUs were read from a given nvidia-smi, not this host's driver; libcuda.so.1 is not checked "
+            f"(set {LIBCUDA_ENV} to judge a driver library)",
+        )  # fmt: skip
+        return
+    want = ".".join(map(str, STACK_CUDA))
+    try:
+        path, version = driver_cuda_version(given)
+    except OSError:
+        capabilities = environ.get("NVIDIA_DRIVER_CAPABILITIES")
+        here = f" (it is {capabilities!r} here)" if capabilities is not None else " (it is unset here)"
+        result.add(
+            "driver", Status.FAIL,
+            "libcuda.so.1, the CUDA driver library, is not found: CUDA cannot start. In a container, set "
+            f"NVIDIA_DRIVER_CAPABILITIES=compute,utility{here}: the NVIDIA Container Toolkit mounts libcuda only "
+            "for the compute capability (unset, it gives utility alone: nvidia-smi and NVML). On a host, install "
+            "the driver's CUDA library (NixOS: hardware.nvidia)",
+        )  # fmt: skip
+        return
+    except (RuntimeError, AttributeError) as err:  # AttributeError: a library without cuDriverGetVersion
+        result.add("driver", Status.FAIL, f"the CUDA driver library does not answer: {err}")
+        return
+    runs = f"{version // 1000}.{version % 1000 // 10}"
+    if (version // 1000, version % 1000 // 10) < STACK_CUDA:
+        result.add(
+            "driver", Status.FAIL,
+            f"the NVIDIA driver runs CUDA up to {runs} ({path}), too old for this stack's CUDA {want}: CUDA {want} "
+            "needs a 580 or newer driver; upgrade the host's driver (NixOS: hardware.nvidia.package)",
+        )  # fmt: skip
+        return
+    result.add("driver", Status.OK, f"runs CUDA up to {runs}, this stack needs {want} ({path})")
 
 
 TOPO = ["topo", "-m"]
@@ -347,8 +424,9 @@ def run(
                 f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at "
                 "start and stops without it; put the driver's nvidia-smi on PATH (NixOS: the "
                 "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
-                "container toolkit mounts it)",
+                "container toolkit mounts it with the utility capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
             )
+            check_driver(result, nvidia_smi, os.environ)
         else:
             result.add(
                 "gpus",
@@ -373,6 +451,7 @@ def run(
                 Status.OK,
                 f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
             )
+            check_driver(result, nvidia_smi, os.environ)
 
     arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
     drafts = drafts and bool(settings.speculative_algorithm)

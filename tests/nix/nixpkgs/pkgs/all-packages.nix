@@ -9,17 +9,18 @@ self:
 let
   stdenv = import ./stdenv.nix { inherit lib config system; };
 
-  # Directories searched for host programs when a leaf package is built here: the test
-  # that assembles the stand-in may write host-tools.json ({ "path": [ ... ] }).
+  # Directories searched for host programs when a leaf package is built here, and the shell
+  # that starts the wrappers: the test that assembles the stand-in may write host-tools.json
+  # ({ "path": [ ... ], "shell": "/usr/bin/dash" }). A shell by its real path keeps the wrappers
+  # runnable in an image's root, whose /bin/sh is the image's own (tests/test_image.py).
+  hostTools = if builtins.pathExists ../host-tools.json then builtins.fromJSON (builtins.readFile ../host-tools.json) else { };
   hostPath =
-    if builtins.pathExists ../host-tools.json then
-      (builtins.fromJSON (builtins.readFile ../host-tools.json)).path
-    else
-      [
-        "/usr/local/bin"
-        "/usr/bin"
-        "/bin"
-      ];
+    hostTools.path or [
+      "/usr/local/bin"
+      "/usr/bin"
+      "/bin"
+    ];
+  hostShell = hostTools.shell or "/bin/sh";
 
   # A leaf package (a program nixpkgs builds from source). Evaluated like the real one
   # (name, version, its outputs in nixpkgs' order, meta.mainProgram); built here as wrappers
@@ -34,9 +35,10 @@ let
     mkdir -p ${dir}/bin
     for program in ${programs}; do
       cat > "${dir}/bin/$program" <<EOS
-    #!/bin/sh
+    #!${hostShell}
     for dir in $hostPath; do
-      if [ -x "\$dir/$program" ]; then exec "\$dir/$program" "\$@"; fi
+      # not this wrapper itself (an image's /bin links the wrappers, and hostPath may hold /bin)
+      if [ -x "\$dir/$program" ] && ! [ "\$dir/$program" -ef "\$0" ]; then exec "\$dir/$program" "\$@"; fi
     done
     echo "nixpkgs stand-in: this host has no '$program' for ${pname} (searched $hostPath)" >&2
     exit 127
@@ -115,11 +117,53 @@ trivial
   fetchurl = import ./fetchurl.nix { inherit lib stdenv; };
 
   bash = hostTool "bash" "5.3" [ "bash" ];
+  # pkgs/tools/misc/coreutils: the programs the flake's derivations and the image's /bin use
   coreutils = hostTool "coreutils" "9.8" [
+    "basename"
+    "cat"
+    "chmod"
     "cp"
+    "cut"
+    "dirname"
+    "env"
+    "false"
+    "head"
+    "id"
+    "install"
     "ln"
+    "ls"
     "mkdir"
+    "mv"
+    "readlink"
+    "rm"
+    "sleep"
+    "true"
   ];
+  # pkgs/tools/text/gawk/default.nix: bin/awk and bin/gawk (nix/image.nix links them into the image's /bin)
+  gawk = hostTool "gawk" "5.3.2" [
+    "awk"
+    "gawk"
+  ];
+  # pkgs/development/libraries/glibc/common.nix (read at 00437292513a341c81ae728a74011fc0cfb7fa01):
+  # outputs out, bin, dev, static, getent; ldconfig and ldd are in `bin` (lib.getExe' glibc "ldconfig").
+  glibc = (hostTool "glibc" "2.40-66" [ ]) // {
+    bin = hostTool "glibc-bin" "2.40-66" [
+      "ldconfig"
+      "ldd"
+    ];
+    outputs = [
+      "out"
+      "bin"
+      "dev"
+      "static"
+      "getent"
+    ];
+  };
+  # pkgs/build-support/docker (streamLayeredImage) and dockerAutoLayer: ./docker/default.nix says what is mirrored.
+  inherit (self.callPackage ./docker { }) dockerAutoLayer;
+  dockerTools = {
+    inherit (self.callPackage ./docker { }) streamLayeredImage;
+  };
   curl = hostTool "curl" "8.17.0" [ "curl" ];
   git = hostTool "git" "2.52.0" [ "git" ];
   gnupatch = hostTool "patch" "2.8" [ "patch" ];

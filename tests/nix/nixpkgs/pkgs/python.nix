@@ -45,6 +45,10 @@ let
     # pkgs/development/python-modules/prometheus-client: the attribute name and
     # pythonImportsCheck = [ "prometheus_client" ] are the real ones, the version illustrative.
     prometheus-client = pythonPackage "prometheus-client" "0.23.1" [ "prometheus_client" ];
+    # pkgs/development/python-modules/{click,pydantic}: what `sglang-eagle3` imports to start
+    # (nix/tests/image-stand-in.nix); attribute names and pythonImportsCheck the real ones.
+    click = pythonPackage "click" "8.3.1" [ "click" ];
+    pydantic = pythonPackage "pydantic" "2.12.5" [ "pydantic" ];
   });
 
   # pkgs/development/interpreters/python/python-packages-base.nix: the interpreter, the

@@ -1,0 +1,595 @@
+"""Generate the Kubernetes manifests in this folder from the definitions the NixOS unit is made of.
+
+    .venv/bin/python kubernetes/generate.py            # write them
+    .venv/bin/python kubernetes/generate.py --check    # exit 1 when a committed file differs
+    .venv/bin/python kubernetes/generate.py --target-lock my-target.lock.json --draft-lock my-draft.lock.json
+
+What comes from where (one definition each; tests/test_kubernetes.py proves the manifests agree with the
+evaluated NixOS unit on argv, environment and probes):
+- the settings file: every field of python/src/sglang_eagle3/serving/settings.py at its default (as the
+  module's `settings` options are), the few set here (host, model directories, tp_size, nnodes), and the
+  fields the module owns (modules/settings-file.nix);
+- environment, state and cache directories, the supervisor's grace: modules/server-process.json;
+- the weights: the model locks (`sglang-eagle3 models lock`), fetched by one init container per model
+  into /var/lib/sglang-eagle3/models/<repository name>, as services.sglang-eagle3.models does;
+- the API key: a Secret, copied by an init container into a memory volume that CREDENTIALS_DIRECTORY
+  names, as systemd's LoadCredential hands it to the unit (the launcher reads it the same way);
+- probes: the launcher's readiness URL (/health_generate) and ready_timeout, SGLang's /health;
+- alert rules: modules/monitoring (the same files the monitoring module loads);
+- securityContext: modules/hardening.nix, key by key as kubernetes/hardening.json maps it;
+- the router: services.sglang-router's defaults (its command line, environment and stop grace).
+
+Layout (kustomize base and overlays; every file is plain YAML, `kubectl apply -k kubernetes/one-node`):
+  base/        model locks, monitoring (ServiceMonitor, PrometheusRule), NetworkPolicy
+  one-node/    settings, a StatefulSet of one-node replicas (8 GPUs each), the router in front
+  multi-node/  settings, a LeaderWorkerSet (two 8-GPU nodes per replica, tp 16), the router in front
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+from sglang_eagle3.serving import launch_plan, settings
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROCESS = json.loads((REPO / "modules" / "server-process.json").read_text())
+HARDENING = json.loads((HERE / "hardening.json").read_text())
+MONITORING = REPO / "modules" / "monitoring"
+EXAMPLE_LOCKS = {
+    "target": REPO / "nix/tests/example-target.lock.json",
+    "draft": REPO / "nix/tests/example-draft.lock.json",
+}
+
+NAME = "sglang-eagle3"
+ROUTER = "sglang-router"
+# The images nix/image.nix builds (`nix build .#image`, `.#router-image`): name and tag. Retag them for your
+# registry with kustomize (`images:`) and pin a digest once pushed.
+IMAGE = "sglang-eagle3:0.1.0-sglang-0.5.9"
+ROUTER_IMAGE = "sglang-eagle3-router:0.1.0"
+USER = 1000  # the images' user (nix/image.nix)
+GPUS_PER_NODE = 8
+HTTP_PORT = settings.default("port")
+ROUTER_METRICS_PORT = 29000  # services.sglang-router.metrics.port's default
+RENDEZVOUS_PORT = 20000  # rank 0's torch.distributed rendezvous (LeaderWorkerSet's SGLang example)
+DIST_TIMEOUT = 1800  # SGLang --dist-timeout: ranks wait this long for each other while 600 GB load
+SETTINGS_FILE = PROCESS["settingsFile"]  # where the image looks for its settings (nix/image.nix)
+CONFIG_DIR = str(Path(SETTINGS_FILE).parent)
+LOCKS_DIR = "/etc/sglang-eagle3-locks"
+SECRETS_DIR = "/run/secrets/sglang-eagle3"  # the Secret, as Kubernetes mounts it (group-readable)
+CREDENTIALS_DIR = "/run/credentials/sglang-eagle3"  # the key copied private to the server's user
+WEIGHTS_SIZE = "1200Gi"  # Kimi-K2.5 NVFP4 (~600 GB) and the draft, with room for a second revision
+SHM_SIZE = "32Gi"
+PROBE_PERIOD = 30  # seconds between startup probes
+
+# Fields services.sglang-eagle3 sets through options of its own (modules/sglang-eagle3.nix ownedFields):
+# settings-file.nix adds nnodes, node_rank, dist_init_addr, extra_args and ready_timeout; the key files and
+# the environment are not in the file (LoadCredential; the unit's environment).
+NOT_IN_FILE = ("api_key_file", "admin_api_key_file", "environment")
+# Variables Kubernetes expands in args from the LeaderWorkerSet's (kubernetes-sigs/lws,
+# site/content/en/docs/reference/labels-annotations-and-environment-variables.md).
+LWS_LEADER, LWS_SIZE, LWS_INDEX = "$(LWS_LEADER_ADDRESS)", "$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)"
+# NCCL and Gloo over the pod network of PCIe/Ethernet hosts: the pod's interface, no InfiniBand.
+MULTI_NODE_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1"}
+# services.sglang-router (modules/sglang-router.nix) at its defaults, listening beyond loopback.
+ROUTER_ARGS = [
+    "--host", "0.0.0.0", "--port", str(HTTP_PORT), "--policy", "cache_aware", "--cache-threshold", "0.300000",
+    "--balance-abs-threshold", "64", "--balance-rel-threshold", "1.500000", "--prometheus-host", "0.0.0.0",
+    "--prometheus-port", str(ROUTER_METRICS_PORT), "--request-timeout-secs", "1800",
+    "--shutdown-grace-period-secs", "180", "--worker-startup-timeout-secs", "7320",
+    "--worker-startup-check-interval", "30", "--health-check-endpoint", "/health",
+    "--health-check-interval-secs", "60", "--health-check-timeout-secs", "5", "--health-failure-threshold", "3",
+    "--health-success-threshold", "2", "--log-level", "info", "--retry-max-retries", "5",
+    "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "30000", "--retry-backoff-multiplier", "1.500000",
+    "--retry-jitter-factor", "0.200000", "--cb-failure-threshold", "10", "--cb-success-threshold", "3",
+    "--cb-timeout-duration-secs", "60", "--cb-window-duration-secs", "120",
+]  # fmt: skip
+ROUTER_CACHE = "/var/cache/sglang-router"
+ROUTER_STOP_GRACE = 180 + 15  # the unit's TimeoutStopSec: shutdownGracePeriodSec + 15
+
+
+@dataclass(frozen=True)
+class Layout:
+    folder: str
+    nnodes: int
+    replicas: int
+
+    @property
+    def tp_size(self) -> int:
+        return GPUS_PER_NODE * self.nnodes
+
+    def worker_urls(self) -> list[str]:
+        """Each replica's rank 0 by its DNS name: a StatefulSet's pods, or each LeaderWorkerSet group's leader."""
+        return [f"http://{NAME}-{i}.{NAME}:{HTTP_PORT}" for i in range(self.replicas)]
+
+
+ONE_NODE = Layout("one-node", nnodes=1, replicas=2)
+MULTI_NODE = Layout("multi-node", nnodes=2, replicas=1)
+
+
+# -- what the unit is made of ----------------------------------------------------------------------------
+
+
+def model_dir(lock: Path) -> str:
+    """Where services.sglang-eagle3.models fetches a lock's model: the repository's name under the models dir."""
+    return f"{PROCESS['modelsDirectory']}/{json.loads(lock.read_text())['repo'].rsplit('/', 1)[-1]}"
+
+
+def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
+    """The settings file, as modules/settings-file.nix renders it for the same host configuration."""
+    chosen = {
+        "host": "0.0.0.0",
+        "model_path": model_dir(locks["target"]),
+        "speculative_draft_model_path": model_dir(locks["draft"]),
+        "tp_size": layout.tp_size,
+    }
+    values = {name: settings.default(name) for name in settings.ServerSettings.model_fields if name not in NOT_IN_FILE}
+    values.update(
+        chosen, nnodes=layout.nnodes, node_rank=0, dist_init_addr=None, ready_timeout=int(values["ready_timeout"])
+    )
+    if layout.nnodes > 1:
+        values["extra_args"] = ["--dist-timeout", str(DIST_TIMEOUT)]
+    # What the launcher will load is valid (several nodes: once LeaderWorkerSet's leader fills dist_init_addr).
+    settings.ServerSettings(**{**values, "dist_init_addr": values["dist_init_addr"] or f"leader:{RENDEZVOUS_PORT}"})
+    return dict(sorted(values.items()))
+
+
+def server_env(layout: Layout) -> dict[str, str]:
+    """The unit's environment (server-process.json; HF_HUB_OFFLINE from the models module, the weights being
+    locked) plus where the credential is."""
+    env = {**PROCESS["environment"], "HF_HUB_OFFLINE": "1", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
+    return {**(MULTI_NODE_ENV if layout.nnodes > 1 else {}), **env}
+
+
+def startup_budget(values: dict) -> int:
+    """Seconds the startup probe allows: the launcher's ready_timeout and the supervisor's grace (the unit's
+    TimeoutStartSec), so the launcher's own timeout, which says why, ends a slow start first."""
+    return int(values["ready_timeout"]) + PROCESS["startGraceSec"]
+
+
+def stop_grace(values: dict) -> int:
+    """The unit's TimeoutStopSec: the launcher's stop_timeout and the supervisor's grace."""
+    return math.ceil(values["stop_timeout"]) + PROCESS["stopGraceSec"]
+
+
+# -- Kubernetes objects ------------------------------------------------------------------------------------
+
+
+def labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": component}
+
+
+def env_list(env: dict[str, str]) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _expressed(level: str) -> dict:
+    """The securityContext fields (``pod`` or ``container``) hardening.json maps modules/hardening.nix to."""
+    context: dict = {}
+    for entry in [*HARDENING["systemd"].values(), HARDENING["always"]]:
+        context.update(entry.get(level) or {})
+    return dict(sorted(context.items()))
+
+
+def security_context() -> dict:
+    return _expressed("container")
+
+
+def pod_security() -> dict:
+    # fsGroup: the weights volume is written by the fetch containers as this user; OnRootMismatch keeps a
+    # restart from walking 600 GB to change their group again.
+    own = {"runAsUser": USER, "runAsGroup": USER, "fsGroup": USER, "fsGroupChangePolicy": "OnRootMismatch"}
+    return {**own, **_expressed("pod")}
+
+
+def http_get(path: str, port: str = "http") -> dict:
+    return {"httpGet": {"path": path, "port": port}}
+
+
+def mount(name: str, path: str, read_only: bool = False) -> dict:
+    return {"name": name, "mountPath": path, **({"readOnly": True} if read_only else {})}
+
+
+def credentials_init() -> dict:
+    """systemd's LoadCredential, the Kubernetes way: the Secret (mounted group-readable) copied into a memory
+    volume, private to the server's user, where the launcher finds it ($CREDENTIALS_DIRECTORY/api-key)."""
+    return {
+        "name": "credentials",
+        "image": IMAGE,
+        "command": ["install", "-m", "0400", f"{SECRETS_DIR}/api-key", f"{CREDENTIALS_DIR}/api-key"],
+        "securityContext": security_context(),
+        "volumeMounts": [mount("api-key", SECRETS_DIR, True), mount("credentials", CREDENTIALS_DIR)],
+    }
+
+
+def fetch_init(role: str, lock: Path) -> dict:
+    """`sglang-eagle3 models fetch` against the lock: every file hashed against it before it is put in place."""
+    return {
+        "name": f"fetch-{role}",
+        "image": IMAGE,
+        "command": ["sglang-eagle3"],
+        "args": ["models", "fetch", "--lock", f"{LOCKS_DIR}/{role}.lock.json", "--dir", model_dir(lock), "--jobs", "8"],
+        "env": env_list(PROCESS["modelsEnvironment"]),
+        "securityContext": security_context(),
+        "volumeMounts": [
+            mount("model-locks", LOCKS_DIR, True),
+            mount("weights", PROCESS["modelsDirectory"]),
+            mount("cache", PROCESS["cacheDirectory"]),
+            mount("tmp", "/tmp"),
+        ],
+    }
+
+
+def server_container(layout: Layout, values: dict, leader: bool) -> dict:
+    args = ["--config", SETTINGS_FILE]
+    if layout.nnodes > 1:
+        args += ["--set", f"nnodes={LWS_SIZE}", "--set", f"node_rank={LWS_INDEX}",
+                 "--set", f"dist_init_addr={LWS_LEADER}:{RENDEZVOUS_PORT}"]  # fmt: skip
+    health = urlparse(launch_plan.health_url(settings.ServerSettings(**{**values, "nnodes": 1}))).path
+    container = {
+        "name": "server",
+        "image": IMAGE,
+        "args": args,
+        "env": env_list(server_env(layout)),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}]
+        + ([{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}] if layout.nnodes > 1 else []),
+        "resources": {"limits": {"nvidia.com/gpu": GPUS_PER_NODE}},
+        "securityContext": security_context(),
+        "volumeMounts": [
+            mount("settings", CONFIG_DIR, True),
+            mount("credentials", CREDENTIALS_DIR, True),
+            mount("weights", PROCESS["modelsDirectory"], True),
+            mount("state", PROCESS["stateDirectory"]),
+            mount("cache", PROCESS["cacheDirectory"]),
+            mount("tmp", "/tmp"),
+            mount("shm", "/dev/shm"),
+        ],
+    }
+    if leader:
+        # Rank 0 serves HTTP. Startup: a first start loads 600 GB, JIT-compiles kernels and captures CUDA graphs.
+        # Readiness: a token can be generated (takes seconds under load). Liveness: the HTTP server answers
+        # (/health is 503 while starting, which the startup probe covers). Workers (rank > 0) answer both
+        # paths with a dummy 200 whatever their state (sgl-project/sglang #32949): they get no HTTP probe;
+        # RecreateGroupOnPodRestart restarts the group when any pod of it fails.
+        container["startupProbe"] = {**http_get(health), "periodSeconds": PROBE_PERIOD, "timeoutSeconds": 10,
+                                     "failureThreshold": math.ceil(startup_budget(values) / PROBE_PERIOD)}  # fmt: skip
+        container["readinessProbe"] = {**http_get(health), "periodSeconds": 15, "timeoutSeconds": 10,
+                                       "failureThreshold": 3}  # fmt: skip
+        container["livenessProbe"] = {**http_get("/health"), "periodSeconds": 30, "timeoutSeconds": 10,
+                                      "failureThreshold": 6}  # fmt: skip
+    return container
+
+
+def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: bool) -> dict:
+    """A server pod; its `weights` volume is the claim of the StatefulSet's or LeaderWorkerSet's template."""
+    volumes = [
+        {"name": "settings", "configMap": {"name": f"{NAME}-settings"}},
+        {"name": "model-locks", "configMap": {"name": f"{NAME}-model-locks"}},
+        {"name": "api-key", "secret": {"secretName": f"{NAME}-api-key", "defaultMode": 0o440}},
+        {"name": "credentials", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": "state", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+    ]
+    return {
+        "metadata": {"labels": {**labels("server"), **({f"{NAME}/rank": "0"} if leader else {})}},
+        "spec": {
+            "securityContext": pod_security(),
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": stop_grace(values),
+            "initContainers": [credentials_init()] + [fetch_init(role, lock) for role, lock in locks.items()],
+            "containers": [server_container(layout, values, leader)],
+            "volumes": volumes,
+        },
+    }
+
+
+def weights_claim() -> dict:
+    return {
+        "metadata": {"name": "weights"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": WEIGHTS_SIZE}}},
+    }
+
+
+def settings_configmap(values: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-settings", "labels": labels("server")},
+        "data": {"settings.json": json.dumps(values, indent=2) + "\n"},
+    }
+
+
+def server_service(name: str, selector: dict) -> dict:
+    """A headless Service: the pods' DNS names for the router, their metrics endpoints for Prometheus."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels("server")},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,  # the router and Prometheus see a loading server too
+            "selector": selector,
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def one_node(locks: dict[str, Path]) -> list[dict]:
+    values = settings_file(ONE_NODE, locks)
+    pod = server_pod(ONE_NODE, values, locks, leader=True)
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": NAME, "labels": labels("server")},
+        "spec": {
+            "serviceName": NAME,
+            "replicas": ONE_NODE.replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": labels("server")},
+            "template": pod,
+            "volumeClaimTemplates": [weights_claim()],
+        },
+    }
+    return [settings_configmap(values), statefulset, server_service(NAME, labels("server"))]
+
+
+def multi_node(locks: dict[str, Path]) -> list[dict]:
+    layout = MULTI_NODE
+    values = settings_file(layout, locks)
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": NAME, "labels": labels("server")},
+        "spec": {
+            "replicas": layout.replicas,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": layout.nnodes,
+                # rank 0 stays up when another rank dies (sgl-project/sglang #3099): restart the whole group
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": server_pod(layout, values, locks, leader=True),
+                "workerTemplate": server_pod(layout, values, locks, leader=False),
+                # each pod's own weights, kept when the group is recreated (as a StatefulSet's claims)
+                "volumeClaimTemplates": [weights_claim()],
+            },
+        },
+    }
+    # The LeaderWorkerSet's own headless Service (named after it) gives the pods their DNS names; this one
+    # selects the leaders, for Prometheus.
+    leaders = {**labels("server"), f"{NAME}/rank": "0"}
+    return [settings_configmap(values), lws, server_service(f"{NAME}-leaders", leaders)]
+
+
+def router(layout: Layout) -> list[dict]:
+    env = {"HOME": ROUTER_CACHE, "HF_HOME": f"{ROUTER_CACHE}/huggingface", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
+    init = {**credentials_init(), "image": ROUTER_IMAGE}
+    container = {
+        "name": "router",
+        "image": ROUTER_IMAGE,
+        "args": [*ROUTER_ARGS, "--worker-urls", *layout.worker_urls()],
+        "env": env_list(env),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT},
+            {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
+        ],
+        "readinessProbe": {**http_get("/readiness"), "periodSeconds": 10, "timeoutSeconds": 5},
+        "livenessProbe": {**http_get("/liveness"), "periodSeconds": 30, "timeoutSeconds": 5, "failureThreshold": 3},
+        "securityContext": security_context(),
+        "volumeMounts": [
+            mount("credentials", CREDENTIALS_DIR, True),
+            mount("cache", ROUTER_CACHE),
+            mount("tmp", "/tmp"),
+        ],
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels("router")},
+            "template": {
+                "metadata": {"labels": labels("router")},
+                "spec": {
+                    "securityContext": pod_security(),
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": ROUTER_STOP_GRACE,
+                    "initContainers": [init],
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "api-key", "secret": {"secretName": f"{NAME}-api-key", "defaultMode": 0o440}},
+                        {"name": "credentials", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                        {"name": "cache", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "spec": {
+            "selector": labels("router"),
+            "ports": [
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
+                {"name": "metrics", "port": ROUTER_METRICS_PORT, "targetPort": "metrics"},
+            ],  # fmt: skip
+        },
+    }
+    return [deployment, service]
+
+
+def model_locks(locks: dict[str, Path]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-model-locks", "labels": labels("server")},
+        "data": {f"{role}.lock.json": lock.read_text() for role, lock in locks.items()},
+    }
+
+
+def relabel_job(job: str) -> list[dict]:
+    """The scrape job's name the alert rules select on (modules/monitoring/sglang-eagle3-alerts.yml)."""
+    return [{"targetLabel": "job", "replacement": job, "action": "replace"}]
+
+
+def service_monitor(name: str, component: str, endpoints: list[dict], **spec) -> dict:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": name, "labels": labels(component)},
+        "spec": {"selector": {"matchLabels": labels(component)}, **spec, "endpoints": endpoints},
+    }
+
+
+def scrape(port: str, path: str, job: str, **extra) -> dict:
+    return {"port": port, "path": path, "interval": "15s", **extra, "relabelings": relabel_job(job)}
+
+
+def monitoring() -> list[dict]:
+    server = service_monitor(
+        NAME, "server",
+        [scrape("http", "/metrics", NAME),
+         # /health_generate as a target: `up` is 0 while it fails (SGLangServerNotReady)
+         scrape("http", "/health_generate", f"{NAME}-health", scrapeTimeout="10s")],
+        # /health_generate answers with an empty body and no Content-Type (the module's scrape config too)
+        fallbackScrapeProtocol="PrometheusText0.0.4",
+    )  # fmt: skip
+    router_monitor = service_monitor(ROUTER, "router", [scrape("metrics", "/metrics", ROUTER)])
+    groups = []
+    for rules in ("sglang-eagle3-alerts.yml", "sglang-eagle3-thresholds.yml"):
+        groups += yaml.safe_load((MONITORING / rules).read_text())["groups"]
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": NAME, "labels": labels("server")},
+        "spec": {"groups": groups},
+    }
+    return [server, router_monitor, rule]
+
+
+def network_policies() -> list[dict]:
+    """Who may talk to whom: clients to the router, the router and Prometheus to the servers, the ranks of a
+    replica among themselves (NCCL opens connections on ephemeral ports); out: DNS, the ranks, and HTTPS for
+    the model fetch (the hub and its CDN)."""
+    server, router_pods = labels("server"), labels("router")
+    prometheus = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    dns = {
+        "to": [{"namespaceSelector": {}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+    from_servers = {"from": [{"podSelector": {"matchLabels": server}}]}
+    to_servers = {"to": [{"podSelector": {"matchLabels": server}}]}
+    return [
+        network_policy(
+            NAME, server,
+            ingress=[{"from": [{"podSelector": {"matchLabels": router_pods}}, prometheus], "ports": [tcp(HTTP_PORT)]},
+                     from_servers],
+            egress=[dns, to_servers, {"ports": [tcp(443)]}],
+        ),
+        network_policy(
+            ROUTER, router_pods,
+            ingress=[{"ports": [tcp(HTTP_PORT)]}, {"from": [prometheus], "ports": [tcp(ROUTER_METRICS_PORT)]}],
+            egress=[dns, {**to_servers, "ports": [tcp(HTTP_PORT)]}],
+        ),
+    ]  # fmt: skip
+
+
+def tcp(port: int) -> dict:
+    return {"protocol": "TCP", "port": port}
+
+
+def network_policy(name: str, pods: dict, ingress: list[dict], egress: list[dict]) -> dict:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "labels": pods},
+        "spec": {
+            "podSelector": {"matchLabels": pods},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
+
+
+def kustomization(resources: list[str]) -> dict:
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": resources}
+
+
+# -- files ---------------------------------------------------------------------------------------------------
+
+HEADER = "# Generated by kubernetes/generate.py; do not edit (change the definitions it reads, then run it).\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data):
+        return True
+
+
+def _text(dumper, value: str):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def render(objects: list[dict]) -> str:
+    return HEADER + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=120) for o in objects)
+
+
+def manifests(locks: dict[str, Path] | None = None) -> dict[str, str]:
+    """Every file of this folder: relative path -> content."""
+    locks = locks or EXAMPLE_LOCKS
+    files = {
+        "base/model-locks.yaml": [model_locks(locks)],
+        "base/monitoring.yaml": monitoring(),
+        "base/network-policy.yaml": network_policies(),
+        "one-node/server.yaml": one_node(locks),
+        "one-node/router.yaml": router(ONE_NODE),
+        "multi-node/server.yaml": multi_node(locks),
+        "multi-node/router.yaml": router(MULTI_NODE),
+    }
+    out = {path: render(objects) for path, objects in files.items()}
+    for folder in ("base", "one-node", "multi-node"):
+        own = sorted(Path(p).name for p in files if p.startswith(f"{folder}/"))
+        out[f"{folder}/kustomization.yaml"] = render([kustomization(([] if folder == "base" else ["../base"]) + own)])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a committed file differs")
+    parser.add_argument("--target-lock", type=Path, default=EXAMPLE_LOCKS["target"])
+    parser.add_argument("--draft-lock", type=Path, default=EXAMPLE_LOCKS["draft"])
+    parser.add_argument("--output", type=Path, default=HERE)
+    args = parser.parse_args(argv)
+    wanted = manifests({"target": args.target_lock, "draft": args.draft_lock})
+    stale = [
+        p for p, text in wanted.items() if not (args.output / p).is_file() or (args.output / p).read_text() != text
+    ]
+    if args.check:
+        for path in stale:
+            print(f"kubernetes/{path} differs from what generate.py writes; run: python kubernetes/generate.py")
+        return 1 if stale else 0
+    for path in stale:
+        (args.output / path).parent.mkdir(parents=True, exist_ok=True)
+        (args.output / path).write_text(wanted[path])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,439 @@
+"""The Kubernetes manifests (kubernetes/, written by kubernetes/generate.py), without a cluster:
+
+- the committed files are what the generator writes from the definitions (settings, server-process.json,
+  the model locks, the alert rules, hardening.json);
+- every object validates against the Kubernetes API schemas (kubernetes-validate, strict: no unknown field),
+  the LeaderWorkerSet, ServiceMonitor and PrometheusRule objects against their CRD schemas (check-jsonschema,
+  as strict), where those are staged (tests/support/k8s_crds.py; else one NOTE line says they were not);
+- they agree with the NixOS unit on argv, environment and probes: the module (tests/nix/module-harness.nix)
+  is evaluated with the same choices, one rank at a time, and the router's unit too;
+- the leader's and a worker's SGLang command lines, as the launcher renders them from the settings and the
+  LeaderWorkerSet's variables, are parsed by each stack's own SGLang (0.5.9, 0.5.23);
+- securityContext: every setting of modules/hardening.nix is mapped (kubernetes/hardening.json) and what the
+  map expresses is in every pod and container; the API key only ever comes from a Secret volume.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import REPO
+from sglang_eagle3.serving import credentials, launch_plan, settings
+from support import harness_env, k8s_crds, nix_harness
+
+FOLDER = REPO / "kubernetes"
+_spec = importlib.util.spec_from_file_location("generate", FOLDER / "generate.py")
+generate = sys.modules.setdefault("generate", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(generate)
+
+FILES = sorted(p for p in FOLDER.rglob("*.yaml") if p.name != "kustomization.yaml")
+OBJECTS = [(path, doc) for path in FILES for doc in yaml.safe_load_all(path.read_text())]
+CRD_KINDS = {"LeaderWorkerSet", "ServiceMonitor", "PrometheusRule"}
+# The oldest Kubernetes LeaderWorkerSet's current releases support, and the newest kubernetes-validate knows.
+VERSIONS = ["1.30.0", kubernetes_validate.utils.latest_version()]
+# What a LeaderWorkerSet gives each pod of group 0 (its leader is <name>-0, behind its headless Service).
+LWS_LEADER = f"{generate.NAME}-0.{generate.NAME}.default"
+
+
+def objects(folder: str, kind: str) -> list[dict]:
+    return [doc for path, doc in OBJECTS if path.parent.name == folder and doc["kind"] == kind]
+
+
+def one(folder: str, kind: str) -> dict:
+    (found,) = objects(folder, kind)
+    return found
+
+
+def pod_templates(folder: str) -> dict[str, dict]:
+    """rank 0's pod template (the StatefulSet's, or the leader's), and a worker's for several nodes."""
+    if folder == "one-node":
+        return {"leader": one(folder, "StatefulSet")["spec"]["template"]}
+    template = one(folder, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    return {"leader": template["leaderTemplate"], "worker": template["workerTemplate"]}
+
+
+def container(template: dict, name: str = "server") -> dict:
+    return next(c for c in template["spec"]["containers"] if c["name"] == name)
+
+
+def env_of(c: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def lws_values(rank: int) -> dict[str, str]:
+    return {"LWS_LEADER_ADDRESS": LWS_LEADER, "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": str(rank)}
+
+
+def expand(args: list[str], values: dict[str, str]) -> list[str]:
+    """Kubernetes' $(VAR) expansion of container args."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: values.get(m.group(1), m.group(0)), a) for a in args]
+
+
+def container_settings(folder: str, rank: int, tmp_path: Path) -> settings.ServerSettings:
+    """What the launcher in that pod loads: the ConfigMap's file, the container's env and --set args."""
+    configmap = one(folder, "ConfigMap") if folder != "base" else None
+    path = tmp_path / f"{folder}-{rank}-settings.json"
+    path.write_text(configmap["data"]["settings.json"])
+    template = pod_templates(folder)["leader" if rank == 0 else "worker"]
+    args = expand(container(template)["args"], lws_values(rank))
+    assert args[:2] == ["--config", generate.SETTINGS_FILE], args
+    assignments = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    return settings.load(path, assignments, environ=env_of(container(template)))
+
+
+# -- the files ---------------------------------------------------------------------------------------------
+
+
+def test_the_committed_manifests_are_what_the_generator_writes(tmp_path):
+    assert generate.main(["--check"]) == 0, "run: .venv/bin/python kubernetes/generate.py"
+    # and the generator does write what --check compares against
+    assert generate.main(["--output", str(tmp_path)]) == 0
+    written = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml")}
+    assert written == {str(p.relative_to(FOLDER)) for p in FOLDER.rglob("*.yaml")}
+
+
+def test_each_kustomization_lists_its_folders_files_over_the_base():
+    for folder in ("base", "one-node", "multi-node"):
+        kustomization = yaml.safe_load((FOLDER / folder / "kustomization.yaml").read_text())
+        own = sorted(p.name for p in (FOLDER / folder).glob("*.yaml") if p.name != "kustomization.yaml")
+        assert kustomization["resources"] == ([] if folder == "base" else ["../base"]) + own
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_built_in_object_validates_against_the_kubernetes_schemas(version):
+    checked = 0
+    for _, doc in OBJECTS:
+        if doc["kind"] in CRD_KINDS:
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        checked += 1
+    # The LeaderWorkerSet's pod templates are Kubernetes PodTemplateSpecs: validated as such too.
+    for role, template in pod_templates("multi-node").items():
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role}, "template": template},
+            version, strict=True,
+        )  # fmt: skip
+    assert checked == len([o for _, o in OBJECTS if o["kind"] not in CRD_KINDS]) >= 9
+
+
+def test_an_unknown_field_fails_the_validation():
+    """The validation is strict: a misspelt field is refused, not ignored."""
+    statefulset = json.loads(json.dumps(one("one-node", "StatefulSet")))
+    container(statefulset["spec"]["template"])["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(statefulset, VERSIONS[-1], strict=True)
+
+
+@pytest.fixture(scope="module")
+def crd_schemas():
+    why = k8s_crds.unavailable()
+    if why and k8s_crds.REQUIRED:
+        raise RuntimeError(f"{harness_env.REQUIRE_K8S_CRDS} is set, but {why}")
+    if why:
+        pytest.skip(why)
+    return k8s_crds.schemas()
+
+
+def check_jsonschema(schema: dict, doc: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    (tmp_path / "object.json").write_text(json.dumps(doc))
+    command = [str(Path(sys.executable).parent / "check-jsonschema"), "--regex-variant", "python"]
+    return subprocess.run([*command, "--schemafile", str(tmp_path / "schema.json"), str(tmp_path / "object.json")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_KINDS))
+def test_custom_resources_validate_against_their_crd_schemas(crd_schemas, kind, tmp_path):
+    found = [doc for _, doc in OBJECTS if doc["kind"] == kind]
+    assert found
+    for doc in found:
+        result = check_jsonschema(crd_schemas[(doc["apiVersion"], kind)], doc, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+    # strict: a field the CRD does not know is refused
+    wrong = {**found[0], "spec": {**found[0]["spec"], "restartPolicyy": "Never"}}
+    result = check_jsonschema(crd_schemas[(found[0]["apiVersion"], kind)], wrong, tmp_path)
+    assert result.returncode == 1 and "restartPolicyy" in result.stdout
+
+
+# -- agreement with the NixOS unit ---------------------------------------------------------------------------
+
+
+def module_host(folder: str, rank: int = 0) -> str:
+    layout = generate.ONE_NODE if folder == "one-node" else generate.MULTI_NODE
+    values = json.loads(one(folder, "ConfigMap")["data"]["settings.json"])
+    multi = ""
+    if layout.nnodes > 1:
+        env = " ".join(f'{k} = "{v}";' for k, v in generate.MULTI_NODE_ENV.items())
+        extra = " ".join(json.dumps(a) for a in values["extra_args"])
+        leader = f"{LWS_LEADER}:{generate.RENDEZVOUS_PORT}"
+        multi = (f'nnodes = {layout.nnodes}; nodeRank = {rank}; distInitAddr = "{leader}";'
+                 f" environment = {{ {env} }}; extraArgs = [ {extra} ];")  # fmt: skip
+    return f"""{{ services.sglang-eagle3 = {{
+        enable = true; settings = {{ host = "0.0.0.0"; tp_size = {layout.tp_size}; }};
+        apiKeyFile = "/run/secrets/sglang-api-key"; {multi}
+        models.target.lockFile = {generate.EXAMPLE_LOCKS["target"]};
+        models.draft.lockFile = {generate.EXAMPLE_LOCKS["draft"]};
+      }}; }}"""
+
+
+@pytest.fixture(scope="module")
+def units():
+    if not (nix_harness.NIX and nix_harness.NIXPKGS_LIB):
+        pytest.skip(f"needs nixpkgs' lib/: {nix_harness.flake_eval.HOW_TO_STAGE}")
+    hosts = {
+        ("one-node", 0): module_host("one-node"),
+        **{("multi-node", r): module_host("multi-node", r) for r in (0, 1)},
+    }
+    return {key: nix_harness.evaluate_module(config) for key, config in hosts.items()}
+
+
+CASES = [("one-node", 0), ("multi-node", 0), ("multi-node", 1)]
+
+
+@pytest.mark.parametrize(("folder", "rank"), CASES)
+def test_the_pods_settings_are_the_units(units, folder, rank, tmp_path):
+    unit = units[(folder, rank)]
+    assert unit["failedAssertions"] == []
+    unit_file = tmp_path / "unit-settings.json"
+    unit_file.write_text(json.dumps(unit["settings"]))
+    expected = settings.load(unit_file, environ={})
+    assert container_settings(folder, rank, tmp_path) == expected
+    if rank == 0:  # the file itself, before the LeaderWorkerSet's variables: the unit's, but for the rendezvous
+        configmap = json.loads(one(folder, "ConfigMap")["data"]["settings.json"])
+        assert {**configmap, "dist_init_addr": unit["settings"]["dist_init_addr"]} == unit["settings"]
+
+
+@pytest.mark.parametrize(("folder", "rank"), CASES)
+def test_the_pods_command_line_and_environment_are_the_units(units, folder, rank, tmp_path):
+    service = units[(folder, rank)]["services"]["sglang-eagle3"]
+    exe, *unit_argv = service["serviceConfig"]["ExecStart"].split()
+    assert exe.endswith("/bin/sglang-eagle3") and unit_argv[:2] == ["serve", "--config"]
+    pod = container(pod_templates(folder)["leader" if rank == 0 else "worker"])
+    # the image's entrypoint is `sglang-eagle3 serve` (tests/test_image.py); the args are the unit's, with the
+    # settings file where the ConfigMap is mounted, and the LeaderWorkerSet's rank and leader
+    assert "command" not in pod
+    assert pod["args"][:2] == ["--config", generate.SETTINGS_FILE] and len(unit_argv) == 3
+    mounts = {m["mountPath"]: m["name"] for m in pod["volumeMounts"]}
+    assert mounts[str(Path(generate.SETTINGS_FILE).parent)] == "settings"
+    env = env_of(pod)
+    unit_env = {k: v for k, v in service["environment"].items() if k != "PATH"}  # PATH: the unit's programs
+    assert {k: v for k, v in env.items() if k != "CREDENTIALS_DIRECTORY"} == unit_env
+    # the key: systemd's credential api-key, in the directory CREDENTIALS_DIRECTORY names
+    assert service["serviceConfig"]["LoadCredential"] == [
+        f"{credentials.API_KEY.credential}:/run/secrets/sglang-api-key"
+    ]
+    key_dir = tmp_path / "credentials"
+    key_dir.mkdir()
+    (key_dir / credentials.API_KEY.credential).write_text("k8s-test-key")
+    (key_dir / credentials.API_KEY.credential).chmod(0o400)
+    pod_env = {**env, "CREDENTIALS_DIRECTORY": str(key_dir)}
+    unit_plan = launch_plan.build(
+        container_settings(folder, rank, tmp_path), "python", {"CREDENTIALS_DIRECTORY": str(key_dir)}
+    )
+    pod_plan = launch_plan.build(container_settings(folder, rank, tmp_path), "python", pod_env)
+    assert pod_plan.argv == unit_plan.argv and pod_plan.env == unit_plan.env
+    assert "k8s-test-key" not in json.dumps([pod_plan.argv, pod_plan.env])
+
+
+@pytest.mark.parametrize("folder", ["one-node", "multi-node"])
+def test_the_probes_and_grace_periods_are_the_units_timeouts(units, folder):
+    unit = units[(folder, 0)]
+    config = unit["services"]["sglang-eagle3"]["serviceConfig"]
+    for role, template in pod_templates(folder).items():
+        assert template["spec"]["terminationGracePeriodSeconds"] == config["TimeoutStopSec"]
+        pod = container(template)
+        if role == "worker":
+            assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(pod), "workers get no HTTP probe"
+            continue
+        ready = urlparse_path(launch_plan.health_url(settings.ServerSettings(host="0.0.0.0")))
+        assert ready == "/health_generate"
+        startup, readiness, liveness = pod["startupProbe"], pod["readinessProbe"], pod["livenessProbe"]
+        assert startup["httpGet"]["path"] == readiness["httpGet"]["path"] == ready
+        # a ~600 GB load: the startup probe waits as long as systemd does (the launcher's ready_timeout + grace)
+        budget = startup["failureThreshold"] * startup["periodSeconds"]
+        assert config["TimeoutStartSec"] <= budget < config["TimeoutStartSec"] + startup["periodSeconds"]
+        assert config["TimeoutStartSec"] >= 7200
+        assert readiness["timeoutSeconds"] >= 5 and liveness["httpGet"]["path"] == "/health"
+        assert liveness["timeoutSeconds"] >= 5 and liveness["failureThreshold"] * liveness["periodSeconds"] >= 120
+
+
+def urlparse_path(url: str) -> str:
+    from urllib.parse import urlparse
+
+    return urlparse(url).path
+
+
+def test_the_router_is_the_router_units(tmp_path):
+    if not (nix_harness.NIX and nix_harness.NIXPKGS_LIB):
+        pytest.skip(f"needs nixpkgs' lib/: {nix_harness.flake_eval.HOW_TO_STAGE}")
+    for folder, layout in (("one-node", generate.ONE_NODE), ("multi-node", generate.MULTI_NODE)):
+        workers = " ".join(f'"{u}"' for u in layout.worker_urls())
+        unit = nix_harness.evaluate_module(
+            f'{{ services.sglang-router = {{ enable = true; host = "0.0.0.0"; metrics.host = "0.0.0.0"; '
+            f'workers = [ {workers} ]; apiKeyFile = "/run/secrets/sglang-api-key"; }}; }}'
+        )["services"]["sglang-router"]
+        deployment = one(folder, "Deployment")
+        pod = container(deployment["spec"]["template"], "router")
+        exe, *argv = unit["serviceConfig"]["ExecStart"].split()
+        assert exe.endswith("/bin/sglang-eagle3-router") and pod["args"] == argv
+        unit_env = {k: v for k, v in unit["environment"].items() if k != "PATH"}  # PATH: the unit's programs
+        assert {k: v for k, v in env_of(pod).items() if k != "CREDENTIALS_DIRECTORY"} == unit_env
+        assert (
+            deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            == unit["serviceConfig"]["TimeoutStopSec"]
+        )
+        # the router's workers are rank 0 of each replica, by the DNS names its Service gives them
+        assert argv[argv.index("--worker-urls") + 1 :] == layout.worker_urls()
+
+
+# -- each stack's SGLang parses the leader's and a worker's command line -------------------------------------
+
+MAIN_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_main_driver.py"
+
+
+@pytest.fixture(params=["0.5.9", "0.5.23"])
+def tree(request):
+    from sglang_eagle3.source import sglang_source
+
+    found = sglang_source.locate(
+        request.getfixturevalue("pristine_tree" if request.param == "0.5.9" else "newest_tree")
+    )
+    assert found.version == request.param
+    return found
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_stacks_sglang_parses_the_leaders_and_a_workers_argv(tree, rank, tmp_path):
+    s = container_settings("multi-node", rank, tmp_path)
+    given = {"argv": launch_plan.sglang_args(s), "environ": {}}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python" / "src")}
+    result = subprocess.run([sys.executable, str(MAIN_DRIVER), str(tree.root)], input=json.dumps(given),
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])["fields"]
+    assert parsed["nnodes"] == "2" and parsed["node_rank"] == str(rank) and parsed["tp_size"] == "16"
+    assert parsed["dist_init_addr"] == repr(f"{LWS_LEADER}:{generate.RENDEZVOUS_PORT}")
+    assert parsed["dist_timeout"] == str(generate.DIST_TIMEOUT)
+    assert parsed["host"] == "'0.0.0.0'" and parsed["model_path"] == repr(s.model_path)
+
+
+# -- security ------------------------------------------------------------------------------------------------
+
+
+def every_pod_spec() -> list[dict]:
+    specs = []
+    for _, doc in OBJECTS:
+        if doc["kind"] in ("StatefulSet", "Deployment"):
+            specs.append(doc["spec"]["template"]["spec"])
+        elif doc["kind"] == "LeaderWorkerSet":
+            specs += [t["spec"] for t in pod_templates("multi-node").values()]
+    return specs
+
+
+def test_every_hardening_setting_is_mapped_and_what_is_expressed_is_everywhere():
+    if nix_harness.NIX is None:
+        pytest.skip("needs nix-instantiate")
+    layers = nix_harness.nix_eval(f"builtins.attrNames (builtins.foldl' (a: b: a // b) {{ }} "
+                                  f"(builtins.attrValues (import {REPO}/modules/hardening.nix)))")  # fmt: skip
+    mapping = generate.HARDENING["systemd"]
+    assert sorted(mapping) == sorted(layers), "kubernetes/hardening.json maps exactly modules/hardening.nix's settings"
+    for name, entry in mapping.items():
+        assert entry["why"] and set(entry) <= {"pod", "container", "why"}, name
+    specs = every_pod_spec()
+    assert len(specs) == 5  # the StatefulSet, the leader, the worker, two routers
+    for spec in specs:
+        for field, value in generate.pod_security().items():
+            assert spec["securityContext"][field] == value
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "readOnlyRootFilesystem": True}, c["name"]  # fmt: skip
+        assert spec["automountServiceAccountToken"] is False
+
+
+def test_the_api_key_comes_from_a_secret_volume_only():
+    for spec in every_pod_spec():
+        secrets = [v for v in spec["volumes"] if "secret" in v]
+        assert [v["secret"]["secretName"] for v in secrets] == [f"{generate.NAME}-api-key"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert not any("valueFrom" in e for e in c.get("env", [])), "no variable from a Secret"
+            assert not [e for e in c.get("env", []) if any(w in e["name"] for w in credentials.SECRET_WORDS)]
+            mounted = {m["name"] for m in c["volumeMounts"]}
+            assert ("api-key" in mounted) == (c["name"] == "credentials"), c["name"]
+        copy = next(c for c in spec["initContainers"] if c["name"] == "credentials")
+        # the Secret is group-readable (fsGroup); the copy is the user's alone, as the launcher requires
+        assert copy["command"][:3] == ["install", "-m", "0400"]
+        assert copy["command"][-1] == f"{generate.CREDENTIALS_DIR}/{credentials.API_KEY.credential}"
+        memory = next(v for v in spec["volumes"] if v["name"] == "credentials")
+        assert memory["emptyDir"]["medium"] == "Memory"
+    assert not [doc for _, doc in OBJECTS if doc["kind"] == "Secret"], "no Secret is committed"
+
+
+def test_weights_are_fetched_by_one_init_container_per_model_and_mounted_read_only():
+    for spec in every_pod_spec():
+        fetches = [c for c in spec.get("initContainers", []) if c["name"].startswith("fetch-")]
+        if not fetches:
+            continue  # the router
+        assert [c["name"] for c in fetches] == ["fetch-target", "fetch-draft"]
+        for c in fetches:
+            role = c["name"].removeprefix("fetch-")
+            assert c["command"] == ["sglang-eagle3"] and c["args"][:2] == ["models", "fetch"]
+            assert c["args"][c["args"].index("--lock") + 1] == f"{generate.LOCKS_DIR}/{role}.lock.json"
+            assert c["args"][c["args"].index("--dir") + 1] == generate.model_dir(generate.EXAMPLE_LOCKS[role])
+        weights = [m for m in container({"spec": spec})["volumeMounts"] if m["name"] == "weights"]
+        assert weights == [{"name": "weights", "mountPath": generate.PROCESS["modelsDirectory"], "readOnly": True}]
+    locks = one("base", "ConfigMap")["data"]
+    for role, path in generate.EXAMPLE_LOCKS.items():
+        assert json.loads(locks[f"{role}.lock.json"]) == json.loads(path.read_text())
+
+
+def test_the_server_gets_eight_gpus_and_a_memory_backed_shm():
+    for spec in every_pod_spec():
+        if "initContainers" in spec and any(c["name"] == "server" for c in spec["containers"]):
+            assert container({"spec": spec})["resources"]["limits"] == {"nvidia.com/gpu": 8}
+            shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+            assert shm["emptyDir"]["medium"] == "Memory"
+    lws = one("multi-node", "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    assert lws["restartPolicy"] == "RecreateGroupOnPodRestart" and lws["size"] == 2
+
+
+# -- monitoring ---------------------------------------------------------------------------------------------
+
+
+def test_the_prometheus_rule_holds_the_monitoring_modules_rules():
+    rule = one("base", "PrometheusRule")
+    files = ("sglang-eagle3-alerts.yml", "sglang-eagle3-thresholds.yml")
+    expected = [g for f in files for g in yaml.safe_load((REPO / "modules/monitoring" / f).read_text())["groups"]]
+    assert rule["spec"]["groups"] == expected
+
+
+def test_the_service_monitors_produce_every_job_the_alerts_select():
+    alerts = (REPO / "modules/monitoring/sglang-eagle3-alerts.yml").read_text()
+    selected = set(re.findall(r'job="([\w-]+)"', alerts))
+    produced = {
+        r["replacement"]
+        for monitor in objects("base", "ServiceMonitor")
+        for endpoint in monitor["spec"]["endpoints"]
+        for r in endpoint["relabelings"]
+        if r["targetLabel"] == "job"
+    }
+    assert selected == produced == {"sglang-eagle3", "sglang-eagle3-health", "sglang-router"}
+    # each monitor selects a Service that exists, on a port that Service has
+    services = [doc for _, doc in OBJECTS if doc["kind"] == "Service"]
+    for monitor in objects("base", "ServiceMonitor"):
+        chosen = [
+            s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        ]
+        assert chosen
+        for s in chosen:
+            ports = {p["name"] for p in s["spec"]["ports"]}
+            assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
