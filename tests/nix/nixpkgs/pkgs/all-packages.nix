@@ -116,48 +116,84 @@ trivial
 
   fetchurl = import ./fetchurl.nix { inherit lib stdenv; };
 
-  bash = hostTool "bash" "5.3" [ "bash" ];
-  # pkgs/tools/misc/coreutils: the programs the flake's derivations and the image's /bin use
-  coreutils = hostTool "coreutils" "9.8" [
-    "basename"
-    "cat"
-    "chmod"
-    "cp"
-    "cut"
-    "dirname"
-    "env"
-    "false"
-    "head"
-    "id"
-    "install"
-    "ln"
-    "ls"
-    "mkdir"
-    "mv"
-    "readlink"
-    "rm"
-    "sleep"
-    "true"
-  ];
-  # pkgs/tools/text/gawk/default.nix: bin/awk and bin/gawk (nix/image.nix links them into the image's /bin)
-  gawk = hostTool "gawk" "5.3.2" [
-    "awk"
-    "gawk"
-  ];
-  # pkgs/development/libraries/glibc/common.nix (read at 00437292513a341c81ae728a74011fc0cfb7fa01):
-  # outputs out, bin, dev, static, getent; ldconfig and ldd are in `bin` (lib.getExe' glibc "ldconfig").
-  glibc = (hostTool "glibc" "2.40-66" [ ]) // {
-    bin = hostTool "glibc-bin" "2.40-66" [
-      "ldconfig"
-      "ldd"
+  # pkgs/shells/bash/5.nix (`bash = callPackage ../shells/bash/5.nix { }`): outputs out dev man
+  # doc info, and debug (separateDebugInfo); bin/bash in out (the image's /bin, the stand-in
+  # image's wrapper).
+  bash = hostToolWith {
+    pname = "bash";
+    version = "5.3";
+    outputs = [
+      "out"
+      "dev"
+      "man"
+      "doc"
+      "info"
+      "debug"
     ];
+    programs.out = [ "bash" ];
+  };
+  # pkgs/tools/misc/coreutils/default.nix: outputs out info, and debug (separateDebugInfo); the
+  # programs the flake's derivations and the image's /bin use, all in out.
+  coreutils = hostToolWith {
+    pname = "coreutils";
+    version = "9.8";
+    outputs = [
+      "out"
+      "info"
+      "debug"
+    ];
+    programs.out = [
+      "basename"
+      "cat"
+      "chmod"
+      "cp"
+      "cut"
+      "dirname"
+      "env"
+      "false"
+      "head"
+      "id"
+      "install"
+      "ln"
+      "ls"
+      "mkdir"
+      "mv"
+      "readlink"
+      "rm"
+      "sleep"
+      "true"
+    ];
+  };
+  # pkgs/tools/text/gawk/default.nix: outputs out info man (not interactive); bin/awk and
+  # bin/gawk in out (nix/image.nix links them into the image's /bin).
+  gawk = hostToolWith {
+    pname = "gawk";
+    version = "5.3.2";
+    outputs = [
+      "out"
+      "info"
+      "man"
+    ];
+    programs.out = [
+      "awk"
+      "gawk"
+    ];
+  };
+  # pkgs/development/libraries/glibc/common.nix and default.nix: outputs out bin dev static
+  # getent, and debug (separateDebugInfo); ldconfig is installed to $bin/sbin (sbindir) and
+  # moved to $bin/bin by stdenv's _moveSbin hook (lib.getExe' glibc "ldconfig").
+  glibc = hostToolWith {
+    pname = "glibc";
+    version = "2.40-66";
     outputs = [
       "out"
       "bin"
       "dev"
       "static"
       "getent"
+      "debug"
     ];
+    programs.bin = [ "ldconfig" ];
   };
   # pkgs/build-support/docker (streamLayeredImage) and dockerAutoLayer: ./docker/default.nix says what is mirrored.
   inherit (self.callPackage ./docker { }) dockerAutoLayer;

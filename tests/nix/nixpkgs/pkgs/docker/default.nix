@@ -1,12 +1,15 @@
-# Stand-in for pkgs.dockerTools.streamLayeredImage (pkgs/build-support/docker/default.nix, read at
-# NixOS/nixpkgs 34b7a306c35b279929eebbdb43af071fd92d0d4b, and the layering of
-# pkgs/build-support/docker/auto-layer.nix at 0628f2459067e3d3d788294260395b88ed74e43b, which
-# streamLayeredImage uses when `layeringPipeline` is null), and dockerAutoLayer (pkgs/top-level/
-# all-packages.nix callPackage of auto-layer.nix).
+# Stand-in for pkgs.dockerTools.streamLayeredImage (pkgs/build-support/docker/default.nix, read
+# in the Swarsel/nixpkgs fork at 4aa6836a648ca76c68866decf0c8965e36ec2a3b: NixOS/nixpkgs' stored
+# copy, 34b7a306c35b279929eebbdb43af071fd92d0d4b, is from 2022 and lacks half the arguments), and
+# the layering of pkgs/build-support/docker/auto-layer.nix (NixOS/nixpkgs
+# 0628f2459067e3d3d788294260395b88ed74e43b), which streamLayeredImage uses when
+# `layeringPipeline` is null, as dockerAutoLayer (pkgs/top-level/all-packages.nix callPackage of
+# auto-layer.nix). The row in tests/nix/nixpkgs-attributes.json holds the arguments.
 #
 # Mirrored: the arguments (name, tag, fromImage, contents, config, architecture, created, mtime,
 # uid, gid, uname, gname, maxLayers, extraCommands, fakeRootCommands, enableFakechroot,
-# includeStorePaths, includeNixDB, passthru, meta, layeringPipeline, debug) and their defaults;
+# includeStorePaths, includeNixDB, passthru, meta, layeringPipeline, debug) and their defaults,
+# the function made overridable (lib.makeOverridable);
 # the result, a derivation named stream-<name> whose output is a program that writes a Docker
 # image archive to stdout, with `imageName` and passthru `imageTag`, `isExe`, `conf`; the steps:
 # a base JSON of the config, a customisation layer (`contents` joined as symlinkJoin does,
@@ -53,7 +56,7 @@ let
         python3 ${./auto-layer.py} $(( maxLayers - 1 )) graph* > $out
       '';
 
-  streamLayeredImage =
+  streamLayeredImage = lib.makeOverridable (
     {
       name,
       tag ? null,
@@ -159,7 +162,8 @@ let
         chmod +x $out
       '';
     in
-    result;
+    result
+  );
 in
 {
   inherit streamLayeredImage dockerAutoLayer;
