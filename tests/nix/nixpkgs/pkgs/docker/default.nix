@@ -16,7 +16,8 @@
 # `extraCommands` then `fakeRootCommands` run in it, packed as root-owned files with the fixed
 # mtime, its sha256), the store layers of the closure of [ baseJson customisationLayer ] less
 # those two, conf.json (store_dir, from_image, store_layers, customisation_layer, repo_tag,
-# created, mtime, uid/gid/uname/gname, config, architecture, os) and the stream script over it.
+# created and mtime as `date -Iseconds` writes them, uid/gid/uname/gname, config, architecture,
+# os) and the stream script over it.
 #
 # Not mirrored, refused with a message: fromImage, layeringPipeline, enableFakechroot,
 # includeNixDB, includeStorePaths = false. fakeroot is not here: fakeRootCommands run as the
@@ -133,6 +134,10 @@ let
           }
           ''
             imageTag=''${imageTag:-$(basename "$out" | cut -d - -f 1)}
+            # As nixpkgs: created and mtime in ISO 8601 with the offset (date -Iseconds), in the
+            # build sandbox's time zone, UTC (set here: the stand-in may build without a sandbox).
+            if [ "$created" != now ]; then created=$(TZ=UTC date -Iseconds -d "$created"); fi
+            if [ "$mtime" != now ]; then mtime=$(TZ=UTC date -Iseconds -d "$mtime"); fi
             python3 - ${baseJson} ${layers} ${customisationLayer} "$imageName:$imageTag" > $out <<'EOF'
             import json, os, sys
             base, layers, customisation, repo_tag = sys.argv[1:]

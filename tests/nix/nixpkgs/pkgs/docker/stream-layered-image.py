@@ -14,10 +14,18 @@ import os
 import sys
 import tarfile
 import tempfile
-from datetime import datetime
+from datetime import UTC, datetime
 
 conf = json.load(open(sys.argv[1]))
-mtime = int(datetime.fromisoformat(conf["mtime"].replace("Z", "+00:00")).timestamp())
+
+
+def parse_time(value: str) -> datetime:
+    """conf's created or mtime: "now" or ISO 8601 (nixpkgs' stream_layered_image.py parse_time)."""
+    return datetime.now(tz=UTC) if value == "now" else datetime.fromisoformat(value)
+
+
+created = parse_time(conf["created"]).isoformat()
+mtime = int(parse_time(conf["mtime"]).timestamp())
 
 
 def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -75,11 +83,11 @@ with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMA
             add(out, f"{digest}/layer.tar", layer)
         diff_ids.append(f"sha256:{digest}")
         layers.append(f"{digest}/layer.tar")
-        history.append({"created": conf["created"], "comment": comment})
+        history.append({"created": created, "comment": comment})
     image = {
         "architecture": conf["architecture"],
         "os": conf["os"],
-        "created": conf["created"],
+        "created": created,
         "config": conf["config"],
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": history,
