@@ -1,6 +1,7 @@
 # Stand-in for pkgs.dockerTools.streamLayeredImage (pkgs/build-support/docker/default.nix, read
-# in the Swarsel/nixpkgs fork at 4aa6836a648ca76c68866decf0c8965e36ec2a3b: NixOS/nixpkgs' stored
-# copy, 34b7a306c35b279929eebbdb43af071fd92d0d4b, is from 2022 and lacks half the arguments), and
+# in the Swarsel/nixpkgs fork at 4aa6836a648ca76c68866decf0c8965e36ec2a3b, about April 2026:
+# NixOS/nixpkgs' stored copy, 34b7a306c35b279929eebbdb43af071fd92d0d4b, is from 2022 and lacks
+# half the arguments), and
 # the layering of pkgs/build-support/docker/auto-layer.nix (NixOS/nixpkgs
 # 0628f2459067e3d3d788294260395b88ed74e43b), which streamLayeredImage uses when
 # `layeringPipeline` is null, as dockerAutoLayer (pkgs/top-level/all-packages.nix callPackage of
