@@ -135,7 +135,7 @@ def test_runpath_drops_the_toolkit_and_puts_the_given_directory_first(tmp_path):
 
 reason = unavailable()
 if reason and REQUIRED:
-    raise RuntimeError(f"SGLANG_EAGLE3_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
+    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
 flake = pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
