@@ -55,19 +55,23 @@
         };
 
       # One function, every pinned stack (nix/pins.json "stacks"); version null: the default.
-      mkStack =
-        pkgs: version:
-        import ./nix/stack.nix {
-          inherit
-            pkgs
-            lib
-            uv2nix
-            pyproject-nix
-            pyproject-build-systems
-            version
-            ;
-          src = ./.;
-        };
+      # args: version, aotCapabilities (nix/stack.nix).
+      mkStackWith =
+        pkgs: args:
+        import ./nix/stack.nix (
+          {
+            inherit
+              pkgs
+              lib
+              uv2nix
+              pyproject-nix
+              pyproject-build-systems
+              ;
+            src = ./.;
+          }
+          // args
+        );
+      mkStack = pkgs: version: mkStackWith pkgs { inherit version; };
 
       pins = import ./nix/pins.nix;
       pkgs = mkPkgs { inherit system; };
@@ -100,9 +104,14 @@
     {
       lib = {
         # The stack for chosen GPU generations only: (lib.mkStack { cudaCapabilities = [ "12.0" ]; }).package;
-        # another pinned stack: (lib.mkStack { version = "0.5.23"; }).package
+        # another pinned stack: (lib.mkStack { version = "0.5.23"; }).package; FlashInfer's attention
+        # modules built ahead of time for these GPUs, without choosing nixpkgs' capabilities:
+        # (lib.mkStack { aotCapabilities = [ "12.0" ]; }).package (chosen capabilities imply it)
         mkStack =
-          args: mkStack (mkPkgs ({ inherit system; } // removeAttrs args [ "version" ])) (args.version or null);
+          args:
+          mkStackWith (mkPkgs ({ inherit system; } // removeAttrs args [ "version" "aotCapabilities" ])) (
+            { version = args.version or null; } // lib.optionalAttrs (args ? aotCapabilities) { inherit (args) aotCapabilities; }
+          );
         # The GPU A/B gate against other model directories.
         mkGpuCheck =
           args:
@@ -121,6 +130,15 @@
         cuda-toolkit = stack.cuda.toolkit;
         # $out/closure-size.txt: the server package's closure by component.
         closure-size = self.lib.closureSize stack.package;
+        # FlashInfer's modules for SGLang's attention built ahead of time for the users' GPUs (SM120),
+        # with nvcc and no GPU (nix/flashinfer-aot.nix); lib.mkStack { aotCapabilities = [ ... ]; }
+        # puts them in the server.
+        flashinfer-aot = stack.flashinferAot [ "12.0" ];
+        # The server's environment with those modules and without the wrapper's JIT toolchain (nvcc's
+        # tree, the C++ compiler, ninja): what that toolchain costs next to closure-size. SGLang's own
+        # JIT kernels still need it (docs/gpu-host.md), so the server keeps it.
+        closure-size-without-jit-toolchain =
+          self.lib.closureSize (mkStackWith pkgs { aotCapabilities = [ "12.0" ]; }).serverEnv;
         # The router host's environment (sglang-eagle3-router, sglang-router 0.3.2; no CUDA).
         sglang-router = stack.routerEnv;
         # NixOS VM test of services.sglang-router (needs KVM: the nixos-test and kvm system
@@ -137,7 +155,8 @@
       # Each pinned stack by its SGLang version: sglang-eagle3-0_5_23, sglang-wheel-0_5_23, image-0_5_23, ...
       // versioned "sglang-eagle3" (s: s.package)
       // versioned "sglang-wheel" (s: s.sglangWheel)
-      // versioned "image" (s: (images s).server);
+      // versioned "image" (s: (images s).server)
+      // versioned "flashinfer-aot" (s: s.flashinferAot [ "12.0" ]);
 
       apps.${system} = {
         default = self.apps.${system}.serve-eagle3;

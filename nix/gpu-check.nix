@@ -30,6 +30,10 @@ pkgs.runCommand "sglang-eagle3-gpu-throughput-check"
     ]
     ++ lib.optional (nvidiaDriver != null) (lib.getBin nvidiaDriver);
     requiredSystemFeatures = [ "cuda" ];
+    # SGLang compiles FlashInfer's and its own kernels here with the stdenv's compiler wrapper, which
+    # in a build applies the default hardening: -z now fails FlashInfer's modules at dlopen (they
+    # carry undefined symbols of instantiations they never call; nixpkgs' flashinfer-jit-cache too).
+    hardeningDisable = [ "bindnow" ];
     # Model directories come from the host through nix-required-mounts, not the store.
     inherit modelPath draftModelPath;
   }

@@ -20,8 +20,9 @@
 # the wheel. tests/test_wheel_libraries.py checks every soname against this overlay.
 #
 # Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix); nvidia-ml-py
-# finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); sglang-eagle3 is
-# built with patches/ and nix/pins.json beside python/.
+# finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); Triton's compiled launcher
+# gets an rpath to it (scripts/triton-driver-rpath.py); sglang-eagle3 is built with patches/ and
+# nix/pins.json beside python/.
 {
   pkgs,
   lib,
@@ -151,6 +152,14 @@ fixed
   sglang = fixed.sglang.overrideAttrs {
     src = pkgs.callPackage ./sglang-wheel.nix { inherit python stack; };
   };
+
+  # Triton's launcher and cuda_utils get an rpath to NixOS's driver directory, as nixpkgs' triton
+  # (patch 0001-_build-allow-extra-cc-flags): they find libcuda.so.1 without anything loading it first.
+  triton = (fixed.triton or prev.triton).overrideAttrs (old: {
+    postInstall = (old.postInstall or "") + ''
+      ${python.interpreter} ${./scripts/triton-driver-rpath.py} $out/${sitePackages}/triton/runtime/build.py ${pkgs.addDriverRunpath.driverLink}/lib
+    '';
+  });
 
   nvidia-ml-py = prev.nvidia-ml-py.overrideAttrs (old: {
     postInstall = (old.postInstall or "") + ''

@@ -43,6 +43,8 @@ let
     cc = "${cc}/bin/cc";
     cxx = "${cc}/bin/c++";
     "capabilities:torch" = lib.concatStringsSep ";" cudaCapabilities;
+    # An rpath to the driver's directory; -Xlinker, as nvcc (which links some modules) takes no -Wl,
+    "driver:rpath" = "-Xlinker -rpath=${pkgs.addDriverRunpath.driverLink}/lib";
   };
   chosen = name: !(lib.hasPrefix "capabilities:" spec.environment.${name}.value) || cudaCapabilities != [ ];
 

@@ -11,6 +11,10 @@
   pyproject-build-systems,
   src,
   version ? null,
+  # CUDA capabilities to build FlashInfer's attention modules for ahead of time (flashinfer-aot.nix),
+  # e.g. [ "12.0" ]; null: the chosen cudaCapabilities, if any ([ ]: none, FlashInfer compiles them
+  # at the first start).
+  aotCapabilities ? null,
 }:
 let
   pins = import ./pins.nix;
@@ -57,7 +61,39 @@ let
         ]
       );
 
-  serverEnv = pythonSet.mkVirtualEnv "sglang-eagle3-env" { ${project} = [ "server" ]; };
+  # FlashInfer's modules for SGLang's attention, built ahead of time for these capabilities (a
+  # module lacking a GPU's code would be found and fail, so only for capabilities chosen).
+  flashinferAot =
+    capabilities:
+    pkgs.callPackage ./flashinfer-aot.nix {
+      inherit cuda capabilities;
+      inherit (stack) version;
+      buildEnv = pythonSet.mkVirtualEnv "flashinfer-aot-build-env" { flashinfer-python = [ ]; };
+    };
+  aot =
+    let
+      chosen = if aotCapabilities != null then aotCapabilities else cudaCapabilities;
+    in
+    if chosen == [ ] then null else flashinferAot chosen;
+  # The server's FlashInfer finds them as its data/aot directory.
+  serverSet =
+    if aot == null then
+      pythonSet
+    else
+      pythonSet.overrideScope (
+        _final: prev: {
+          flashinfer-python = prev.flashinfer-python.overrideAttrs (old: {
+            postInstall = (old.postInstall or "") + ''
+              ln -s ${aot} $out/${python.sitePackages}/flashinfer/data/aot
+            '';
+            passthru = old.passthru // {
+              flashinferAot = aot;
+            };
+          });
+        }
+      );
+
+  serverEnv = serverSet.mkVirtualEnv "sglang-eagle3-env" { ${project} = [ "server" ]; };
 
   # The launcher, probe, patch tool and benchmark without the server stack: what the NixOS
   # module checks run, and enough to drive a server on another host.
@@ -154,6 +190,8 @@ let
         runtime
         runtimeEnv
         series
+        aot
+        flashinferAot
         ;
       stack = removeAttrs stack [ "sglangPin" ];
       sglangWheel = pythonSet.sglang.src;
@@ -180,6 +218,9 @@ in
     runtimeEnv
     python
     series
+    aot
+    flashinferAot
+    serverSet
     ;
   inherit (stack) version;
   sglangWheel = pythonSet.sglang.src;

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 SCRIPT = REPO / "nix" / "scripts" / "gpu-runtime-check.py"
-SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight")
+SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight", "aot")
 
 
 def load_script():
@@ -49,8 +49,9 @@ def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
     assert "dry run: nothing was run" in out
     commands = [line for line in out.splitlines() if line.startswith("$ env -i ")]
     # triton: 4 children; flashinfer: 2 probes + cold + warm; layout: 2; comm: what the installed FlashInfer
-    # takes + 5 builds (the PCIe-IPC ones planned too, as a dry run does not ask FlashInfer); preflight: 2
-    assert len(commands) == 4 + 4 + 2 + 6 + 2
+    # takes + 5 builds (the PCIe-IPC ones planned too, as a dry run does not ask FlashInfer); preflight: 2;
+    # aot: the build with no GPU, the first start from the prebuilt modules, the first start with JIT
+    assert len(commands) == 4 + 4 + 2 + 6 + 2 + 3
     triton = [c for c in commands if "/triton-" in c]
     assert "TRITON_LIBCUDA_PATH=" not in triton[0]  # the failure it shows: ldconfig hidden, no variable
     assert all("unshare -m" in c and "/sbin/ldconfig" not in c for c in triton)
@@ -63,6 +64,12 @@ def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
     assert [c.rsplit(" ", 1)[1] for c in comm] == ["majors", "stock", "stock", "pcie", "pcie", "120a"]
     assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[1] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[2]
     assert "FLASHINFER_CUDA_ARCH_LIST=9.0a" in comm[3] and "FLASHINFER_CUDA_ARCH_LIST=12.0a" in comm[4]
+    build, prebuilt, jit = [c for c in commands if "/aot-" in c]
+    # the build sees no GPU and runs the derivation's script for the capabilities given
+    assert "CUDA_VISIBLE_DEVICES= " in build and "flashinfer-aot.py --stack 0.5.9 --capabilities 9.0 12.0" in build
+    # the prebuilt modules' first start: a compile would fail (JIT disabled, nothing to compile with)
+    assert all(x in prebuilt for x in ("FLASHINFER_DISABLE_JIT=1", "CUDA_HOME=/nonexistent/cuda", "PATH=/nonexistent"))
+    assert "CUDA_HOME=/cuda" in jit and "FLASHINFER_DISABLE_JIT" not in jit
 
 
 def test_path_defaults_to_the_tools_directories():

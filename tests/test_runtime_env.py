@@ -196,7 +196,7 @@ def wrapper_args(ws: Workspace, package: str = "default") -> tuple[list[str], di
     command = ws.eval(f"packages.{SYSTEM}.{package}.buildCommand")
     (line,) = [line for line in command.splitlines() if line.startswith("wrapProgram $out/bin/sglang-eagle3")]
     prefix = re.search(r"--prefix PATH : (\S+)", line)[1].split(":")
-    defaults = dict(re.findall(r"--set-default (\S+) '?([^' ]+)'?", line))
+    defaults = {k: v.strip("'") for k, v in re.findall(r"--set-default (\S+) ('[^']*'|\S+)", line)}
     run = re.search(r"--run '([^']+)'", line)[1]
     return prefix, defaults, run
 
@@ -222,9 +222,10 @@ def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws, version)
     assert chosen <= set(defaults), f"missing from the wrapper: {chosen - set(defaults)}"
     toolkit = ws.eval(f"packages.{SYSTEM}.cuda-toolkit.outPath")
     assert defaults["CUDA_HOME"] == toolkit
-    assert re.fullmatch(
-        r"/nix/store/\w{32}-cuda13\.0-cuda_cudart-[\d.]+-stubs/lib/stubs", defaults["TRITON_LIBCUDA_PATH"]
-    )
+    # The toolkit's stub directory: -lcuda links against the stub, libcuda.so.1 there is the driver's.
+    assert defaults["TRITON_LIBCUDA_PATH"] == f"{toolkit}/lib/stubs"
+    # FlashInfer's JIT links each module with an rpath to the driver's directory first.
+    assert defaults["FLASHINFER_EXTRA_LDFLAGS"] == "-Xlinker -rpath=/run/opengl-driver/lib"
     assert defaults["CC"] in {f"{d}/cc" for d in path} and defaults["CXX"] in {f"{d}/c++" for d in path}
     assert re.fullmatch(r"\. /nix/store/\w{32}-host-driver\.sh", run), run
     assert Path(run[2:]).read_text() == HOST_DRIVER.read_text(), "the wrapper sources the tested script"
@@ -322,6 +323,8 @@ def test_the_module_refuses_a_host_without_the_nvidia_driver(ws):
 def test_the_flakes_gpu_check_without_a_driver_says_how_to_get_one(ws):
     script = ws.eval(f"packages.{SYSTEM}.gpu-throughput-check.buildCommand")
     assert "services.sglang-eagle3.gpuChecks.package" in script and "nvidiaDriver" in script
+    # its JIT builds link without -z now (FlashInfer's modules bind lazily)
+    assert ws.eval(f"packages.{SYSTEM}.gpu-throughput-check.hardeningDisable") == ["bindnow"]
 
 
 def test_cuda_tree_has_lib64_and_crt_and_no_static_outputs(ws):
@@ -336,6 +339,11 @@ def test_cuda_tree_has_lib64_and_crt_and_no_static_outputs(ws):
     )
     assert os.readlink(out / "lib64") == "lib"
     assert (out / "bin" / "nvcc").exists()
+    # cuda_cudart's stubs output names its stub libcuda.so.1 too (lib/ and lib/stubs/); in the toolkit
+    # that name is the driver's, so a module linked against the stub with an rpath here never loads it.
+    for stubs in (out / "lib", out / "lib" / "stubs"):
+        assert os.readlink(stubs / "libcuda.so.1") == "/run/opengl-driver/lib/libcuda.so.1"
+        assert (stubs / "libcuda.so").resolve().name == "libcuda.so", "-lcuda still links the stub"
 
 
 def test_nvml_is_patched_in_the_build(ws):

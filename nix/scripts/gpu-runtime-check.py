@@ -17,6 +17,11 @@ Sections (--sections, comma-separated):
              FlashInfer has it (0.7.x, SGLang 0.5.23's PCIe-IPC all-reduce), the PCIe-IPC module for
              the GPU and for 12.0a (--comm-steps picks among them)
   preflight  the project's GPU detection against the real nvidia-smi
+  aot        FlashInfer's modules for SGLang's attention built ahead of time by
+             nix/scripts/flashinfer-aot.py with no GPU visible, then the same kernels in fresh
+             processes: first with JIT (a fresh cache: the first start today), then from the
+             prebuilt modules with FLASHINFER_DISABLE_JIT=1 and no compiler, ninja or CUDA_HOME
+             (a compile would fail); --aot-stack, --aot-kernels, --site-flashinfer pick them
 
 --dry-run prints the plan (environments, children) and runs nothing; it needs no GPU.
 Prints one `== section/name: ok|FAIL (seconds)` line per step and writes all of it as JSON (--json).
@@ -35,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight")
+SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight", "aot")
 LIBCUDA_DIRS = (
     "/run/opengl-driver/lib",
     "/usr/local/nvidia/lib64",
@@ -119,6 +124,7 @@ steps = {
     "rmsnorm": rmsnorm,
     "draft_ragged_prefill_auto": lambda: ragged("auto", 128, 128, 8, 1),
     "mla_paged_auto": lambda: mla("auto"),
+    "mla_ragged_prefill_auto": lambda: ragged("auto", 192, 128, 8, 8),
 }
 for name in sys.argv[1].split(","):
     t = time.perf_counter()
@@ -130,6 +136,10 @@ for name in sys.argv[1].split(","):
     except Exception as err:
         ok, detail = False, f"{type(err).__name__}: {str(err)[-1500:]}"
     print(json.dumps({"step": name, "ok": ok, "s": round(time.perf_counter() - t, 1), "detail": detail}), flush=True)
+# Where each FlashInfer module came from: the prebuilt (data/aot) or the JIT cache (cached_ops).
+maps = {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so")}
+mods = sorted(m for m in maps if "/aot/" in m or "/cached_ops/" in m)
+print(json.dumps({"step": "modules_loaded", "ok": bool(mods), "s": 0, "detail": mods}), flush=True)
 """
 
 ARCH_PROBE = r"""
@@ -217,6 +227,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--comm-steps",
         default="stock_gpu,stock_12.0a,forced,pcie_gpu,pcie_12.0a",
         help="comm section steps, from stock_gpu, stock_12.0a, forced, pcie_gpu, pcie_12.0a",
+    )
+    p.add_argument("--aot-stack", default="0.5.9", help="aot section: the stack of nix/flashinfer-aot.json")
+    p.add_argument(
+        "--aot-kernels",
+        default="mla_ragged_prefill_auto,mla_paged_auto,draft_ragged_prefill_auto,draft_paged_prefill_fa2,"
+        "draft_decode_tensor_cores,draft_decode_fa2",
+        help="aot section: the kernel calls timed (those SGLang's backends make)",
     )
     p.add_argument("--workdir", default=None, help="caches and CUDA_HOME copies (default: a new temp dir)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per child")
@@ -441,6 +458,52 @@ def run_comm(r: Runner, arch: str | None, cc: str | None):
         judge(r, expected, note)
 
 
+def flashinfer_package(site: str) -> Path | None:
+    """The flashinfer package directory on the children's PYTHONPATH."""
+    for entry in site.split(":"):
+        if entry and Path(entry, "flashinfer", "__init__.py").is_file():
+            return Path(entry, "flashinfer")
+    return None
+
+
+def run_aot(r: Runner, arch: str | None, cc: str | None):
+    caps = " ".join(
+        sorted({a.rstrip("a") for a in (arch or "9.0").split()}, key=lambda c: [int(x) for x in c.split(".")])
+    )
+    kernels = (r.args.aot_kernels,)
+    # The build: the derivation's script, nothing asking a GPU (CUDA_VISIBLE_DEVICES empty).
+    aot = r.work / "aot"
+    script = Path(__file__).resolve().parent / "flashinfer-aot.py"
+    build = "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    argv = (str(script), "--stack", r.args.aot_stack, "--capabilities", caps, "--out", str(aot),
+            "--build-dir", str(r.work / "aot-build"), "--jobs", str(os.cpu_count()))  # fmt: skip
+    env = flashinfer_env(r, r.args.cuda_home, None, "fi-aot-build", cc)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    r.child("aot", "build_no_gpu", build, env, argv=argv, expect_text="GPUs visible: 0")
+    package = flashinfer_package(r.args.site)
+    if not r.args.dry_run and (package is None or not (aot / "manifest.json").is_file()):
+        print("== aot: no FlashInfer package on --site or no modules built; nothing to load")
+    else:
+        # Where FlashInfer looks first (flashinfer/data/aot), as the Nix build links it.
+        link = None if r.args.dry_run else package / "data" / "aot"
+        if link:
+            link.symlink_to(aot)
+        try:
+            # After: the same calls from the prebuilt modules; a compile would fail (no JIT, nothing to compile with).
+            env = r.env(FLASHINFER_CUDA_ARCH_LIST=arch, FLASHINFER_WORKSPACE_BASE=str(r.work / "fi-aot-run"),
+                        FLASHINFER_DISABLE_JIT="1", CUDA_HOME="/nonexistent/cuda", PATH="/nonexistent")  # fmt: skip
+            out = r.child("aot", "aot_first_start", FLASHINFER_KERNELS, env, argv=kernels)
+            r.steps_from("aot_aot_first_start", out)
+        finally:
+            if link:
+                link.unlink()
+    # Before, run last (the prebuilt modules unlinked): the first start today, each module compiled by
+    # FlashInfer's JIT into a fresh cache as SGLang asks for it.
+    env = flashinfer_env(r, r.args.cuda_home, arch, "fi-jit", cc)
+    out = r.child("aot", "jit_first_start", FLASHINFER_KERNELS, env, argv=kernels)
+    r.steps_from("aot_jit_first_start", out)
+
+
 def run_preflight(r: Runner):
     site = ":".join(p for p in (r.args.project_src, r.args.site) if p)
     smi = shutil.which("nvidia-smi")
@@ -480,6 +543,8 @@ def main(argv=None) -> int:
             run_comm(r, arch, cc)
         elif section == "preflight":
             run_preflight(r)
+        elif section == "aot":
+            run_aot(r, arch, cc)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(r.results, indent=1))
     failed = [f"{x['section']}/{x['name']}" for x in r.results if x.get("passed") is False]

@@ -20,7 +20,8 @@ WHERE = {
     "cxx": "`cudaPackages.backendStdenv.cc`",
     "glibc": "glibc (already loaded)",
     "cuda:toolkit": "the CUDA tree (`nix/cuda.nix`)",
-    "cuda:stubs": "`cuda_cudart`'s stubs",
+    "cuda:stubs": "`cuda_cudart`'s stubs (`nix/cuda.nix`)",
+    "driver:rpath": "the driver's directory",
     "capabilities:torch": "chosen capabilities only",
 }
 

@@ -89,7 +89,17 @@ lib.makeScope (extra: lib.callPackageWith extra) (self: {
   };
 
   cuda_cccl = r "cuda_cccl" "13.0.85" [ "out" ];
-  cuda_cudart = r "cuda_cudart" "13.0.96" full;
+  # packages/cuda_cudart.nix (read at 024ef1dc3076208119baaee8a2babec574573291), postInstall: the
+  # stubs output has lib/stubs/libcuda.so with a libcuda.so.1 link to it ("Namelink may not be
+  # enough, add a soname"), and both linked into its lib/.
+  cuda_cudart = (r "cuda_cudart" "13.0.96" full).overrideAttrs (old: {
+    buildCommand = old.buildCommand + ''
+      mkdir -p $stubs/lib/stubs
+      touch $stubs/lib/stubs/libcuda.so
+      ln -s libcuda.so $stubs/lib/stubs/libcuda.so.1
+      ln -s stubs/libcuda.so stubs/libcuda.so.1 -t $stubs/lib
+    '';
+  });
   # packages/cuda_crt.nix: nvcc's crt/ headers, a package of their own from CUDA 13 on.
   cuda_crt = r "cuda_crt" "13.0.88" [ "out" ];
   cuda_cupti = r "cuda_cupti" "13.0.85" [
