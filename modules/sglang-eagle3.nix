@@ -83,7 +83,21 @@ let
   # NixOS's nvidia module puts the driver's bin output into the system profile; naming the
   # profile rather than the driver's store path keeps the unit (and the module checks) from
   # depending on the driver build, which builds its kernel module.
-  driverPrograms = lib.filterAttrs (_: p: p.from == "driver") (lib.importJSON ../nix/runtime-env.json).programs;
+  runtimeEnv = lib.importJSON ../nix/runtime-env.json;
+  driverPrograms = lib.filterAttrs (_: p: p.from == "driver") runtimeEnv.programs;
+  # Where the code writes what it builds or downloads (nix/runtime-env.json "caches"): under
+  # ProtectHome and ProtectSystem=strict only the StateDirectory and CacheDirectory are writable.
+  cacheEnvironment = lib.mapAttrs (
+    name: c:
+    if c.unit == "state" then
+      stateDir
+    else if c.unit == "cache" then
+      cacheDir
+    else if lib.hasPrefix "cache/" c.unit then
+      "${cacheDir}/${lib.removePrefix "cache/" c.unit}"
+    else
+      throw "nix/runtime-env.json caches.${name}.unit: '${c.unit}' is not state, cache or cache/<dir>"
+  ) runtimeEnv.caches;
   driverPath = lib.optional (driverPrograms != { }) "/run/current-system/sw";
   staticUser = cfg.user != null;
 
@@ -359,12 +373,7 @@ in
           path = driverPath;
           environment =
             cfg.environment
-            // {
-              HOME = stateDir;
-              HF_HOME = "${cacheDir}/huggingface";
-              XDG_CACHE_HOME = cacheDir;
-              TRITON_CACHE_DIR = "${cacheDir}/triton";
-            }
+            // cacheEnvironment
             // lib.optionalAttrs (cfg.gpus != null) {
               CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
             };
