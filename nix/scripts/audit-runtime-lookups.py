@@ -765,6 +765,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sglang-eagle3-wheel-audit")
     parser.add_argument("--check", action="store_true", help="Exit 1 if the stack's runtime-lookups.json differs.")
     args = parser.parse_args()
+    stacks = [v for v in json.loads(wheel_audit().PINS.read_text())["stacks"] if not v.startswith("_")]
+    if args.stack is not None and args.stack not in stacks:
+        parser.error(f"no stack {args.stack!r} in nix/pins.json (stacks: {', '.join(stacks)})")
     files = wheel_audit().stack_files(args.stack)
     output = files["lookups"]
     policy = json.loads(files["lookupPolicy"].read_text())
