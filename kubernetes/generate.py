@@ -41,6 +41,7 @@ from sglang_eagle3.serving import launch_plan, settings
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PROCESS = json.loads((REPO / "modules" / "server-process.json").read_text())
+CACHES = json.loads((REPO / "nix" / "runtime-env.json").read_text())["caches"]
 HARDENING = json.loads((HERE / "hardening.json").read_text())
 MONITORING = REPO / "modules" / "monitoring"
 EXAMPLE_LOCKS = {
@@ -141,10 +142,23 @@ def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
     return dict(sorted(values.items()))
 
 
+def cache_environment() -> dict[str, str]:
+    """nix/runtime-env.json's cache variables placed under server-process.json's directories, as
+    nix/cache-environment.nix places them for the unit and the image."""
+    base = {"state": PROCESS["stateDirectory"], "cache": PROCESS["cacheDirectory"]}
+    env = {}
+    for name, cache in CACHES.items():
+        root, _, below = cache["unit"].partition("/")
+        if root not in base or (root == "state" and below):
+            raise SystemExit(f"nix/runtime-env.json caches.{name}.unit: {cache['unit']!r} is not state, cache or cache/<dir>")
+        env[name] = f"{base[root]}/{below}" if below else base[root]
+    return env
+
+
 def server_env(layout: Layout) -> dict[str, str]:
-    """The unit's environment (server-process.json; HF_HUB_OFFLINE from the models module, the weights being
-    locked) plus where the credential is."""
-    env = {**PROCESS["environment"], "HF_HUB_OFFLINE": "1", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
+    """The unit's environment (the caches; HF_HUB_OFFLINE from the models module, the weights being locked)
+    plus where the credential is."""
+    env = {**cache_environment(), "HF_HUB_OFFLINE": "1", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
     return {**(MULTI_NODE_ENV if layout.nnodes > 1 else {}), **env}
 
 

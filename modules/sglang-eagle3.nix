@@ -72,7 +72,7 @@ let
   settingsFormat = pkgs.formats.json { };
   settingsFile = settingsFormat.generate "sglang-eagle3-settings.json" (import ./settings-file.nix cfg);
 
-  # State and cache directories, the environment pointing there, the supervisor's grace: shared
+  # State and cache directories, the settings file, the supervisor's grace: shared
   # with the image and the Kubernetes manifests (server-process.json).
   process = lib.importJSON ./server-process.json;
   stateDir = process.stateDirectory;
@@ -85,7 +85,11 @@ let
   # NixOS's nvidia module puts the driver's bin output into the system profile; naming the
   # profile rather than the driver's store path keeps the unit (and the module checks) from
   # depending on the driver build, which builds its kernel module.
-  driverPrograms = lib.filterAttrs (_: p: p.from == "driver") (lib.importJSON ../nix/runtime-env.json).programs;
+  runtimeEnv = lib.importJSON ../nix/runtime-env.json;
+  driverPrograms = lib.filterAttrs (_: p: p.from == "driver") runtimeEnv.programs;
+  # Where the code writes what it builds or downloads (nix/runtime-env.json "caches"): under
+  # ProtectHome and ProtectSystem=strict only the StateDirectory and CacheDirectory are writable.
+  cacheEnvironment = import ../nix/cache-environment.nix { inherit lib; };
   driverPath = lib.optional (driverPrograms != { }) "/run/current-system/sw";
   staticUser = cfg.user != null;
 
@@ -361,7 +365,7 @@ in
           path = driverPath;
           environment =
             cfg.environment
-            // process.environment
+            // cacheEnvironment
             // lib.optionalAttrs (cfg.gpus != null) {
               CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
             };

@@ -83,7 +83,7 @@ in
       "--config"
       process.settingsFile
     ];
-    environment = process.environment // {
+    environment = import ./cache-environment.nix { inherit lib; } // {
       # The toolkit's nvidia-smi lands in /usr/bin (both modes), nvidia-docker 1's in /usr/local/nvidia/bin.
       PATH = "/bin:/usr/bin:/usr/local/nvidia/bin";
       # Unset, the NVIDIA Container Toolkit injects only `utility` (nvidia-smi, NVML): no libcuda.

@@ -22,6 +22,7 @@ let
     "libraries"
     "environment"
     "paths"
+    "caches" # the NixOS unit's (modules/sglang-eagle3.nix); the wrapper sets none
   ];
   # Defined once: an addition may not redefine a shared entry.
   merge =

@@ -39,6 +39,12 @@ from support.pinned_wheels import fetch_wheel
 
 SYSTEM = "x86_64-linux"
 PROCESS = json.loads((REPO / "modules" / "server-process.json").read_text())
+# The caches the lookup audit found (nix/runtime-env.json), each where its `unit` says: the state directory,
+# the cache directory or a folder of it.
+CACHE_ENV = {
+    name: PROCESS["stateDirectory"] if c["unit"] == "state" else PROCESS["cacheDirectory"] + c["unit"][len("cache"):]
+    for name, c in json.loads((REPO / "nix" / "runtime-env.json").read_text())["caches"].items()
+}
 VERSION = "0.1.0"  # python/pyproject.toml's, the images' version and the server image's tag prefix
 STACKS = {"0.5.9": "sglang", "0.5.23": "sglang-0.5.23"}  # SGLang version -> its wheel's pin
 reason = unavailable()
@@ -72,7 +78,7 @@ def test_each_stacks_image_evaluates_with_its_package_series_and_labels(ws, attr
     assert config["Entrypoint"] == [exe, "serve"] and config["Cmd"] == ["--config", PROCESS["settingsFile"]]
     assert config["User"] == "1000:1000" and config["WorkingDir"] == PROCESS["stateDirectory"]
     env = dict(e.split("=", 1) for e in config["Env"])
-    assert env == {**PROCESS["environment"], "PATH": "/bin:/usr/bin:/usr/local/nvidia/bin",
+    assert env == {**CACHE_ENV, "PATH": "/bin:/usr/bin:/usr/local/nvidia/bin",
                    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}  # fmt: skip
     labels = config["Labels"]
     assert labels["sglang-eagle3.sglang-version"] == version

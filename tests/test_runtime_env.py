@@ -231,33 +231,42 @@ def test_wrapper_puts_every_program_on_path_and_sets_every_variable(ws, version)
     assert Path(run[2:]).read_text() == HOST_DRIVER.read_text(), "the wrapper sources the tested script"
 
 
-def test_each_stack_renders_its_own_view_of_the_definition(ws):
-    """Nix merges a stack's additions as the audit does; another stack's stay out of its wrapper."""
+def runtime_env_nix(ws: Workspace, tmp_path: Path, spec: dict, version: str, attribute: str):
+    """nix/runtime-env.nix evaluated over a given definition (a copy beside it), for one stack."""
+    shutil.copy(REPO / "nix" / "runtime-env.nix", tmp_path / "runtime-env.nix")
+    (tmp_path / "runtime-env.json").write_text(json.dumps(spec))
+    expr = (
+        f'let flake = builtins.getFlake "{ws.ref}"; in (import {tmp_path}/runtime-env.nix {{ '
+        "pkgs = { }; cuda = { }; inherit (flake.inputs.nixpkgs) lib; cudaCapabilities = [ ]; "
+        f'version = "{version}"; }}).{attribute}'
+    )
+    return ws.nix("eval", "--json", "--impure", "--expr", expr, check=False)
+
+
+def test_each_stack_renders_its_own_view_of_the_definition(ws, tmp_path):
+    """Nix merges a stack's additions as the audit does; another stack's stay out of its view."""
     for version, package in STACKS.items():
         rendered = ws.eval(f"packages.{SYSTEM}.{package}.passthru.runtime.spec")
         assert rendered == audit.stack_env(SPEC, version), version
-    own = {p for v in STACKS for p in SPEC["stacks"].get(v, {}).get("programs", {})}
-    assert own, "a stack adds a program (0.5.23: numactl)"
-    path, _, _ = wrapper_args(ws)
-    built(ws, [p.removesuffix("/bin") for p in path])
-    assert not [p for p in own if any((Path(d) / p).exists() for d in path)], "the default wrapper gets none of them"
+    spec = json.loads(json.dumps(SPEC))
+    spec["stacks"]["0.5.23"] = {
+        "programs": {"frobnicate": {"from": "nixpkgs:hello", "why": "an addition of one stack"}}
+    }
+    for version in STACKS:
+        evaluated = runtime_env_nix(ws, tmp_path, spec, version, "spec.programs")
+        assert evaluated.returncode == 0, evaluated.stderr
+        assert set(json.loads(evaluated.stdout)) == set(audit.stack_env(spec, version)["programs"]), version
+        assert ("frobnicate" in json.loads(evaluated.stdout)) == (version == "0.5.23")
 
 
 def test_a_second_definition_fails_the_evaluation(ws, tmp_path):
     """runtime-env.nix refuses a stack addition that redefines a shared entry (one definition)."""
     spec = json.loads(json.dumps(SPEC))
-    spec["stacks"]["0.5.23"]["programs"]["ninja"] = {"from": "nixpkgs:ninja", "why": "a second definition"}
-    shutil.copy(REPO / "nix" / "runtime-env.nix", tmp_path / "runtime-env.nix")
-    (tmp_path / "runtime-env.json").write_text(json.dumps(spec))
-    expr = (
-        f'let flake = builtins.getFlake "{ws.ref}"; in (import {tmp_path}/runtime-env.nix {{ '
-        'pkgs = { }; cuda = { }; inherit (flake.inputs.nixpkgs) lib; cudaCapabilities = [ ]; version = "0.5.23"; })'
-        ".spec.programs"
-    )
-    failed = ws.nix("eval", "--json", "--impure", "--expr", expr, check=False)
+    spec["stacks"]["0.5.23"] = {"programs": {"ninja": {"from": "nixpkgs:ninja", "why": "a second definition"}}}
+    failed = runtime_env_nix(ws, tmp_path, spec, "0.5.23", "spec.programs")
     assert failed.returncode != 0
     assert "nix/runtime-env.json stacks.0.5.23.programs: ninja already defined for every stack" in failed.stderr
-    ok = ws.nix("eval", "--json", "--impure", "--expr", expr.replace(tmp_path.as_posix(), f"{ws.flake}/nix"))
+    ok = runtime_env_nix(ws, tmp_path, SPEC, "0.5.23", "spec.programs")
     assert set(json.loads(ok.stdout)) == set(audit.stack_env(SPEC, "0.5.23")["programs"])
 
 
@@ -300,7 +309,7 @@ def test_server_unit_and_gpu_check_get_the_hosts_nvidia_smi(ws):
 
 def test_the_package_options_description_picks_the_0_5_23_stack_and_its_environment(ws):
     """The assignment the `package` option's description gives, evaluated as written: the unit
-    runs the 0.5.23 wrapper, whose PATH has that stack's own programs (numactl)."""
+    runs the 0.5.23 wrapper, whose PATH has the programs of the definition (numactl among them)."""
     description = ws.eval_expr(f"({HOST}).options.services.sglang-eagle3.package.description")
     (assignment,) = re.findall(r"`(services\.sglang-eagle3\.package = [^`]+;)`", description)
     host = HOST.replace(
@@ -312,6 +321,48 @@ def test_the_package_options_description_picks_the_0_5_23_stack_and_its_environm
     path, _, _ = wrapper_args(ws, STACKS["0.5.23"])
     built(ws, [p.removesuffix("/bin") for p in path])
     assert any((Path(d) / "numactl").exists() for d in path)
+
+
+def test_the_units_caches_are_its_writable_state_and_cache_directories(ws):
+    """Under ProtectHome and ProtectSystem=strict (modules/hardening.nix) only the unit's
+    StateDirectory and CacheDirectory are writable: every cache location of the definition
+    ("caches") is set in the server unit's environment, beneath one of the two."""
+    unit = f"({HOST}).config.systemd.services.sglang-eagle3"
+    environment = ws.eval_expr(f"{unit}.environment")
+    service = ws.eval_expr(f"{unit}.serviceConfig")
+    assert service["ProtectHome"] is True and service["ProtectSystem"] == "strict"
+    writable = {"state": f"/var/lib/{service['StateDirectory']}", "cache": f"/var/cache/{service['CacheDirectory']}"}
+    assert SPEC["caches"], "the definition names the cache locations"
+    for name, entry in SPEC["caches"].items():
+        base, _, below = entry["unit"].partition("/")
+        assert environment[name] == writable[base] + (f"/{below}" if below else ""), name
+    assert environment["HOME"] == service["WorkingDirectory"] == writable["state"]
+
+
+def test_a_cache_location_the_module_does_not_know_fails_the_evaluation(ws, tmp_path):
+    spec = json.loads(json.dumps(SPEC))
+    spec["caches"]["TRITON_CACHE_DIR"]["unit"] = "/home/triton"
+    module = tmp_path / "modules"
+    shutil.copytree(REPO / "modules", module)
+    (tmp_path / "nix").mkdir()
+    (tmp_path / "nix" / "runtime-env.json").write_text(json.dumps(spec))
+    text = (module / "sglang-eagle3.nix").read_text()
+    assert "lib.importJSON ../nix/runtime-env.json" in text
+    wrapper = (  # the flake's module, over the copy: its package defaults are all it adds
+        f"{{ imports = [ {module}/sglang-eagle3.nix ];"
+        f" services.sglang-eagle3.package = flake.packages.{SYSTEM}.default;"
+        f" services.sglang-router.package = flake.packages.{SYSTEM}.sglang-router; }}"
+    )
+    host = HOST.replace("flake.nixosModules.default", wrapper)
+    unit = f"({host}).config.systemd.services.sglang-eagle3"
+    prelude = f'let flake = builtins.getFlake "{ws.ref}"; inputs = flake.inputs; in '
+    failed = ws.nix(
+        "eval", "--json", "--impure", "--expr", f"{prelude}{unit}.environment.TRITON_CACHE_DIR", check=False
+    )
+    assert failed.returncode != 0
+    assert "nix/runtime-env.json caches.TRITON_CACHE_DIR.unit: '/home/triton' is not state, cache or cache/<dir>" in (
+        failed.stderr
+    )
 
 
 def test_the_module_refuses_a_host_without_the_nvidia_driver(ws):
@@ -413,7 +464,7 @@ def test_gpu_host_doc_shows_the_definition():
     assert f"<!-- runtime-env:start -->\n{table}\n<!-- runtime-env:end -->" in doc, (
         f"regenerate: {script} --write docs/gpu-host.md"
     )
-    sections = ("programs", "environment", "libraries", "paths")
+    sections = ("programs", "environment", "libraries", "paths", "caches")
     assert all(f"`{name}`" in table for section in sections for name in SPEC[section])
     for version, own in SPEC["stacks"].items():  # each stack's own entries, marked as its own
         assert all(f"| {version} only | " in table and f"`{name}`" in table for s in own for name in own[s])

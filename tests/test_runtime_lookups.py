@@ -1,62 +1,120 @@
-"""Everything the server's Python code looks up at run time is accounted for, by data.
+"""Everything the server's code looks up at run time is accounted for, by data.
 
-nix/runtime-lookups.json lists, for the wheels nix/runtime-lookup-policy.json names, every
-program, library, fixed path and toolchain variable their Python sources look up
-(nix/scripts/audit-runtime-lookups.py reads them with ast). These tests prove:
+nix/runtime-lookups.json lists, for every wheel of the server closure of python/uv.lock
+(resolved from the lock as nix/wheel-closure.json says, not from a list), every program,
+library, fixed path, toolchain and cache variable its Python code, its Cython sources and
+its compiled Cython modules look up (nix/scripts/audit-runtime-lookups.py). These tests prove,
+for both stacks:
 
-- the data is what the real wheels of python/uv.lock hold (downloaded into the test cache,
-  sha256 checked; torch through its PyPI build, named as a proxy in the policy);
+- the data scans exactly the closure the lock pins (a wheel of the closure that is not scanned
+  fails), and each wheel's record is what the real wheel holds (downloaded into the test cache,
+  sha256 checked; a scan is kept in the cache under the wheel's name and the scanner's hash);
 - every lookup is provided by an entry of nix/runtime-env.json (the shared entries plus the
-  stack's own, "stacks") or is not needed, with a reason, and every rule and reason of the
-  policy is used; for both stacks;
-- the check fails when an entry or a disposition is removed, and when a wheel adds a lookup.
+  stack's own, "stacks") or is not needed, with a reason; a reason that holds because of an
+  entry names it ("relies") and fails when the entry is gone, even with every mapping to it
+  removed too; every rule and reason of the policy is used;
+- the scanner finds each kind of lookup: in Python, in Cython sources, in a compiled module's
+  strings (a real shared object built here), in a shell script held in a string;
+- what a reason rests on: no wheel of either closure ships a CUDA library torch's import-time
+  preload would pick up from site-packages.
 
-Refresh the data after changing uv.lock: python nix/scripts/audit-runtime-lookups.py
+Refresh the data after changing a uv.lock: python nix/scripts/audit-runtime-lookups.py [--stack 0.5.23]
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
-import tomllib
+import re
+import shutil
+import subprocess
+import zipfile
+import zlib
+from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
 
-DATA = json.loads((REPO / "nix" / "runtime-lookups.json").read_text())
-POLICY = json.loads((REPO / "nix" / "runtime-lookup-policy.json").read_text())
+SCRIPT = REPO / "nix" / "scripts" / "audit-runtime-lookups.py"
 SHARED_ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-runtime-lookups.py")
+    spec = importlib.util.spec_from_file_location("audit", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 audit = generator()
-ENV = audit.stack_env(SHARED_ENV)  # the default stack's view (0.5.9)
+wheels = audit.wheel_audit()
+STACKS = [v for v in json.loads((REPO / "nix" / "pins.json").read_text())["stacks"] if not v.startswith("_")]
+FILES = {version: wheels.stack_files(version) for version in STACKS}
+DATA = {v: json.loads(f["lookups"].read_text()) for v, f in FILES.items()}
+POLICY = {v: json.loads(f["lookupPolicy"].read_text()) for v, f in FILES.items()}
+ENV = {v: audit.stack_env(SHARED_ENV, v) for v in STACKS}
+CLOSURE = {v: audit.server_closure(v) for v in STACKS}
 
 
-# -- the data is what the wheels hold -----------------------------------------------------------
+def wheel_path(version: str, name: str) -> Path:
+    package = CLOSURE[version][name]["package"]
+    wheel = wheels.best_wheel(package, "cp312")
+    return wheels.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
 
 
-@pytest.mark.parametrize("name", sorted(POLICY["packages"]))
-def test_data_matches_the_real_wheel(name):
-    lock = tomllib.loads((REPO / "python" / "uv.lock").read_text())
-    package = next(p for p in lock["package"] if p["name"] == name)
-    wheel = audit.wheel_audit().best_wheel(package, "cp312")
-    path = audit.wheel_audit().download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
-    record = DATA["packages"][name]
-    assert (record["version"], record["wheel"]) == (package["version"], path.name)
-    assert record["lookups"] == audit.scan(audit.python_sources(path)), f"run {audit.__file__}"
+def scanned(path: Path) -> dict:
+    """audit.scan of a wheel, kept in the test cache under the wheel's name (download checked its
+    sha256 against the lock) and the scanner's text: scanning both closures takes minutes of CPU,
+    and the result depends on nothing else."""
+    key = hashlib.sha256(path.name.encode() + SCRIPT.read_bytes()).hexdigest()[:24]
+    kept = CACHE / "runtime-lookup-scans" / f"{path.stem}-{key}.json"
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    result = audit.scan(audit.wheel_sources(path))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(f".{id(result)}.tmp")
+    partial.write_text(json.dumps(result))
+    partial.replace(kept)
+    return result
+
+
+# -- the data is the closure, as the real wheels hold it -------------------------------------------
+
+
+@pytest.mark.parametrize("version", STACKS)
+def test_the_data_scans_every_wheel_of_the_server_closure(version):
+    closure = CLOSURE[version]
+    assert audit.coverage(DATA[version], closure) == []
+    assert len(closure) > 150, "the whole closure, not a hand list"
+    assert {"nvidia-cutlass-dsl", "xgrammar", "torch-memory-saver", "quack-kernels", "cuda-bindings"} <= set(closure)
+
+
+def test_a_wheel_of_the_closure_left_unscanned_fails():
+    data = copy.deepcopy(DATA["0.5.9"])
+    del data["packages"]["nvidia-cutlass-dsl"]
+    data["packages"]["xgrammar"]["version"] = "0.0.1"
+    assert audit.coverage(data, CLOSURE["0.5.9"]) == [
+        "nvidia-cutlass-dsl 4.3.5: a wheel of the server closure the data does not scan",
+        "xgrammar: scanned at 0.0.1, the lock pins 0.1.27",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "name"), [(v, n) for v in STACKS for n in sorted(DATA[v]["packages"])], ids=lambda x: x
+)
+def test_data_matches_the_real_wheel(version, name):
+    path = wheel_path(version, name)
+    record = DATA[version]["packages"][name]
+    assert (record["version"], record["wheel"]) == (CLOSURE[version][name]["package"]["version"], path.name)
+    assert record.get("proxy") == CLOSURE[version][name]["proxy"]
+    assert record["lookups"] == scanned(path), f"run {SCRIPT.relative_to(REPO)} --stack {version}"
 
 
 def test_the_known_lookups_are_found():
-    """The findings of issue 17 are in the data, so the scanner sees the lookups that matter."""
-    lookups = {f"{p} {k}" for p, r in DATA["packages"].items() for k in r["lookups"]}
+    """Issue 17's and issue 27's findings are in the data: the scanner sees the lookups that matter."""
+    found = {v: {f"{p} {k}" for p, r in DATA[v]["packages"].items() for k in r["lookups"]} for v in STACKS}
     assert {
         "sglang program nvidia-smi",
         "triton program /sbin/ldconfig",
@@ -65,60 +123,192 @@ def test_the_known_lookups_are_found():
         "flashinfer-python program ninja",
         "flashinfer-python path -L$cuda_home/lib64",
         "nvidia-ml-py library libnvidia-ml.so.1",
-    } <= lookups
+        # issue 27: wheels that were not scanned, Cython, a script, the caches
+        "nvidia-cutlass-dsl env CUDA_HOME",  # base_dsl/env_manager.py:183
+        "nvidia-cutlass-dsl program nvcc",
+        "nvidia-cutlass-dsl path /usr/local/cuda*",
+        "nvidia-cutlass-dsl library <dynamic> path",  # cute/runtime.py:923
+        "xgrammar program nvcc",  # kernels/apply_token_bitmask_inplace_cuda.py:36
+        "torch-memory-saver library <dynamic> path_binary",  # binary_wrapper.py:10
+        "cuda-bindings library cuda.pathfinder:cuda",  # _internal/driver_linux.pyx:3501
+        "cuda-bindings library cuda.pathfinder:nvrtc",  # _internal/nvrtc_linux.pyx:368
+        "sglang program numactl",  # srt/utils/numa_utils.py:32, in a shell script
+        "triton env TRITON_CACHE_DIR",
+        "flashinfer-python env FLASHINFER_WORKSPACE_BASE",
+        "apache-tvm-ffi env TVM_FFI_CACHE_DIR",
+        "torch env TORCH_EXTENSIONS_DIR",
+        "huggingface-hub env HF_HOME",
+    } <= found["0.5.9"]
+    assert {
+        "sglang program nvcc",  # SGLang's own JIT kernels (sglang/kernels/jit)
+        "sglang program numactl",
+        "triton program g++",
+        "nvidia-cutlass-dsl-libs-core env CUDA_HOME",
+        # cuda-bindings 13 ships no .pyx: read from the compiled module's strings
+        "cuda-bindings library <compiled cuda.bindings._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib",
+        "cuda-bindings library <compiled cuda.bindings._internal.driver> cuda.pathfinder.load_nvidia_dynamic_lib",
+        "quack-kernels env QUACK_CACHE_DIR",
+    } <= found["0.5.23"]
+    locations = DATA["0.5.9"]["packages"]["cuda-bindings"]["lookups"]["library cuda.pathfinder:nvrtc"]["locations"]
+    assert "cuda/bindings/_internal/nvrtc_linux.pyx:368" in locations
 
 
-# -- every lookup is accounted for --------------------------------------------------------------
+# -- every lookup is accounted for ------------------------------------------------------------------
 
 
-def test_every_lookup_is_provided_or_not_needed():
-    assert audit.problems(DATA, POLICY, ENV) == []
+@pytest.mark.parametrize("version", STACKS)
+def test_every_lookup_is_provided_or_not_needed(version):
+    found = audit.problems(DATA[version], POLICY[version], ENV[version])
+    assert found == [], f"{len(found)} not accounted for:\n" + "\n".join(found)
 
 
-def test_dispositions_name_the_real_environment():
-    provided = set(POLICY["provided"].values())
-    assert {"programs.nvidia-smi", "environment.TRITON_LIBCUDA_PATH", "paths.lib64"} <= provided
-    for version in [None, *(v for v in SHARED_ENV["stacks"] if not v.startswith("_"))]:
-        env = audit.stack_env(SHARED_ENV, version)
-        for section in audit.SECTIONS:
-            for name, entry in env[section].items():
-                assert len(entry["why"]) > 40, f"nix/runtime-env.json {section}.{name} needs a why"
+def answer(version, package, key):
+    return audit.disposition(package, key, DATA[version]["packages"][package]["lookups"][key], POLICY[version])
+
+
+def test_dispositions_of_the_lookups_that_matter():
+    assert answer("0.5.9", "sglang", "program numactl") == ("provided", "programs.numactl")
+    assert answer("0.5.9", "triton", "env TRITON_CACHE_DIR") == ("provided", "caches.TRITON_CACHE_DIR")
+    assert answer("0.5.9", "xgrammar", "program nvcc") == ("provided", "programs.nvcc")
+    assert answer("0.5.9", "nvidia-cutlass-dsl", "env CUDA_HOME") == ("provided", "environment.CUDA_HOME")
+    kind, reason = answer("0.5.9", "cuda-bindings", "library cuda.pathfinder:nvrtc")
+    assert kind == "notNeeded" and "libnvrtc.so.13" in reason and "CUDA 12.9" in reason
+    kind, reason = answer("0.5.9", "torch", "library <dynamic> lib_path")
+    assert kind == "notNeeded" and "_preload_cuda_deps" in reason, "torch/__init__.py:319 is not torch's own file"
+    kind, reason = answer("0.5.9", "apache-tvm-ffi", "env TVM_FFI_CUDA_ARCH_LIST")
+    assert kind == "notNeeded" and "set by SGLang itself" in reason and "jit_kernel/utils.py" in reason
+    assert "tvm_ffi/utils/*" not in POLICY["0.5.9"]["rules"], "tvm-ffi's builder runs on the serving path"
+    kind, reason = answer("0.5.9", "apache-tvm-ffi", "program <dynamic> cxx")
+    assert kind == "notNeeded" and "_build_optional_torch_c_dlpack.py" in reason
+    assert answer("0.5.23", "sglang", "program ninja") == ("provided", "programs.ninja")
+    assert answer("0.5.23", "sglang", "program numactl") == ("provided", "programs.numactl")
+    kind, reason = answer("0.5.23", "sglang", "program cargo")
+    assert kind == "notNeeded" and "srt/rust_extensions/loader.py:116-121" in reason
+
+
+@pytest.mark.parametrize("version", STACKS)
+def test_the_environment_entries_say_why(version):
+    for section in audit.SECTIONS:
+        for name, entry in ENV[version][section].items():
+            assert len(entry["why"]) > 40, f"nix/runtime-env.json {section}.{name} needs a why"
 
 
 def test_removing_an_environment_entry_fails_the_check():
-    env = copy.deepcopy(ENV)
+    env = copy.deepcopy(ENV["0.5.9"])
     del env["programs"]["nvidia-smi"]
     assert "sglang program nvidia-smi: provided by programs.nvidia-smi, which nix/runtime-env.json lacks" in (
-        audit.problems(DATA, POLICY, env)
+        audit.problems(DATA["0.5.9"], POLICY["0.5.9"], env)
     )
 
 
+@pytest.mark.parametrize(
+    ("section", "name"),
+    [
+        ("environment", "CUDA_HOME"),
+        ("environment", "TRITON_LIBCUDA_PATH"),
+        ("environment", "CC"),
+        ("paths", "/run/opengl-driver/lib"),
+        ("caches", "HOME"),
+    ],
+)
+def test_a_conditional_reason_fails_when_its_entry_goes_even_with_its_mappings(section, name):
+    """'only when CUDA_HOME is unset' holds because the environment sets it: removing the entry and
+    every provided mapping to it still fails, through the reasons that rely on it."""
+    for version in STACKS:
+        env, policy = copy.deepcopy(ENV[version]), copy.deepcopy(POLICY[version])
+        del env[section][name]
+        policy["provided"] = {k: v for k, v in policy["provided"].items() if v != f"{section}.{name}"}
+        found = [p for p in audit.problems(DATA[version], policy, env) if "no disposition" not in p]
+        assert any(f"relies on {section}.{name}, which nix/runtime-env.json lacks" in p for p in found), version
+
+
+def test_a_reason_that_names_an_entry_must_rely_on_it():
+    policy = copy.deepcopy(POLICY["0.5.9"])
+    policy["reasons"]["cuda-home-set"] = policy["reasons"]["cuda-home-set"]["why"]  # its "relies" dropped
+    found = audit.problems(DATA["0.5.9"], policy, ENV["0.5.9"])
+    assert any(p.startswith('reason names environment.CUDA_HOME without relying on it (add "relies"') for p in found)
+    assert audit.names_entry("Triton's fallback when CC is unset", "environment.CC")
+    assert not audit.names_entry("the $CUDA_HOME/bin directory, a gcc", "environment.CC")
+
+
 def test_removing_a_disposition_fails_the_check():
-    policy = copy.deepcopy(POLICY)
+    policy = copy.deepcopy(POLICY["0.5.9"])
     del policy["notNeeded"]["triton program gcc"]
-    assert [p for p in audit.problems(DATA, policy, ENV) if p.startswith("triton program gcc ")] == [
+    assert [p for p in audit.problems(DATA["0.5.9"], policy, ENV["0.5.9"]) if p.startswith("triton program gcc ")] == [
         "triton program gcc (triton/runtime/build.py:28): no disposition"
     ]
+    policy = copy.deepcopy(POLICY["0.5.23"])
+    del policy["notNeeded"]["sglang program cargo"]
+    assert [
+        p for p in audit.problems(DATA["0.5.23"], policy, ENV["0.5.23"]) if p.startswith("sglang program cargo ")
+    ] == ["sglang program cargo (sglang/srt/rust_extensions/loader.py:418): no disposition"]
 
 
 def test_a_short_reason_an_unused_rule_and_a_stale_disposition_fail_the_check():
-    policy = copy.deepcopy(POLICY)
+    policy = copy.deepcopy(POLICY["0.5.9"])
     policy["notNeeded"]["triton program gcc"] = "not needed"
     policy["rules"]["nowhere/*"] = "tests"
     policy["provided"]["triton program make"] = "programs.cc"
-    found = audit.problems(DATA, policy, ENV)
+    policy["rules"]["x/*"] = "no-such-reason"
+    found = audit.problems(DATA["0.5.9"], policy, ENV["0.5.9"])
     assert "reason too short to show why: 'not needed'" in found
     assert "rule nowhere/* disposes of no lookup" in found
     assert "triton program make: disposition of a lookup the wheels no longer make" in found
+    assert "rule x/*: unknown reason no-such-reason" in found
 
 
-# -- a new lookup is reported ---------------------------------------------------------------------
+# -- the environment as each stack sees it -----------------------------------------------------------
+
+
+def test_a_stacks_own_entry_is_seen_by_that_stack_only():
+    env = copy.deepcopy(SHARED_ENV)
+    env["stacks"]["0.5.23"] = {"programs": {"frobnicate": {"from": "nixpkgs:hello", "why": "x" * 50}}}
+    assert "frobnicate" in audit.stack_env(env, "0.5.23")["programs"]
+    assert "frobnicate" not in audit.stack_env(env, "0.5.9")["programs"]
+    pins = json.loads((REPO / "nix" / "pins.json").read_text())
+    assert set(SHARED_ENV["stacks"]) - {"_comment"} <= set(pins["stacks"]), "stacks are nix/pins.json's"
+
+
+def test_numactl_is_every_stacks():
+    """0.5.9 runs numactl when --numa-node is given (through extra_args), 0.5.23 by default."""
+    assert "numactl" in SHARED_ENV["programs"]
+    assert all("numactl" in ENV[v]["programs"] for v in STACKS)
+
+
+def test_an_addition_that_redefines_a_shared_entry_is_refused():
+    env = copy.deepcopy(SHARED_ENV)
+    env["stacks"]["0.5.23"] = {"programs": {"ninja": {"from": "nixpkgs:ninja", "why": "a second definition"}}}
+    with pytest.raises(SystemExit, match=r"stacks\.0\.5\.23\.programs\.ninja: already defined for every stack"):
+        audit.stack_env(env, "0.5.23")
+
+
+# -- what the reasons rest on ----------------------------------------------------------------------
+
+# torch's _preload_cuda_deps / _preload_cuda_lib (torch/__init__.py) glob sys.path for these at import
+PRELOADED = re.compile(
+    r"(nvidia/)?[^/]+/lib/lib(cublasLt|cublas|cudnn|nvrtc|nvrtc-builtins|cudart|cupti|cufft|curand|nvJitLink|"
+    r"cusparse|cusparseLt|cusolver|nccl|nvshmem_host|cufile|nvToolsExt)\.so"
+)
+
+
+@pytest.mark.parametrize("version", STACKS)
+def test_no_wheel_ships_a_cuda_library_torch_would_preload(version):
+    """The reason of 'torch library <dynamic> lib_path': with pip's CUDA wheels dropped, torch's
+    import-time preload finds nothing in site-packages and the libraries come from cudaPackages."""
+    shipped = {name: [f for f in zipfile.ZipFile(wheel_path(version, name)).namelist() if PRELOADED.match(f)]
+               for name in CLOSURE[version]}  # fmt: skip
+    assert {name: files for name, files in shipped.items() if files} == {}
+    assert "_preload_cuda" in answer(version, "torch", "library <dynamic> lib_path")[1]
+
+
+# -- the scanner finds each kind of lookup ---------------------------------------------------------
 
 FAKE_MODULE = """
 import ctypes
 import os
 import subprocess as sp
 from shutil import which
+from cuda.pathfinder import load_nvidia_dynamic_lib
 
 
 def build():
@@ -126,108 +316,139 @@ def build():
     sp.run(command)
     which("nvcc")
     ctypes.CDLL("libfoo.so.1")
+    load_nvidia_dynamic_lib("nvrtc")
     return os.environ.get("FOO_HOME"), os.environ.get("SGLANG_ENABLE_THING"), "/usr/local/foo"
 
 
 def flags():
-    return os.getenv("CUDA_HOME"), os.getenv("BAR_HOME")
+    return os.getenv("CUDA_HOME"), os.getenv("BAR_HOME"), os.getenv("FOO_CACHE_DIR"), "~/.cache/foo"
+
+
+def script(args):
+    return f'''#!/bin/sh
+exec numactl {args} "$@"'''
 """
 
 
 def test_the_scanner_finds_each_kind_of_lookup(tmp_path):
-    (tmp_path / "fake").mkdir()
-    (tmp_path / "fake" / "build.py").write_text(FAKE_MODULE)
-    sources = [(str(p.relative_to(tmp_path)), p.read_text()) for p in tmp_path.rglob("*.py")]
-    assert set(audit.scan(sources)) == {
+    assert set(audit.scan([("fake/build.py", FAKE_MODULE)])) == {
         "program frobnicate",  # a list literal assigned to a name, through an import alias
         "program nvcc",
         "library libfoo.so.1",
+        "library cuda.pathfinder:nvrtc",
         "env FOO_HOME",  # ends in HOME, read where a lookup is made
         "env CUDA_HOME",  # a toolchain name, read anywhere
+        "env FOO_CACHE_DIR",  # a cache location, read anywhere
         "path /usr/local/foo",
+        "path ~/.cache/foo",
+        "path /bin/sh",  # a shell script's interpreter
+        "program numactl",  # and the program it runs
     }  # SGLANG_ENABLE_THING is a feature flag; BAR_HOME is read where nothing is looked up
 
 
-def test_a_new_lookup_in_a_wheel_is_reported_undispositioned(tmp_path):
-    data = copy.deepcopy(DATA)
-    data["packages"]["triton"]["lookups"].update(audit.scan([("triton/new.py", FAKE_MODULE)]))
-    found = audit.problems(data, POLICY, ENV)
-    assert "triton program frobnicate (triton/new.py:10): no disposition" in found
-    assert "triton library libfoo.so.1 (triton/new.py:12): no disposition" in found
+FAKE_CYTHON = '''
+from libc.stdint cimport uintptr_t
+from os import getenv as _cyb_getenv
+from cuda.pathfinder import load_nvidia_dynamic_lib
+cimport cuda.bindings._lib.dlfcn as dlfcn
+
+cdef extern from "<dlfcn.h>" nogil:
+    void *dlopen(const char *, int)
+
+cdef void* load_library() except* with gil:
+    cdef uintptr_t handle = load_nvidia_dynamic_lib("nvrtc")._handle_uint
+    return <void*>handle
+
+cdef int _init() except -1 nogil:
+    with gil:
+        if bool(int(_cyb_getenv('CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM', default=0))):
+            pass
+        handle = dlfcn.dlopen(b"libcuda.so.1", 2)
+        home = _cyb_getenv("CUDA_HOME")
+
+def docs():
+    """/usr/local/doc is a docstring, not a lookup"""
+    return "/etc/cuda.conf"
+'''
 
 
-# -- the SGLang 0.5.23 stack (nix/stacks/sglang-0.5.23) -----------------------------------------
-
-NEWEST_DIR = REPO / "nix" / "stacks" / "sglang-0.5.23"
-NEWEST = json.loads((NEWEST_DIR / "runtime-lookups.json").read_text())
-NEWEST_POLICY = json.loads((NEWEST_DIR / "runtime-lookup-policy.json").read_text())
-
-
-@pytest.mark.parametrize("name", sorted(NEWEST_POLICY["packages"]))
-def test_0_5_23_data_matches_the_real_wheel(name):
-    lock = tomllib.loads((NEWEST_DIR / "uv.lock").read_text())
-    package = next(p for p in lock["package"] if p["name"] == name)
-    wheel = audit.wheel_audit().best_wheel(package, "cp312")
-    path = audit.wheel_audit().download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
-    record = NEWEST["packages"][name]
-    assert (record["version"], record["wheel"]) == (package["version"], path.name)
-    assert record["lookups"] == audit.scan(audit.python_sources(path)), f"run {audit.__file__} --stack 0.5.23"
+def test_the_scanner_reads_cython_sources():
+    found = audit.scan([("cuda/bindings/_internal/fake_linux.pyx", FAKE_CYTHON)])
+    assert set(found) == {
+        "library cuda.pathfinder:nvrtc",
+        "library libcuda.so.1",  # C's dlopen through a cimport alias, a bytes literal
+        "env CUDA_HOME",  # os.getenv through an alias
+        "path /etc/cuda.conf",
+    }  # the extern declaration of dlopen is not a call; the feature flag and the docstring are not lookups
+    assert found["library cuda.pathfinder:nvrtc"]["locations"] == ["cuda/bindings/_internal/fake_linux.pyx:11"]
 
 
-def test_0_5_23_lookups_new_since_0_5_9_are_found():
-    lookups = {f"{p} {k}" for p, r in NEWEST["packages"].items() for k in r["lookups"]}
-    assert {
-        "sglang program nvcc",  # SGLang's own JIT kernels (sglang/kernels/jit)
-        "sglang program ninja",
-        "sglang program cargo",  # srt/rust_extensions/loader.py
-        "triton program g++",  # triton/runtime/build.py, beside CC
-        "sglang-kernel program nvcc",
-    } <= lookups
+def test_a_cython_source_python_cannot_tokenize_is_reported():
+    with pytest.raises(SystemExit, match=r"cannot read the Cython source bad\.pyx"):
+        list(audit.lookups_in_cython('x = """never closed\n', "bad.pyx"))
 
 
-NEWEST_ENV = audit.stack_env(SHARED_ENV, "0.5.23")
+@pytest.fixture(scope="module")
+def compiled_module(tmp_path_factory) -> bytes:
+    """A real x86-64 shared object shaped like a Cython 3.1 module built without its .pyx: the
+    __pyx_ marker, its constants zlib-compressed into one string without separators (the
+    module imports cuda.pathfinder's load_nvidia_dynamic_lib), a C-level dlopen of a soname
+    and a fixed path among its strings."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler to build the stand-in module")
+    root = tmp_path_factory.mktemp("compiled")
+    constants = zlib.compress(b"__main__cuda.pathfinderload_nvidia_dynamic_lib__name__nvrtc_handle_uint" * 2)
+    array = ",".join(str(b) for b in constants)
+    (root / "m.c").write_text(
+        "#include <dlfcn.h>\n"
+        f"static const unsigned char table[] = {{{array}}};\n"
+        'const char *marker = "__pyx_module_is_main_fake";\n'
+        'const char *conf = "/etc/fake/devices.conf";\n'
+        'void *load(void) { return dlopen("libfake.so.3", 2) ? (void *)table : 0; }\n'
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(root / "m.so"), str(root / "m.c"), "-ldl"], check=True)
+    return (root / "m.so").read_bytes()
 
 
-def test_0_5_23_every_lookup_is_provided_or_not_needed():
-    found = audit.problems(NEWEST, NEWEST_POLICY, NEWEST_ENV)
-    assert found == [], f"{len(found)} not accounted for:\n" + "\n".join(found)
-
-
-def test_0_5_23_dispositions_of_the_lookups_that_matter():
-    """SGLang 0.5.23's own JIT is provided like FlashInfer's; cargo is not run (the wheel bundles
-    its Rust extensions); numactl is provided, by this stack's own entry."""
-
-    def answer(package, key):
-        return audit.disposition(package, key, NEWEST["packages"][package]["lookups"][key], NEWEST_POLICY)
-
-    assert answer("sglang", "program ninja") == ("provided", "programs.ninja")
-    assert answer("sglang", "env CXX") == ("provided", "environment.CXX")
-    assert answer("sglang", "env CUDA_HOME") == ("provided", "environment.CUDA_HOME")
-    assert answer("triton", "env CXX") == ("provided", "environment.CXX")
-    assert answer("sglang", "program numactl") == ("provided", "programs.numactl")
-    kind, reason = answer("sglang", "program cargo")
-    assert kind == "notNeeded" and "srt/rust_extensions/loader.py:116-121" in reason
-
-
-def test_a_stacks_own_entry_is_seen_by_that_stack_only():
-    assert "numactl" in NEWEST_ENV["programs"] and "numactl" not in ENV["programs"]
-    assert "numactl" not in SHARED_ENV["programs"], "defined once, under stacks.0.5.23"
-    found = audit.problems(NEWEST, NEWEST_POLICY, ENV)  # 0.5.23's lookups against 0.5.9's environment
-    assert "sglang program numactl: provided by programs.numactl, which nix/runtime-env.json lacks" in found
-    pins = json.loads((REPO / "nix" / "pins.json").read_text())
-    assert set(SHARED_ENV["stacks"]) - {"_comment"} <= set(pins["stacks"]), "stacks are nix/pins.json's"
-
-
-def test_an_addition_that_redefines_a_shared_entry_is_refused():
-    env = copy.deepcopy(SHARED_ENV)
-    env["stacks"]["0.5.23"]["programs"]["ninja"] = {"from": "nixpkgs:ninja", "why": "a second definition"}
-    with pytest.raises(SystemExit, match=r"stacks\.0\.5\.23\.programs\.ninja: already defined for every stack"):
-        audit.stack_env(env, "0.5.23")
-
-
-def test_removing_a_0_5_23_disposition_fails_the_check():
-    policy = copy.deepcopy(NEWEST_POLICY)
-    del policy["notNeeded"]["sglang program cargo"]
-    assert [p for p in audit.problems(NEWEST, policy, NEWEST_ENV) if p.startswith("sglang program cargo ")] == [
-        "sglang program cargo (sglang/srt/rust_extensions/loader.py:418): no disposition"
+def test_the_scanner_reads_a_compiled_modules_strings(compiled_module):
+    found = audit.scan([("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)])
+    assert set(found) == {
+        "library <compiled fake._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib",  # unpacked constants
+        "library <compiled fake._internal.nvrtc> dlopen",  # an imported C function
+        "library libfake.so.3",
+        "path /etc/fake/devices.conf",
+    }
+    assert found["library libfake.so.3"]["locations"] == [
+        "fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so:strings"
     ]
+
+
+def test_a_compiled_module_is_read_only_without_its_source(tmp_path, compiled_module):
+    wheel = tmp_path / "fake-1.0-cp312-cp312-linux_x86_64.whl"
+    source = compiled_module.replace(b"__pyx_module_is_main_fake", b"fake/_internal/nvrtc.pyx\0\0")
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)
+        archive.writestr("fake/other.cpython-312-x86_64-linux-gnu.so", source + b"__pyx_")
+        archive.writestr("fake/_internal/nvrtc.pyx", "")  # not this module's source: it embeds none
+        archive.writestr("fake/c.cpython-312-x86_64-linux-gnu.so", b"\x7fELF not Cython")
+    names = [name for name, _ in audit.wheel_sources(wheel)]
+    # other.so embeds fake/_internal/nvrtc.pyx, which is shipped: read from source; c.so is not Cython
+    assert names == ["fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", "fake/_internal/nvrtc.pyx"]
+
+
+def test_the_real_cuda_bindings_13_modules_are_read_from_their_strings():
+    """cuda-bindings 13.4.4 ships its _internal modules compiled, without .pyx: each one's lookup
+    through cuda.pathfinder is found in its Cython 3.1 string table."""
+    with zipfile.ZipFile(wheel_path("0.5.23", "cuda-bindings")) as archive:
+        name = "cuda/bindings/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so"
+        assert not [n for n in archive.namelist() if n.endswith(".pyx")]
+        found = set(audit.scan([(name, archive.read(name))]))
+    assert "library <compiled cuda.bindings._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib" in found
+
+
+def test_a_new_lookup_in_a_wheel_is_reported_undispositioned():
+    data = copy.deepcopy(DATA["0.5.9"])
+    data["packages"]["triton"]["lookups"].update(audit.scan([("triton/new.py", FAKE_MODULE)]))
+    found = audit.problems(data, POLICY["0.5.9"], ENV["0.5.9"])
+    assert "triton program frobnicate (triton/new.py:11): no disposition" in found
+    assert "triton library libfoo.so.1 (triton/new.py:13): no disposition" in found

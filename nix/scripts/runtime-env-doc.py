@@ -23,6 +23,8 @@ WHERE = {
     "cuda:stubs": "`cuda_cudart`'s stubs (`nix/cuda.nix`)",
     "driver:rpath": "the driver's directory",
     "capabilities:torch": "chosen capabilities only",
+    "state": "the unit's StateDirectory, `/var/lib/sglang-eagle3`",
+    "cache": "the unit's CacheDirectory, `/var/cache/sglang-eagle3`",
 }
 
 
@@ -31,6 +33,7 @@ KINDS = (
     ("variable", "environment", "value"),
     ("library", "libraries", "from"),
     ("path", "paths", "from"),
+    ("cache (unit)", "caches", "unit"),
 )
 
 
@@ -42,6 +45,8 @@ def rows(sections: dict, stack: str) -> list[str]:
             where = WHERE.get(source) or (
                 f"nixpkgs `{source.removeprefix('nixpkgs:')}`" if source.startswith("nixpkgs:") else source
             )
+            if source.startswith("cache/"):
+                where = f"`/var/cache/sglang-eagle3/{source.removeprefix('cache/')}` (the unit's CacheDirectory)"
             found.append(f"| {stack} | {kind} | `{name}` | {where} | {entry['why']} |")
     return found
 
