@@ -150,7 +150,8 @@ def cache_environment() -> dict[str, str]:
     for name, cache in CACHES.items():
         root, _, below = cache["unit"].partition("/")
         if root not in base or (root == "state" and below):
-            raise SystemExit(f"nix/runtime-env.json caches.{name}.unit: {cache['unit']!r} is not state, cache or cache/<dir>")
+            unit = cache["unit"]
+            raise SystemExit(f"nix/runtime-env.json caches.{name}.unit: {unit!r} is not state, cache or cache/<dir>")
         env[name] = f"{base[root]}/{below}" if below else base[root]
     return env
 
