@@ -42,7 +42,7 @@ PROCESS = json.loads((REPO / "modules" / "server-process.json").read_text())
 # The caches the lookup audit found (nix/runtime-env.json), each where its `unit` says: the state directory,
 # the cache directory or a folder of it.
 CACHE_ENV = {
-    name: PROCESS["stateDirectory"] if c["unit"] == "state" else PROCESS["cacheDirectory"] + c["unit"][len("cache"):]
+    name: PROCESS["stateDirectory"] if c["unit"] == "state" else PROCESS["cacheDirectory"] + c["unit"][len("cache") :]
     for name, c in json.loads((REPO / "nix" / "runtime-env.json").read_text())["caches"].items()
 }
 VERSION = "0.1.0"  # python/pyproject.toml's, the images' version and the server image's tag prefix
