@@ -272,7 +272,9 @@ def test_a_second_definition_fails_the_evaluation(ws, tmp_path):
 
 def test_dev_shell_has_the_same_programs_and_variables(ws):
     shell = f"devShells.{SYSTEM}.default"
-    inputs = set(ws.eval(f"{shell}.nativeBuildInputs", apply="map (d: d.outPath)"))
+    # mkDerivation takes a package's `dev` output for nativeBuildInputs (lib.chooseDevOutputs), which propagates
+    # the output holding its programs: compare the packages by their `out`.
+    inputs = set(ws.eval(f"{shell}.nativeBuildInputs", apply="map (d: (d.out or d).outPath)"))
     path, defaults, run = wrapper_args(ws)
     assert {p.removesuffix("/bin") for p in path} <= inputs
     for name, value in defaults.items():
@@ -346,6 +348,7 @@ def test_a_cache_location_the_module_does_not_know_fails_the_evaluation(ws, tmp_
     shutil.copytree(REPO / "modules", module)
     (tmp_path / "nix").mkdir()
     (tmp_path / "nix" / "runtime-env.json").write_text(json.dumps(spec))
+    shutil.copy(REPO / "nix" / "cache-environment.nix", tmp_path / "nix")  # places the caches for the module
     text = (module / "sglang-eagle3.nix").read_text()
     assert "lib.importJSON ../nix/runtime-env.json" in text
     wrapper = (  # the flake's module, over the copy: its package defaults are all it adds
