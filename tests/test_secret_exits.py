@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, STAND_INS
+from sglang_eagle3.serving import credentials
 from sglang_eagle3.source import patchset
 from sglang_eagle3.source import secret_exits as se
 
@@ -207,6 +208,61 @@ def test_each_closing_patch_changes_the_definition_that_closes_the_exit(stack):
         assert any(first <= n <= last for n in changed_lines(patch, f"sglang/{rel}")), (
             f"{key}: {entry['closed_by']} does not change {entry['via']}"
         )
+
+
+# -- the launcher: a secret SGLang takes as a flag comes from a file, or is refused --------------------
+
+
+def test_every_secret_flag_comes_from_a_file_or_is_refused(stack):
+    version, data, pristine, _ = stack
+    fields = {f.name: f for f in se.server_args_fields(pristine)}
+    for name in data.secret_fields:
+        flag = fields[name].flag
+        if flag is None:  # watermark_key, _b: resolved from --watermark-config, no flag of their own
+            continue
+        secret = credentials.secret_flag_in(flag)
+        if secret is not None:
+            assert secret.field == name  # taken from secret.setting's file (or its systemd credential)
+            assert credentials.secret_flag_in(f"{flag}=x") == secret and credentials.secret_flag_in(flag[:-2]) == secret
+        else:
+            assert flag in credentials.PATH_FLAGS, f"{flag}: neither read from a file nor refused"
+            assert credentials.inline_secret_in([flag, '{"key": "k"}']) == flag
+            assert credentials.inline_secret_in([f"{flag}=/etc/secret.json"]) is None
+    # An SGLang flag that begins a secret flag's name is read as itself by argparse: not refused.
+    prefixes = {f.flag for f in fields.values() if f.flag and any(
+        s.flag.startswith(f.flag) and s.flag != f.flag for s in credentials.SECRET_ARGS)}  # fmt: skip
+    assert prefixes <= credentials.PUBLIC_PREFIX_FLAGS
+    assert all(credentials.secret_flag_in(p) is None for p in prefixes)
+    assert set(data.secret_fields) <= credentials.SERVER_SECRET_FIELDS
+
+
+def test_the_launchers_secret_lists_are_the_audits(pristine_tree, newest_tree):
+    union = set(audit("0.5.9").secret_fields) | set(audit("0.5.23").secret_fields)
+    assert credentials.SERVER_SECRET_FIELDS == union  # what bench drops from a recorded /server_info
+    flags = {f.flag for tree in (pristine_tree, newest_tree) for f in se.server_args_fields(tree)}
+    assert credentials.PUBLIC_PREFIX_FLAGS <= flags  # each is a real flag of a stack
+
+
+MAIN_DRIVER = Path(__file__).parent / "support" / "drivers" / "sglang_main_driver.py"
+
+
+def test_sglang_main_reads_the_ssl_password_from_its_file_on_0_5_23_and_refuses_it_on_0_5_9(stack, tmp_path):
+    version, _, pristine, _ = stack
+    password = tmp_path / "ssl-keyfile-password"
+    password.write_text("tls-pass-4711\n")
+    password.chmod(0o400)
+    ssl = next(s for s in credentials.SECRET_ARGS if s.field == "ssl_keyfile_password")
+    given = {"argv": ["--model-path", "m"], "environ": {ssl.env: str(password)}}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python" / "src")}
+    result = subprocess.run([sys.executable, str(MAIN_DRIVER), str(pristine)], input=json.dumps(given),
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert "tls-pass-4711" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+    if version == "0.5.9":
+        assert result.returncode == 2
+        assert "ssl_keyfile_password_file: this SGLang has no --ssl-keyfile-password" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads(result.stdout.splitlines()[-1])["changed"] == ["ssl_keyfile_password"]
 
 
 # -- every exit, run: the real code with a secret in every field ----------------------------------
