@@ -53,6 +53,15 @@ def test_on_the_patched_tree_every_patch_is_already_applied(run_cli, patched_tre
     assert "Verdict: OK (7 ok)" in text.stdout
 
 
+def test_a_series_named_by_a_relative_path_is_read(pristine_tree):
+    """`--series patches/sglang-0.5.9`, as docs/upgrade.md writes it, from the checkout (GNU patch runs elsewhere)."""
+    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--against", str(pristine_tree),
+               "--series", "patches/sglang-0.5.9", "--json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **ENV})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(outcomes(json.loads(result.stdout)).values()) == {"applies"}
+
+
 def test_the_check_changes_nothing_in_the_tree(pristine_tree, tree_copy):
     from conftest import snapshot
 

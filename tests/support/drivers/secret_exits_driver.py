@@ -161,36 +161,34 @@ def probes_0_5_9() -> dict:
         get_server_info=lambda: {"active_requests": 0, "paused": False, "last_receive_time": 0.0}))  # fmt: skip
     out["grpc_server_info"] = text(asyncio.run(grpc["GetServerInfo"](servicer, None, None)))
 
-    out.update(dumps_0_5_9(args, loop))
+    from sglang.srt import server_args as module
+
+    redact = getattr(module, "redact_secret_args", None)  # patch 0005's, when the tree has it
+    out.update(write_dumps(args, namespace={"redact_secret_args": redact}))
     out["shm"] = shared_memory_mode("srt/managers/multi_tokenizer_mixin.py", args)
     return out
 
 
-def dumps_0_5_9(args, loop) -> dict:
+def write_dumps(args, methods: tuple[str, ...] = (), namespace: dict | None = None, **attributes) -> dict:
+    """The request dump and the crash dump, written under OUT by TokenizerManager's own methods (and
+    ``methods``, the helpers they call): {probe: [the files]}."""
     import datetime as dt
     import pickle
     import socket
 
-    from sglang.srt import server_args as module
-
-    redact = getattr(module, "redact_secret_args", None)  # patch 0005's, when the tree has it
     ns = compiled("srt/managers/tokenizer_manager.py", "TokenizerManager._dump_data_to_file",
-                  "TokenizerManager.dump_requests_before_crash", namespace={
+                  "TokenizerManager.dump_requests_before_crash", *methods, namespace={
                       "os": os, "pickle": pickle, "asyncio": asyncio, "logger": logging.getLogger("tokenizer"),
                       "socket": socket, "time": time, "datetime": dt.datetime, "sys": sys,
-                      "redact_secret_args": redact})  # fmt: skip
-    request = NS(rid="r1", text="hello")
+                      **(namespace or {})})  # fmt: skip
+    finished = [(NS(rid="r1", text="hello"), {}, 0.0, 1.0)]
     manager = method_holder("TokenizerManager", ns, server_args=args, crash_dump_folder=str(OUT / "crash"),
-                            crash_dump_performed=False, crash_dump_request_list=[(request, {}, 0.0, 1.0)],
-                            rid_to_state={})  # fmt: skip
+                            crash_dump_performed=False, crash_dump_request_list=list(finished), rid_to_state={},
+                            **attributes)  # fmt: skip
 
     async def request_dump():
-        manager._dump_data_to_file([(request, {}, 0.0, 1.0)], str(OUT / "requests" / "dump.pkl"), "dumping requests")
-        for _ in range(200):  # the dump is written by a background thread
-            if (OUT / "requests" / "dump.pkl").is_file():
-                await asyncio.sleep(0.2)
-                return
-            await asyncio.sleep(0.05)
+        manager._dump_data_to_file(finished, str(OUT / "requests" / "dump.pkl"), "dumping requests")
+        await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))  # its write, on a thread
 
     asyncio.run(request_dump())
     manager.dump_requests_before_crash(hostname="host")
@@ -298,7 +296,15 @@ def probes_0_5_23() -> dict:
         server_args=args, max_total_num_tokens=8, max_req_input_len=8))  # fmt: skip
     out["follower_grpc_server_info"] = follower_grpc_info(common, args)
 
-    out.update(dumps_0_5_23(args, real))
+    out.update(write_dumps(
+        args, ("TokenizerManager._server_args_for_dump", "TokenizerManager._dump_config_snapshot",
+               "TokenizerManager.resolved_config_dict"), {
+            **real, "_MANAGER_OWNED_FIELDS": ("model_path", "served_model_name"),
+            "get_exec": lambda: NS(features=NS(enable_watermark=False)),  # the default
+            "envs": NS(SGLANG_PYSPY_DUMP_BEFORE_CRASH=NS(get=lambda: False),
+                       SGLANG_CUDA_COREDUMP_BEFORE_CRASH=NS(get=lambda: False)),
+            "convert_time_to_realtime": lambda t: t},
+        model_path="m", served_model_name="m"))  # fmt: skip
     out["shm"] = shared_memory_mode("srt/managers/multi_tokenizer_mixin.py", args)
     return out
 
@@ -324,42 +330,6 @@ def follower_grpc_info(common, args) -> str:
     extensions.load_rust_extension = lambda name: NS(start_metadata_server=lambda **kw: given.update(kw))
     common.start_follower_grpc_server(args, {})
     return given["server_info_json"]
-
-
-def dumps_0_5_23(args, real) -> dict:
-    import datetime as dt
-    import pickle
-    import socket
-
-    ns = compiled("srt/managers/tokenizer_manager.py", "TokenizerManager._dump_data_to_file",
-                  "TokenizerManager.dump_requests_before_crash", "TokenizerManager._server_args_for_dump",
-                  "TokenizerManager._dump_config_snapshot", "TokenizerManager.resolved_config_dict", namespace={
-                      **real, "os": os, "pickle": pickle, "asyncio": asyncio, "logger": logging.getLogger("tokenizer"),
-                      "socket": socket, "datetime": dt.datetime, "sys": sys,
-                      "_MANAGER_OWNED_FIELDS": ("model_path", "served_model_name"),
-                      "get_exec": lambda: NS(features=NS(enable_watermark=False)),  # the default
-                      "envs": NS(SGLANG_PYSPY_DUMP_BEFORE_CRASH=NS(get=lambda: False),
-                                 SGLANG_CUDA_COREDUMP_BEFORE_CRASH=NS(get=lambda: False)),
-                      "convert_time_to_realtime": lambda t: t})  # fmt: skip
-    request = NS(rid="r1", text="hello")
-    manager = method_holder("TokenizerManager", ns, server_args=args, crash_dump_folder=str(OUT / "crash"),
-                            crash_dump_performed=False, crash_dump_request_list=[(request, {}, 0.0, 1.0)],
-                            rid_to_state={}, model_path="m", served_model_name="m")  # fmt: skip
-
-    async def request_dump():
-        manager._dump_data_to_file([(request, {}, 0.0, 1.0)], str(OUT / "requests" / "dump.pkl"), "dumping requests")
-        for _ in range(200):  # the dump is written by a background thread
-            if (OUT / "requests" / "dump.pkl").is_file():
-                await asyncio.sleep(0.2)
-                return
-            await asyncio.sleep(0.05)
-
-    asyncio.run(request_dump())
-    manager.dump_requests_before_crash(hostname="host")
-    return {
-        "request_dump": [str(OUT / "requests" / "dump.pkl")],
-        "crash_dump": sorted(map(str, (OUT / "crash").rglob("*.pkl"))),
-    }
 
 
 if __name__ == "__main__":
