@@ -21,6 +21,7 @@ let
   ownedFields = {
     api_key_file = "apiKeyFile";
     admin_api_key_file = "adminApiKeyFile";
+    ssl_keyfile_password_file = "sslKeyfilePasswordFile";
     environment = "environment";
     extra_args = "extraArgs";
     nnodes = "nnodes";
@@ -189,6 +190,18 @@ in
         File holding SGLang's admin API key (`--admin-api-key`, for its management
         endpoints), handled like `apiKeyFile`: an absolute path string, delivered with
         LoadCredential, never in argv, the environment or logs.
+      '';
+    };
+
+    sslKeyfilePasswordFile = mkOption {
+      type = types.nullOr (types.strMatching "/.+");
+      default = null;
+      example = "/run/secrets/sglang-tls-key-password";
+      description = ''
+        File holding the password of an encrypted TLS key (SGLang 0.5.23's
+        `--ssl-keyfile-password`; the key and certificate go in `extraArgs` as
+        `--ssl-keyfile`/`--ssl-certfile`), handled like `apiKeyFile`: an absolute path
+        string, delivered with LoadCredential, never in argv, the environment or logs.
       '';
     };
 
@@ -388,7 +401,10 @@ in
               WorkingDirectory = stateDir;
               LoadCredential =
                 lib.optional (cfg.apiKeyFile != null) "api-key:${cfg.apiKeyFile}"
-                ++ lib.optional (cfg.adminApiKeyFile != null) "admin-api-key:${cfg.adminApiKeyFile}";
+                ++ lib.optional (cfg.adminApiKeyFile != null) "admin-api-key:${cfg.adminApiKeyFile}"
+                ++ lib.optional (
+                  cfg.sslKeyfilePasswordFile != null
+                ) "ssl-keyfile-password:${cfg.sslKeyfilePasswordFile}";
               TimeoutStartSec = cfg.startTimeoutSec + process.startGraceSec;
               # SIGTERM to the launcher, which forwards it, gives SGLang settings.stop_timeout
               # seconds, then SIGKILLs its process group; systemd waits that long and 30 s more.

@@ -99,6 +99,13 @@ def patched_tree(pristine_tree, tmp_path_factory) -> Path:
     return patched_copy(pristine_tree, SERIES_DIR, tmp_path_factory.mktemp("patched"))
 
 
+@pytest.fixture(scope="session")
+def patched_newest(newest_tree, tmp_path_factory) -> Path:
+    """The newest wheel with its own series (patches/sglang-<version>/) applied by plain GNU patch. Do not modify."""
+    series = REPO / "patches" / f"sglang-{pins.pins()[NEWEST]['version']}"
+    return patched_copy(newest_tree, series, tmp_path_factory.mktemp("patched-newest"))
+
+
 @pytest.fixture
 def tree_copy(tmp_path):
     """Make a private, writable copy of a session tree."""

@@ -1,7 +1,7 @@
 """The NixOS module's part in secrets and stopping (evaluated as in test_nix.py, with nixpkgs' lib).
 
 - The benchmark unit gets the API key as a credential (bench reads $CREDENTIALS_DIRECTORY/api-key).
-- The admin key is a credential like the API key, never a setting.
+- The admin key and the TLS key's password are credentials like the API key, never settings.
 - TimeoutStopSec follows settings.stop_timeout: systemd waits longer than the launcher does.
 """
 
@@ -30,14 +30,17 @@ def test_benchmark_unit_gets_the_api_key_as_a_credential():
 
 
 @needs_lib
-def test_admin_key_is_a_credential_not_a_setting():
-    out = evaluate('{ services.sglang-eagle3.adminApiKeyFile = "/run/secrets/sglang-admin-key"; }')
+def test_admin_key_and_tls_password_are_credentials_not_settings():
+    out = evaluate('{ services.sglang-eagle3.adminApiKeyFile = "/run/secrets/sglang-admin-key"; '
+                   'services.sglang-eagle3.sslKeyfilePasswordFile = "/run/secrets/tls-key-password"; }')  # fmt: skip
     server = out["services"]["sglang-eagle3"]["serviceConfig"]
     assert server["LoadCredential"] == [
         "api-key:/run/secrets/sglang-api-key",
         "admin-api-key:/run/secrets/sglang-admin-key",
+        "ssl-keyfile-password:/run/secrets/tls-key-password",  # the launcher finds credentials.SECRET_ARGS' names
     ]
     assert "admin" not in json.dumps(out["settings"])  # the rendered settings file names no key file
+    assert "password" not in json.dumps(out["settings"])
 
 
 @needs_lib

@@ -395,6 +395,7 @@ def test_the_workflows_smoke_test_runs_the_package_the_build_step_linked():
 OWNED_FIELDS = {
     "api_key_file": ("apiKeyFile", '"/run/secrets/key"'),
     "admin_api_key_file": ("adminApiKeyFile", '"/run/secrets/admin-key"'),
+    "ssl_keyfile_password_file": ("sslKeyfilePasswordFile", '"/run/secrets/tls-key-password"'),
     "environment": ("environment", '{ NCCL_DEBUG = "INFO"; }'),
     "extra_args": ("extraArgs", '[ "--log-level" "info" ]'),
     "nnodes": ("nnodes", "4"),

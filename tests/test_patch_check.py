@@ -49,7 +49,17 @@ def test_on_the_patched_tree_every_patch_is_already_applied(run_cli, patched_tre
     assert set(outcomes(report).values()) == {"already applied"}
     text = run_cli("patch", "check", "--sglang", str(patched_tree), env=ENV)
     assert text.returncode == 0 and text.stdout.count("[ OK ] 000") == 5
-    assert "Verdict: OK (5 ok)" in text.stdout
+    assert "[ OK ] secret fields:" in text.stdout and "[ OK ] secret exits:" in text.stdout  # the audit, too
+    assert "Verdict: OK (7 ok)" in text.stdout
+
+
+def test_a_series_named_by_a_relative_path_is_read(pristine_tree):
+    """`--series patches/sglang-0.5.9`, as docs/upgrade.md writes it, from the checkout (GNU patch runs elsewhere)."""
+    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--against", str(pristine_tree),
+               "--series", "patches/sglang-0.5.9", "--json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **ENV})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(outcomes(json.loads(result.stdout)).values()) == {"applies"}
 
 
 def test_the_check_changes_nothing_in_the_tree(pristine_tree, tree_copy):
@@ -164,9 +174,9 @@ def test_0005_still_needed_and_not_covered_by_the_0_5_9_patch(newest):
     assert "the 0.5.9 patch does not cover the new logging" in p["message"]
     assert "built from server_args.resolved_dict() (srt/entrypoints/engine.py:174)" in p["message"]
     failed = {(h["file"], h["header"]) for h in p["hunks"]}
-    assert ("sglang/srt/server_args.py", "@@ -401,8 +401,10 @@") in failed
+    assert ("sglang/srt/server_args.py", "@@ -401,8 +402,11 @@") in failed
     assert ("sglang/srt/entrypoints/http_server.py", "@@ -603,7 +603,7 @@") in failed
-    assert len(p["hunks"]) == 9 and all(h["reason"].startswith("FAILED at ") for h in p["hunks"])
+    assert len(p["hunks"]) == 14 and all(h["reason"].startswith("FAILED at ") for h in p["hunks"])
 
 
 def test_a_version_is_fetched_into_the_cache_once(newest_wheel, tmp_path):

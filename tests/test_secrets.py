@@ -273,6 +273,19 @@ SECRET = "sk-do-not-print-4711"
         (["settings", "show", "--set", f'environment={{"HF_TOKEN": "{SECRET}"}}'], {}),
         (["serve", "--dry-run", "--set", f'environment={{"MY_SECRET": "{SECRET}"}}'], {}),
         (["serve", "--dry-run", "--json", "--set", f'environment={{"API_KEY": "{SECRET}"}}'], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--ssl-keyfile-password", "{SECRET}"]'], {}),
+        (["serve", "--dry-run", "--set", f'extra_args=["--ssl-keyfile-pass={SECRET}"]'], {}),
+        (["settings", "show", "--set", f"ssl_keyfile_password={SECRET}"], {}),
+        (
+            [
+                "serve",
+                "--dry-run",
+                "--set",
+                "extra_args=" + json.dumps(["--watermark-config", json.dumps({"key": SECRET})]),
+            ],
+            {},
+        ),
+        (["settings", "show", "--set", "extra_args=" + json.dumps([f'--watermark-config={{ "key": "{SECRET}"}}'])], {}),
     ],
 )
 def test_a_key_typed_in_the_wrong_place_is_never_echoed(run_cli, args, env):
@@ -281,6 +294,20 @@ def test_a_key_typed_in_the_wrong_place_is_never_echoed(run_cli, args, env):
     assert "Traceback" not in result.stderr
     if "environment={" not in " ".join(args):  # those are legal settings (shown masked); the rest are refused
         assert result.returncode == 2, result.stderr
+
+
+def test_paths_next_to_secret_flags_are_no_secrets(run_cli):
+    """--ssl-keyfile (a prefix of --ssl-keyfile-password) names the key file; --watermark-config takes a path."""
+    for extra in (["--ssl-keyfile", "/etc/tls/key.pem"], ["--ssl-keyfile=/etc/tls/key.pem"],
+                  ["--watermark-config", "/etc/sglang/watermark.json"]):  # fmt: skip
+        result = run_cli("settings", "show", "--set", "extra_args=" + json.dumps(extra))
+        assert result.returncode == 0, result.stderr
+    refused = run_cli("settings", "show", "--set", 'extra_args=["--ssl-keyfile-password", "x"]')
+    assert refused.returncode == 2 and "set ssl_keyfile_password_file" in refused.stderr
+    inline = run_cli("settings", "show", "--set", "extra_args=" + json.dumps(["--watermark-config", '{"key": "x"}']))
+    assert (
+        inline.returncode == 2 and "give it the path of a file (chmod 600) holding the watermark JSON" in inline.stderr
+    )
 
 
 def test_a_key_in_the_settings_file_is_refused_without_echo(tmp_path, run_cli):

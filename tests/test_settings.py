@@ -163,7 +163,8 @@ def test_sglang_flags_are_the_field_names_and_sglang_knows_them(pristine_tree):
     }
     assert {n for n in settings.ServerSettings.model_fields if settings.field_env(n)} == {"pcie_ipc_allreduce"}
     assert launcher_only == {
-        "api_key_file", "admin_api_key_file", "extra_args", "environment", "ready_timeout", "stop_timeout"
+        "api_key_file", "admin_api_key_file", "ssl_keyfile_password_file", "extra_args", "environment",
+        "ready_timeout", "stop_timeout"
     }  # fmt: skip
     for name in set(settings.ServerSettings.model_fields) - launcher_only - {"pcie_ipc_allreduce"}:
         flag = settings.field_flag(name)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..source import patchset, upstream
+from ..source import patchset, secret_exits, upstream
 from ..source.classes import lookup
 from ..source.eagle3_source import CAPTURE_METHOD, find_method, run_capture_method
 from ..source.sglang_source import SGLangTree
@@ -87,15 +87,81 @@ class PatchCheck:
         }
 
 
+SHOWN = 8  # unknown exits listed in the text report; --json has them all
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+@dataclass
+class SecretExitCheck:
+    """The tree's secret fields and exits set against the series' audit (patches/sglang-<v>/secret-exits.json)."""
+
+    data: Path
+    report: secret_exits.TreeReport | None  # None: the tree could not be audited (see error)
+    reopened: list[tuple[secret_exits.Exit, str, str]] = field(default_factory=list)  # exit, patch, its outcome
+    error: str = ""
+
+    @property
+    def name(self) -> str:
+        """The audit as messages name it: patches/sglang-0.5.9/secret-exits.json, wherever the checkout is."""
+        return f"patches/{self.data.parent.name}/{self.data.name}"
+
+    @property
+    def findings(self) -> list[Finding]:
+        if self.report is None:
+            return [Finding("secret exits", Status.FAIL, f"cannot audit this tree against {self.name}: {self.error}")]
+        r = self.report
+        fields = (
+            Finding("secret fields", Status.FAIL, "secret-looking fields the audit does not know: "
+                    + "; ".join(f"{n} ({r.secret_looking[n]})" for n in r.new_fields)
+                    + f": add each to secret_fields of {self.name} (and to the series' redaction) or to not_secret, "
+                    "with why")
+            if r.new_fields
+            else Finding("secret fields", Status.OK, f"{len(r.secrets)} secrets among ServerArgs' fields "
+                         f"({', '.join(r.secrets)}) and {_count(len(r.secret_looking) - len(r.secrets), 'look-alike')}"
+                         f", each known to {self.name}")
+        )  # fmt: skip
+        problems = []
+        if r.unknown:
+            shown = "; ".join(f"{e.where} {e.kind} {e.code}" for e in r.unknown[:SHOWN])
+            more = f"; {len(r.unknown) - SHOWN} more (--json lists them)" if len(r.unknown) > SHOWN else ""
+            problems.append(f"{_count(len(r.unknown), 'exit')} with no disposition in {self.name}: {shown}{more}")
+        if self.reopened:
+            problems.append("exits closed by patches that do not close them here: " + "; ".join(
+                f"{e.where} ({patch}: {outcome})" for e, patch, outcome in self.reopened))  # fmt: skip
+        if problems:
+            return [fields, Finding("secret exits", Status.FAIL, "; ".join(problems)
+                                    + ": close each with a patch, or give it a disposition in the audit")]  # fmt: skip
+        closed = len(r.closed)
+        return [fields, Finding("secret exits", Status.OK, f"{len(r.exits)} places the server args can leave by, "
+                                f"each with a disposition: {closed} closed by the series, {len(r.exits) - closed} "
+                                "shown closed, not reachable or in code the server never runs")]  # fmt: skip
+
+    def to_dict(self) -> dict:
+        r = self.report
+        return {
+            "audit": str(self.data),
+            "error": self.error or None,
+            "secret_fields": r.secrets if r else [],
+            "unknown_fields": r.new_fields if r else [],
+            "exits": len(r.exits) if r else 0,
+            "unknown_exits": [e.__dict__ for e in r.unknown] if r else [],
+            "reopened": [{**e.__dict__, "patch": p, "outcome": o} for e, p, o in self.reopened],
+        }
+
+
 @dataclass
 class CheckReport(Judged):
     tree: SGLangTree
     series: patchset.PatchSeries
     checks: list[PatchCheck]
+    secrets: SecretExitCheck | None = None  # None: the series has no secret-exit audit
 
     @property
     def findings(self) -> list[Finding]:
-        return [c.finding for c in self.checks]
+        return [c.finding for c in self.checks] + (self.secrets.findings if self.secrets else [])
 
     def to_dict(self) -> dict:
         return {
@@ -104,6 +170,7 @@ class CheckReport(Judged):
             "series_version": self.series.sglang_version,
             "series": str(self.series.directory),
             "patches": [c.to_dict() for c in self.checks],
+            "secret_exits": self.secrets.to_dict() if self.secrets else None,
             **findings.to_json(self.findings),
         }
 
@@ -125,6 +192,11 @@ class CheckReport(Judged):
         for c in self.checks:
             how = (c.how + (f" ({c.where})" if c.where else "")).replace("|", "\\|")
             rows.append(f"| `{c.patch.name[:4]}` | {c.patch.summary} | **{c.outcome}** | {how} |")
+        if self.secrets:
+            rows += [
+                "",
+                *(f"{f.name.capitalize()}: **{f.status.word.lower()}**, {f.message}" for f in self.secrets.findings),
+            ]
         return "\n".join(rows)
 
     def render_text(self, max_lines: int = 12) -> str:
@@ -149,6 +221,9 @@ class CheckReport(Judged):
                 lines += [f"        {line}" for line in body[:max_lines]]
                 if len(body) > max_lines:
                     lines.append(f"        ... {len(body) - max_lines} more lines (--json shows them)")
+        if self.secrets:
+            lines += ["", f"Secret exits (audit {self.secrets.data}):"]
+            lines += [f.render() for f in self.secrets.findings]
         lines += ["", findings.render_verdict(self.findings)]
         return "\n".join(lines)
 
@@ -364,6 +439,29 @@ def check_one(patch: patchset.Patch, tree: SGLangTree, index: SourceIndex) -> Pa
     )
 
 
+def check_secret_exits(
+    series: patchset.PatchSeries, tree: SGLangTree, checks: list[PatchCheck]
+) -> SecretExitCheck | None:
+    """The tree against the series' secret-exit audit: fields and exits it does not know, and exits whose
+    closing patch does not close them here (still needed, conflicting, or not in the series)."""
+    data = series.directory / secret_exits.DATA_FILE
+    if not data.is_file():
+        return None
+    audit = secret_exits.SecretAudit.load(data)
+    try:
+        report = secret_exits.audit_tree(tree.root, audit)
+    except secret_exits.SecretAuditError as err:
+        return SecretExitCheck(data, None, error=str(err))
+    outcomes = {c.patch.name: c.outcome for c in checks}
+    reopened = [
+        (e, patch, outcomes.get(patch, "not in this series"))
+        for e in report.exits
+        if (patch := report.closed.get(e.key)) and (patch not in outcomes or STATUS[outcomes[patch]] is Status.FAIL)
+    ]
+    return SecretExitCheck(data, report, reopened)
+
+
 def check(series: patchset.PatchSeries, tree: SGLangTree) -> CheckReport:
     index = SourceIndex(tree)
-    return CheckReport(tree, series, [check_one(p, tree, index) for p in series.patches])
+    checks = [check_one(p, tree, index) for p in series.patches]
+    return CheckReport(tree, series, checks, check_secret_exits(series, tree, checks))

@@ -1,12 +1,14 @@
-"""Secrets: where the server's API keys come from, checks on their files, and keeping them out of output.
+"""Secrets: where the server's secrets come from, checks on their files, and keeping them out of output.
 
-SGLang has two secret flags, ``--api-key`` and ``--admin-api-key``. Neither key is ever a
-setting, an argument or an environment variable here: the settings name a file
-(``api_key_file``, ``admin_api_key_file``), or systemd hands the key over as a credential
-(``LoadCredential=api-key:/path``, ``admin-api-key``), found in ``$CREDENTIALS_DIRECTORY``; so does
-the Hugging Face token of the models commands (``hf-token``).
-The launcher passes only the file's path on (see sglang_main.py), and patch 0005 keeps
-SGLang from printing the keys it was given.
+SGLang's secret flags are ``--api-key``, ``--admin-api-key`` and, on 0.5.23, ``--ssl-keyfile-password``
+(the fields patches/sglang-<version>/secret-exits.json lists; tests/test_secret_exits.py keeps this
+module in step with it). None of these is ever a setting, an argument or an environment variable
+here: the settings name a file (``api_key_file``, ``admin_api_key_file``,
+``ssl_keyfile_password_file``), or systemd hands the secret over as a credential
+(``LoadCredential=api-key:/path``, ``admin-api-key``, ``ssl-keyfile-password``), found in
+``$CREDENTIALS_DIRECTORY``; so does the Hugging Face token of the models commands (``hf-token``). The launcher passes only the file's path on (see sglang_main.py), and
+patch 0005 keeps SGLang from printing what it was given. 0.5.23's ``--watermark-config`` takes a
+file already: its path may be an argument, the JSON itself (which holds the watermark keys) may not.
 """
 
 from __future__ import annotations
@@ -44,9 +46,27 @@ class SecretArg:
         return f"SGLANG_EAGLE3_{self.field.upper()}_FILE"
 
 
-SECRET_ARGS = (SecretArg("api_key"), SecretArg("admin_api_key"))
+SECRET_ARGS = (SecretArg("api_key"), SecretArg("admin_api_key"), SecretArg("ssl_keyfile_password"))
 API_KEY = SECRET_ARGS[0]
 API_KEY_FILE_ENV = API_KEY.env
+# SGLang flags that begin a secret flag's name: argparse reads an exact flag as itself, not as a
+# prefix of a longer one (``--ssl-keyfile`` is the key file's path, not ``--ssl-keyfile-password``).
+PUBLIC_PREFIX_FLAGS = frozenset({"--ssl-keyfile"})
+# Secret flags that take a file's path or the secret itself: the path may be an argument.
+PATH_FLAGS = {"--watermark-config": "the path of a file (chmod 600) holding the watermark JSON"}
+# Every secret field of SGLang's server args, on either stack (each stack's secret-exits.json).
+SERVER_SECRET_FIELDS = frozenset(
+    {"api_key", "admin_api_key", "ssl_keyfile_password", "watermark_config", "watermark_key", "watermark_key_b"}
+)
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0].lower().replace("_", "-")
+
+
+def _abbreviates(name: str, flag: str) -> bool:
+    """Whether argparse would read ``name`` as ``flag`` (it expands unambiguous prefixes: ``--api-k``)."""
+    return len(name) >= 4 and name.startswith("--") and flag.startswith(name) and name not in PUBLIC_PREFIX_FLAGS
 
 
 def secret_flag_in(arg: str) -> SecretArg | None:
@@ -55,10 +75,18 @@ def secret_flag_in(arg: str) -> SecretArg | None:
     argparse expands unambiguous prefixes (``--api-k`` is ``--api-key``); ``--api_key``
     is no SGLang flag, but would show the key in the dry run and in errors all the same.
     """
-    name = arg.split("=", 1)[0].lower().replace("_", "-")
-    if len(name) < 4 or not name.startswith("--"):
-        return None
-    return next((s for s in SECRET_ARGS if s.flag.startswith(name)), None)
+    name = _flag_name(arg)
+    return next((s for s in SECRET_ARGS if _abbreviates(name, s.flag)), None)
+
+
+def inline_secret_in(args: list[str]) -> str | None:
+    """The path flag (PATH_FLAGS) among ``args`` given the secret itself (a JSON object), not a path."""
+    for i, arg in enumerate(args):
+        flag = next((f for f in PATH_FLAGS if _abbreviates(_flag_name(arg), f)), None)
+        value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+        if flag and value.lstrip().startswith("{"):
+            return flag
+    return None
 
 
 # The Hugging Face token `models lock` and `models fetch` read (modules/sglang-eagle3-models.nix loads it).
@@ -136,12 +164,12 @@ def masked_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def without_secrets(info):
-    """SGLang's /server_info without the keys (at any depth: each internal state holds the server args too).
+    """SGLang's /server_info without the secrets (at any depth: each internal state holds the server args too).
 
-    A server with patch 0005 already leaves them out; an unpatched one does not.
+    A server with patch 0005 already leaves them out or redacts them; an unpatched one does not.
     """
     if isinstance(info, dict):
-        return {k: without_secrets(v) for k, v in info.items() if k not in {s.field for s in SECRET_ARGS}}
+        return {k: without_secrets(v) for k, v in info.items() if k not in SERVER_SECRET_FIELDS}
     if isinstance(info, list):
         return [without_secrets(v) for v in info]
     return info

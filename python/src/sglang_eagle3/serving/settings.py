@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from .. import SGLANG_VERSION
 from ..errors import BadInput
-from .credentials import SECRET_ARGS, secret_flag_in
+from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
@@ -145,6 +145,11 @@ class ServerSettings(BaseModel):
         None, description="File holding the admin API key of SGLang's management endpoints (mode 600). Under "
         "systemd, $CREDENTIALS_DIRECTORY/admin-api-key is used when this is unset.", json_schema_extra=LAUNCHER_ONLY,
     )  # fmt: skip
+    ssl_keyfile_password_file: Path | None = Field(
+        None, description="File holding the password of an encrypted --ssl-keyfile (mode 600; SGLang 0.5.23). Under "
+        "systemd, $CREDENTIALS_DIRECTORY/ssl-keyfile-password is used when this is unset.",
+        json_schema_extra=LAUNCHER_ONLY,
+    )  # fmt: skip
     extra_args: list[str] = Field(
         default_factory=list,
         description="More SGLang arguments, checked by SGLang's parser.",
@@ -216,6 +221,11 @@ class ServerSettings(BaseModel):
                     f"extra_args: do not pass {secret.flag} (it would show in process lists and logs); "
                     f"put the key in a file (chmod 600) and set {secret.setting}"
                 )
+        if flag := inline_secret_in(self.extra_args):
+            raise ValueError(
+                f"extra_args: {flag} is given its JSON, keys included (it would show in process lists and logs); "
+                f"give it {PATH_FLAGS[flag]}"
+            )
         return self
 
     @property

@@ -1,12 +1,14 @@
-"""``python -m sglang.launch_server``, with the API keys read from files.
+"""``python -m sglang.launch_server``, with the secrets read from files.
 
-SGLang takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY``, which
-any user can read in the process list. This entry point does what the installed SGLang's
-own ``launch_server`` does (its start-up calls, read from its ``__main__`` block: 0.5.23's
-``load_plugins()``, none on 0.5.9), parses the same arguments with SGLang's own parser, sets
-``api_key`` / ``admin_api_key`` from the files named by $SGLANG_EAGLE3_API_KEY_FILE /
-$SGLANG_EAGLE3_ADMIN_API_KEY_FILE (systemd credentials, mode 0400), and runs the server
-as ``launch_server`` does. Patch 0005 keeps SGLang from printing them.
+SGLang takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY`` (and 0.5.23 the
+TLS key's password as ``--ssl-keyfile-password``), which any user can read in the process list.
+This entry point does what the installed SGLang's own ``launch_server`` does (its start-up
+calls, read from its ``__main__`` block: 0.5.23's ``load_plugins()``, none on 0.5.9), parses
+the same arguments with SGLang's own parser, sets ``api_key`` / ``admin_api_key`` /
+``ssl_keyfile_password`` from the files named by $SGLANG_EAGLE3_API_KEY_FILE /
+$SGLANG_EAGLE3_ADMIN_API_KEY_FILE / $SGLANG_EAGLE3_SSL_KEYFILE_PASSWORD_FILE (systemd
+credentials, mode 0400), and runs the server as ``launch_server`` does. Patch 0005 keeps
+SGLang from printing them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def server_args_from(argv: list[str], environ: dict[str, str]):
     server_args = prepare_server_args(argv)
     for secret in SECRET_ARGS:
         if environ.get(secret.env):
+            if not hasattr(server_args, secret.field):  # --ssl-keyfile-password on 0.5.9
+                err = errors.BadInput(f"{secret.setting}: this SGLang has no {secret.flag}; unset {secret.setting}")
+                sys.exit(errors.report(err, "sglang-eagle3"))
             try:
                 setattr(server_args, secret.field, read_key(Path(environ[secret.env]), secret.setting))
             except KeyFileError as err:

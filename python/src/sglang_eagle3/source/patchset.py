@@ -174,7 +174,8 @@ def _run_patch(patch: Patch, directory: Path, *extra: str) -> subprocess.Complet
     if shutil.which("patch") is None:
         raise PatchError("GNU patch is not installed; install it (Debian/Ubuntu: apt-get install patch)")
     return subprocess.run(
-        ["patch", *PATCH_FLAGS, *extra, "-d", str(directory), "-i", str(patch.path)],
+        # GNU patch opens -i from the -d directory: a relative path (``--series patches/...``) would miss.
+        ["patch", *PATCH_FLAGS, *extra, "-d", str(directory), "-i", str(patch.path.absolute())],
         capture_output=True,
         text=True,
     )
