@@ -36,7 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
-from sglang_eagle3.serving import launch_plan, settings
+from sglang_eagle3.serving import credentials, launch_plan, settings
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -71,9 +71,10 @@ SHM_SIZE = "32Gi"
 PROBE_PERIOD = 30  # seconds between startup probes
 
 # Fields services.sglang-eagle3 sets through options of its own (modules/sglang-eagle3.nix ownedFields):
-# settings-file.nix adds nnodes, node_rank, dist_init_addr, extra_args and ready_timeout; the key files and
-# the environment are not in the file (LoadCredential; the unit's environment).
-NOT_IN_FILE = ("api_key_file", "admin_api_key_file", "environment")
+# settings-file.nix adds nnodes, node_rank, dist_init_addr, extra_args and ready_timeout; the secrets' files
+# (credentials.SECRET_ARGS: API keys, the TLS key's password) and the environment are not in the file
+# (LoadCredential; the unit's environment).
+NOT_IN_FILE = (*(secret.setting for secret in credentials.SECRET_ARGS), "environment")
 # Variables Kubernetes expands in args from the LeaderWorkerSet's (kubernetes-sigs/lws,
 # site/content/en/docs/reference/labels-annotations-and-environment-variables.md).
 LWS_LEADER, LWS_SIZE, LWS_INDEX = "$(LWS_LEADER_ADDRESS)", "$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)"

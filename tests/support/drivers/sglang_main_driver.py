@@ -29,7 +29,7 @@ order.calls = []
 sys.modules["eagle3_order"] = order
 
 from sglang.srt import server_args as sglang_server_args  # noqa: E402
-from sglang_eagle3.serving import sglang_main  # noqa: E402
+from sglang_eagle3.serving import credentials, sglang_main  # noqa: E402
 
 if sglang_server_args.ServerArgs.__post_init__.__code__.co_code != (lambda self: None).__code__.co_code:
     sglang_server_args.ServerArgs.__post_init__ = lambda self: None  # 0.5.9: the accelerator probe, see above
@@ -59,7 +59,8 @@ def main():
     keys = {f: getattr(with_keys, f) for f in ("api_key", "admin_api_key")}
     changed = sorted(name for name, value in fields(with_keys).items() if without[name] != value)
     launch_command = str(getattr(with_keys, "_launch_command", ""))
-    parsed = {name: value for name, value in fields(with_keys).items() if "api_key" not in name}  # every field, no key
+    secret = credentials.SERVER_SECRET_FIELDS  # every field but the secrets (keys, the TLS key's password, ...)
+    parsed = {name: value for name, value in fields(with_keys).items() if name not in secret}
     print(json.dumps({"startup": startup, "order": calls, "keys": keys, "changed": changed,
                       "launch_command": launch_command, "tp_size": with_keys.tp_size,
                       "speculative_algorithm": with_keys.speculative_algorithm,
