@@ -1,7 +1,7 @@
 """The CustomResourceDefinition schemas the Kubernetes tests validate LeaderWorkerSet, ServiceMonitor and
 PrometheusRule objects against: third-party files, staged on the machine that runs the tests by
-../shared/k8s/stage-crds.sh (never committed), in $EAGLE3_TESTS_K8S_CRDS (or its former name $SGLANG_EAGLE3_K8S_CRDS, which
-stage-crds.sh reads) or ~/.cache/sglang-eagle3/k8s-crds.
+../shared/k8s/stage-crds.sh (never committed), in $EAGLE3_TESTS_K8S_CRDS (or its former name
+$SGLANG_EAGLE3_K8S_CRDS, which stage-crds.sh reads) or ~/.cache/sglang-eagle3/k8s-crds.
 
 Each served version's openAPIV3Schema becomes a JSON Schema for check-jsonschema, made as strict as the API
 server's field validation (`kubectl apply --validate=strict`): an object schema with properties accepts no

@@ -1,14 +1,15 @@
 """Secrets: where the server's secrets come from, checks on their files, and keeping them out of output.
 
-SGLang's secret flags are ``--api-key``, ``--admin-api-key`` and, on 0.5.23, ``--ssl-keyfile-password``
-(the fields patches/sglang-<version>/secret-exits.json lists; tests/test_secret_exits.py keeps this
-module in step with it). None of these is ever a setting, an argument or an environment variable
-here: the settings name a file (``api_key_file``, ``admin_api_key_file``,
+SGLang's secret flags are ``--api-key``, ``--admin-api-key`` and, on 0.5.23,
+``--ssl-keyfile-password`` (the fields patches/sglang-<version>/secret-exits.json lists; tests/test_secret_exits.py
+keeps this module in step with it). None of these is ever a setting, an argument or an environment
+variable here: the settings name a file (``api_key_file``, ``admin_api_key_file``,
 ``ssl_keyfile_password_file``), or systemd hands the secret over as a credential
 (``LoadCredential=api-key:/path``, ``admin-api-key``, ``ssl-keyfile-password``), found in
-``$CREDENTIALS_DIRECTORY``; so does the Hugging Face token of the models commands (``hf-token``). The launcher passes only the file's path on (see sglang_main.py), and
-patch 0005 keeps SGLang from printing what it was given. 0.5.23's ``--watermark-config`` takes a
-file already: its path may be an argument, the JSON itself (which holds the watermark keys) may not.
+``$CREDENTIALS_DIRECTORY``; so does the Hugging Face token of the models commands (``hf-token``).
+The launcher passes only the file's path on (see sglang_main.py), and patch 0005 keeps SGLang from
+printing what it was given. 0.5.23's ``--watermark-config`` takes a file already: its path may be an
+argument, the JSON itself (which holds the watermark keys) may not.
 """
 
 from __future__ import annotations
