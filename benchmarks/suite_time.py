@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """How long does the test suite take, cold and warm?
 
-    python benchmarks/suite_time.py [--cold] [--warm] [-- PYTEST ARGS]
+    python benchmarks/suite_time.py [--cold] [--warm] [--quick] [--slowest SECONDS] [-- PYTEST ARGS]
 
-cold: a fresh clone of this checkout's HEAD in a temporary folder, `.ci/run` there (which
-      creates the test environment, installs Nix and Prometheus where missing, and runs the
-      README's test command), as CI does on a new clone. Goal: at most 10 minutes.
-warm: `tests/run -q` in this checkout, its .venv already installed. Goal: at most 3 minutes.
+cold:  a fresh clone of this checkout's HEAD in a temporary folder, `.ci/run` there (which
+       creates the test environment, installs Nix and Prometheus where missing, and runs the
+       README's test command), as CI does on a new clone. Goal: at most 10 minutes.
+warm:  `tests/run -q` in this checkout, its .venv already installed: the whole suite, as CI runs it.
+quick: `tests/run -q --quick`: the edit loop's tier, every test but those tests/slow-tests.txt
+       names. Goal: at most 3 minutes.
 
-Prints each wall time and pytest's closing line; with neither flag, both. Each phase's
+Prints each wall time and pytest's closing line; with no phase named, all three. Each phase's
 output goes to a log file whose path is printed, so a failure can be read.
+
+--slowest SECONDS: the warm run also writes pytest's JUnit report, and the test functions whose
+parametrizations took SECONDS or more in all are printed as tests/slow-tests.txt lines (the
+list is kept by hand: this shows what to move in or out of it).
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 REPO = Path(__file__).resolve().parents[1]
-GOALS = {"cold": 600, "warm": 180}
+GOALS = {"cold": 600, "warm": None, "quick": 180}
 
 
 def timed(name: str, command: list[str], cwd: Path, log: Path) -> tuple[float, int, str]:
@@ -40,9 +47,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--slowest", type=float, metavar="SECONDS")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
-    phases = [p for p in ("cold", "warm") if getattr(args, p)] or ["cold", "warm"]
+    phases = [p for p in ("cold", "warm", "quick") if getattr(args, p)] or ["cold", "warm", "quick"]
     work = Path(tempfile.mkdtemp(prefix="suite-time-"))
     rows = []
     for phase in phases:
@@ -50,14 +59,33 @@ def main() -> int:
             clone = work / "clone"
             subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
             result = timed("cold", ["bash", ".ci/run", *args.pytest_args], clone, work / "cold.log")
+        elif phase == "warm":
+            junit = [f"--junitxml={work / 'junit.xml'}"] if args.slowest is not None else []
+            result = timed("warm", ["tests/run", "-q", *junit, *args.pytest_args], REPO, work / "warm.log")
         else:
-            result = timed("warm", ["tests/run", "-q", *args.pytest_args], REPO, work / "warm.log")
+            result = timed("quick", ["tests/run", "-q", "--quick", *args.pytest_args], REPO, work / "quick.log")
         rows.append((phase, *result))
     print()
     print(f"{'phase':<6} {'minutes':>8} {'goal':>6}  exit  pytest")
     for phase, seconds, code, closing in rows:
-        print(f"{phase:<6} {seconds / 60:8.1f} {GOALS[phase] / 60:6.0f}  {code:>4}  {closing}")
+        goal = f"{GOALS[phase] / 60:6.0f}" if GOALS[phase] else "     -"
+        print(f"{phase:<6} {seconds / 60:8.1f} {goal}  {code:>4}  {closing}")
+    if args.slowest is not None and (work / "junit.xml").exists():
+        print(f"\ntest functions of {args.slowest:g} s or more (warm run; tests/slow-tests.txt lines):")
+        for seconds, name in slowest(work / "junit.xml", args.slowest):
+            print(f"{name:<100} # {seconds:.1f} s")
     return max(code for _, _, code, _ in rows)
+
+
+def slowest(junit: Path, threshold: float) -> list[tuple[float, str]]:
+    """(seconds, "test_x.py::test_y") of each test function whose parametrizations took threshold or more."""
+    totals: dict[str, float] = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        module = next((p for p in case.get("classname", "").split(".") if p.startswith("test_")), "?")
+        function = case.get("name", "").split("[", 1)[0]
+        name = f"{module}.py::{function}"
+        totals[name] = totals.get(name, 0.0) + float(case.get("time") or 0)
+    return sorted(((t, n) for n, t in totals.items() if t >= threshold), reverse=True)
 
 
 if __name__ == "__main__":

@@ -161,12 +161,32 @@ def pytest_terminal_summary(terminalreporter, config):
         )  # fmt: skip
 
 
+# -- the quick tier: `tests/run --quick` leaves out the tests tests/slow-tests.txt names ----------------------
+SLOW_LIST = Path(__file__).resolve().parent / "slow-tests.txt"
+
+
+def slow_tests() -> set[str]:
+    """The names in tests/slow-tests.txt: ``file.py::function`` (every parametrization of it)."""
+    lines = (line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text().splitlines())
+    return {line for line in lines if line}
+
+
+def function_name(item) -> str:
+    """``test_x.py::test_y`` for any parametrization of test_y."""
+    return f"{item.path.name}::{item.originalname}"
+
+
 def pytest_configure(config):
     harness_env.adopt_former_names()  # before any CLI runs: none of them is a setting
     config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
+    config.addinivalue_line("markers", "slow: named in tests/slow-tests.txt; `tests/run --quick` leaves them out")
 
 
 def pytest_collection_modifyitems(config, items):
+    slow = slow_tests()
+    for item in items:
+        if function_name(item) in slow:
+            item.add_marker(pytest.mark.slow)
     if config.option.markexpr:
         return  # the caller chose with -m
     kept = [item for item in items if "timing" not in item.keywords]
