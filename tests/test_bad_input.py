@@ -63,10 +63,11 @@ def test_dry_run_on_another_layout_warns_about_the_version(tmp_path, run_cli):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"[]", "holds a JSON list, not an object"),
+        (b"[]", "must hold a JSON object, not a JSON list"),
         (b"{not json", "is not valid JSON"),
-        (b'{"architectures": "oops"}', "has no 'architectures' list"),
-        (b'{"architectures": []}', "has no 'architectures' list"),
+        (b'{"architectures": "oops"}', "architectures must be a non-empty list of class names"),
+        (b'{"architectures": []}', "architectures must be a non-empty list of class names"),
+        (b"{}", "has no architectures; is this a model config.json?"),
         (b'{"architectures": ["\xff"]}', "is not UTF-8 text"),
     ],
 )

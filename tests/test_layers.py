@@ -1,6 +1,7 @@
 """The package's layers, as its folders show them, and no import cycle.
 
     source/   reads SGLang's source without importing it (the bottom layer)
+    host/     facts about the host: its GPUs and their links (nvidia-smi), a free port (a bottom layer too)
     serving/  settings, launch plan, launcher, credentials, entry points
     judging/  probe, draft checks, preflight: judge a setup from what source/ read
     bench/, models/, cli.py: the commands on top
@@ -19,9 +20,10 @@ PKG = REPO / "python" / "src" / "sglang_eagle3"
 TOP = "top"  # __init__, exit_status, errors, options, cli, cli_common
 BELOW = {
     "source": {TOP},
+    "host": {TOP},
     "serving": {TOP},
-    "judging": {TOP, "source", "serving"},
-    "bench": {TOP, "source", "serving", "judging"},
+    "judging": {TOP, "source", "host", "serving"},
+    "bench": {TOP, "source", "host", "serving", "judging"},
     "models": {TOP},
 }
 
