@@ -23,7 +23,7 @@ from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
 from ..source import draft_inputs, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
-from . import draft_settings, findings, probe, settings_rules
+from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
 
 
@@ -176,6 +176,8 @@ def run(
             draft_settings.check_draft_revision(result, settings, SourceIndex(tree))
         settings_rules.check_extra_args(result, settings, tree)
         models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
+        if models_ok:
+            sglang_validation.check(result, settings, tree, result.gpus, explicit=sglang_target is not None)
         if drafts and models_ok:
             draft_settings.check_draft(result, settings, tree)
     check_port(result, settings.host, settings.port)

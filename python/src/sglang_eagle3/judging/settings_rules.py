@@ -1,26 +1,277 @@
-"""The settings against the SGLang tree that will run them: every flag and variable they give must be one this
-tree has (read from its parser and srt/environ.py), and extra_args must be flags of its parser."""
+"""The settings against the SGLang tree that will run them, by rules restated from its source.
+
+Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
+its parser takes (``choices=``, ``type=``), extra_args included; and the combinations SGLang refuses while it
+resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
+importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
+(sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
+tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
+to the reason it cannot be checked before start-up.
+"""
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .. import SGLANG_VERSIONS
 from ..serving import settings as server_settings
 from ..serving.launch_plan import sglang_args
 from ..serving.settings import ServerSettings, field_flag
-from ..source import sglang_source
+from ..source import sglang_source, validation_sites
+from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
 
 # Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9: top-k 1 only (settings.SPEC_TREE_RULES["spec_v2"])
+ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
 
 
-def check_settings_version(result: Report, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+@functools.cache
+def _sites(tree: SGLangTree, _stamp: int) -> tuple[validation_sites.Site, ...]:
+    return tuple(validation_sites.sites(tree))
+
+
+def tree_sites(tree: SGLangTree) -> tuple[validation_sites.Site, ...]:
+    """The tree's validation sites (validation_sites.sites), read once per tree (again if server_args.py changes)."""
+    return _sites(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
+
+
+# -- what the settings give SGLang ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Given:
+    """One flag the server gets, its value (None for a switch), and how the user set it."""
+
+    flag: str
+    value: str | None
+    setting: str  # "attention_backend", or "extra_args --page-size" for a flag of extra_args
+    spellings: frozenset[str]  # every spelling of the flag (--tp-size, --tensor-parallel-size)
+
+    def sets(self, field_name: str) -> bool:
+        return f"--{field_name.replace('_', '-')}" in self.spellings
+
+
+def given_flags(settings: ServerSettings, known: sglang_source.Flags) -> list[Given]:
+    """Each flag of the argv the settings render (settings, then extra_args), with its value."""
+    found = []
+    for name, value in settings:
+        flag = field_flag(name)
+        if flag and flag in sglang_args(settings) and value is not None and value is not False:
+            spellings = known[flag][0] if flag in known else frozenset([flag])
+            found.append(Given(flag, None if value is True else str(value), name, spellings))
+    args = list(settings.extra_args)
+    while args:
+        token = args.pop(0)
+        name, _, inline = token.partition("=")
+        if not name.startswith("--") or name not in known:
+            continue  # check_extra_args reports it
+        value = inline if "=" in token else (args.pop(0) if known[name][1] and args else None)
+        found.append(Given(name, value, f"extra_args {name}", known[name][0]))
+    return found
+
+
+def given_value(given: list[Given], field_name: str) -> Given | None:
+    """The last flag that sets ``field_name`` (SGLang's parser keeps the last)."""
+    return next((g for g in reversed(given) if g.sets(field_name)), None)
+
+
+# -- the parser: choices and types ---------------------------------------------------------------------------------
+
+
+def value_problems(given: list[Given], tree: SGLangTree, known: sglang_source.Flags) -> list[tuple[Given, str]]:
+    """(flag, problem) for each value the tree's parser refuses: not of its ``type=`` (int, float), or not one
+    of its ``choices=`` (where they are literals; computed ones are left to SGLang's own run)."""
+    by_flag = {}
+    for site in tree_sites(tree):
+        if site.kind in ("choices", "type") and site.flag in known and KIND_RULE[site.kind] in PARSER_RULES:
+            for spelling in known[site.flag][0]:
+                by_flag.setdefault(spelling, {})[site.kind] = site
+    problems = []
+    for g in given:
+        parser = by_flag.get(g.flag, {})
+        if g.value is None or not parser:
+            continue
+        value: object = g.value
+        kind = parser.get("type")
+        convert = {"int": int, "float": float}.get(kind.text.rsplit("=", 1)[1] if kind else "")
+        if convert is not None:
+            try:
+                value = convert(g.value)
+            except ValueError:
+                problems.append((g, f"{g.setting}: SGLang {tree.version}'s parser wants {convert.__name__} for "
+                                    f"{g.flag}, not {g.value!r} ({kind.where})"))  # fmt: skip
+                continue
+        choices = parser.get("choices")
+        if choices is not None and choices.choices is not None and value not in choices.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices.choices], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            listed = ", ".join(str(c) for c in choices.choices)
+            problems.append((g, f"{g.setting}: SGLang {tree.version} refuses {g.value!r} for {g.flag}: its parser "
+                                f"takes one of {listed} ({choices.where}){hint}"))  # fmt: skip
+    return problems
+
+
+# -- combinations SGLang refuses while it resolves its arguments ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One check of SGLang's, restated: which of its sites (audit keys, globs) it restates, what settings trigger
+    it (tests/test_sglang_rules.py shows preflight FAILs on them), and the check itself."""
+
+    name: str
+    refuses: str  # what SGLang refuses, in a line (docs/draft-checks.md lists them)
+    sites: tuple[str, ...]  # key globs; the rule applies to a tree that has a site matching one
+    trigger: dict  # ServerSettings values SGLang refuses
+    judge: Callable[[ServerSettings, list[Given], SGLangTree, validation_sites.Site], str | None] = field(
+        compare=False, repr=False
+    )
+
+    def site(self, tree: SGLangTree) -> validation_sites.Site | None:
+        return next((s for s in tree_sites(tree) for g in self.sites if fnmatch.fnmatchcase(s.key, g)), None)
+
+
+def _topk(settings: ServerSettings) -> int | None:
+    return settings.speculative_eagle_topk if settings.speculative_algorithm else None
+
+
+def _int(g: Given | None) -> int | None:
+    try:
+        return int(g.value) if g is not None and g.value is not None else None
+    except ValueError:
+        return None  # value_problems reports it
+
+
+def _page_tree(settings, given, tree, site) -> str | None:
+    page, topk = given_value(given, "page_size"), _topk(settings)
+    allowed = validation_sites.tested_values(tree, site.where, "attention_backend")
+    if not (topk and topk > 1 and (_int(page) or 1) > 1 and allowed is not None):
+        return None
+    if settings.attention_backend in allowed:
+        return None
+    return (
+        f"speculative_eagle_topk: {topk} with {page.setting} {page.value} on attention_backend "
+        f"{settings.attention_backend}: SGLang {tree.version} refuses a draft tree (top-k > 1) on pages larger than "
+        f"1 except on {', '.join(allowed)} (ValueError at {site.where}); set speculative_eagle_topk 1, page size 1, "
+        f"or attention_backend {allowed[0]}"
+    )
+
+
+def _moe_runner(settings, given, tree, site) -> str | None:
+    g = given_value(given, "speculative_moe_runner_backend")
+    if not (settings.speculative_algorithm and g and g.value == "flashinfer_trtllm"):
+        return None
+    return (
+        f"{g.setting}: SGLang {tree.version} refuses flashinfer_trtllm as the draft's MoE runner backend "
+        f"(AssertionError at {site.where}, 'for risk in some draft models'); drop it or choose another backend"
+    )
+
+
+def _trtllm_mha(settings, given, tree, site) -> str | None:
+    topk = _topk(settings)
+    backends = [("attention_backend", settings.attention_backend)] + [
+        (g.setting, g.value) for f in ("decode_attention_backend", "prefill_attention_backend")
+        if (g := given_value(given, f))
+    ]  # fmt: skip
+    named = [name for name, value in backends if value == "trtllm_mha"]
+    if not (topk and topk > 1 and named):
+        return None
+    return (
+        f"speculative_eagle_topk: {named[0]} trtllm_mha supports only top-k 1, not {topk} (SGLang {tree.version} "
+        f"refuses it: ValueError at {site.where}); set speculative_eagle_topk 1 or another backend"
+    )
+
+
+def _spec_v2(settings, given, tree, site) -> str | None:
+    if not settings.speculative_algorithm or settings.speculative_eagle_topk == 1:
+        return None
+    return server_settings.draft_tree_problem(  # the variable's own rule (draft_tree_problem's last)
+        settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
+        settings.attention_backend, settings.environment.get(SPEC_V2),
+    )  # fmt: skip
+
+
+def _rejection_sampling(settings, given, tree, site) -> str | None:
+    g, topk = given_value(given, "speculative_use_rejection_sampling"), _topk(settings)
+    if not (g and topk and topk != 1):
+        return None
+    worker = validation_sites.worker_assertion(tree, "Chain speculative sampling supports only topk=1")
+    also = f"; its V2 draft worker asserts the same when it starts, after the load ({worker})" if worker else ""
+    return (
+        f"speculative_eagle_topk: {topk} with {g.setting}: SGLang {tree.version} samples with rejection only along "
+        f"a chain, top-k 1 (ValueError at {site.where}{also}); set speculative_eagle_topk 1 or drop {g.flag}"
+    )
+
+
+SPEC_ALGORITHM = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+RULES = (
+    Rule(
+        "spec-page-tree",
+        "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
+        ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
+        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
+         "attention_backend": "flashmla", "extra_args": ["--page-size", "64"]},  # fmt: skip
+        _page_tree,
+    ),
+    Rule(
+        "spec-moe-runner",
+        "flashinfer_trtllm as the draft's MoE runner backend",
+        ("*::assert not MoeRunnerBackend(self.speculative_moe_runner_backend).is_flashinfer_trtllm()",),
+        {"extra_args": ["--speculative-moe-runner-backend", "flashinfer_trtllm"]},
+        _moe_runner,
+    ),
+    Rule(
+        "spec-trtllm-mha",
+        "top-k > 1 with a trtllm_mha attention backend (prefill, decode or both)",
+        ("*::raise ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",),
+        {**SPEC_ALGORITHM, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4,
+         "extra_args": ["--decode-attention-backend", "trtllm_mha"]},  # fmt: skip
+        _trtllm_mha,
+    ),
+    Rule(
+        "spec-v2-topk",
+        "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
+        ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
+        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
+         "environment": {SPEC_V2: "1"}},  # fmt: skip
+        _spec_v2,
+    ),
+    Rule(
+        "spec-rejection-sampling",
+        "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
+        ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
+        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
+         "extra_args": ["--speculative-use-rejection-sampling"]},  # fmt: skip
+        _rejection_sampling,
+    ),
+)
+# The parser's own rules, applied to every flag: name -> (what it refuses, site globs, trigger).
+PARSER_RULES = {
+    "choices": ("a value outside a flag's choices", ("*::choices --*",), {"attention_backend": "nope_backend"}),
+    "types": ("a value a flag's int/float type cannot read", ("*::type --*",),
+              {"extra_args": ["--max-running-requests", "many"]}),  # fmt: skip
+}
+
+
+KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each kind of parser site
+
+
+def rule_names() -> set[str]:
+    """Every preflight rule a disposition of the audit may name."""
+    return {r.name for r in RULES} | set(PARSER_RULES)
+
+
+def check_settings_version(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
     """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
-    lacks stops it at start-up, a variable it lacks is silently ignored. Read from the tree's own source."""
+    lacks stops it at start-up, a variable it lacks is silently ignored; every value one its parser takes; and no
+    combination a restated rule of this tree refuses. Read from the tree's own source."""
     try:
         known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
     except sglang_source.SGLangNotFound as err:
@@ -48,12 +299,11 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: sglan
                 f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
                 f"anywhere in its source): it would be silently ignored; drop it or check its name"
             )
-    # A version's own rule on a variable, only where that version reads it (0.5.23 refuses the variable above).
-    if SPEC_V2 in variables and settings.speculative_algorithm:
-        problem = server_settings.draft_tree_problem(
-            settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
-            settings.attention_backend, settings.environment.get(SPEC_V2),
-        )  # fmt: skip
+    given = given_flags(settings, known)
+    problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
+    for rule in RULES:
+        site = rule.site(tree)
+        problem = rule.judge(settings, given, tree, site) if site is not None else None
         problems += [problem] if problem else []
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))
@@ -62,20 +312,18 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: sglan
                    f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
                    "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
     else:
-        result.add("settings", Status.OK, f"every flag and variable the settings give is one SGLang {tree.version} has")
+        result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
+                   f"{tree.version} takes, and none of its {len(RULES)} restated rules refuses them")  # fmt: skip
 
 
-ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
-
-
-def _mentioned(tree: sglang_source.SGLangTree, variable: str) -> bool:
+def _mentioned(tree: SGLangTree, variable: str) -> bool:
     """Whether any of SGLang's Python files names the variable (read with os.environ rather than Envs)."""
     needle = variable.encode()
     return any(needle in path.read_bytes() for path in tree.package.rglob("*.py"))
 
 
-def check_extra_args(result: Report, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
-    """extra_args must be flags this SGLang knows, and not ones a setting already owns."""
+def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
+    """extra_args must be flags this SGLang knows, not ones a setting already owns, with values its parser takes."""
     if not settings.extra_args:
         return
     try:
@@ -112,4 +360,9 @@ def check_extra_args(result: Report, settings: ServerSettings, tree: sglang_sour
                 result.add("extra_args", Status.FAIL, f"{name} needs a value")
                 return
             args.pop(0)
+    refused = [p for g, p in value_problems(given_flags(settings, known), tree, known)
+               if g.setting.startswith("extra_args")]  # fmt: skip
+    if refused:
+        result.add("extra_args", Status.FAIL, "; ".join(refused))
+        return
     result.add("extra_args", Status.OK, " ".join(settings.extra_args))
