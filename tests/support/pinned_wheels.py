@@ -58,7 +58,8 @@ def _tags(wheel: str) -> list[str]:
     python, abi, platform = wheel.removesuffix(".whl").split("-")[-3:]
     if not python.startswith("cp") or abi == "none":
         return []
-    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, "--platform", platform]
+    platforms = [flag for tag in platform.split(".") for flag in ("--platform", tag)]  # a compressed tag set
+    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, *platforms]
 
 
 def unpack(wheel: Path, dest: Path) -> Path:

@@ -216,8 +216,13 @@ RULES = (
         "spec-page-tree",
         "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
         ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
-        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
-         "attention_backend": "flashmla", "extra_args": ["--page-size", "64"]},  # fmt: skip
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "attention_backend": "flashmla",
+            "extra_args": ["--page-size", "64"],
+        },  # fmt: skip
         _page_tree,
     ),
     Rule(
@@ -231,32 +236,47 @@ RULES = (
         "spec-trtllm-mha",
         "top-k > 1 with a trtllm_mha attention backend (prefill, decode or both)",
         ("*::raise ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",),
-        {**SPEC_ALGORITHM, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4,
-         "extra_args": ["--decode-attention-backend", "trtllm_mha"]},  # fmt: skip
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 4,
+            "extra_args": ["--decode-attention-backend", "trtllm_mha"],
+        },  # fmt: skip
         _trtllm_mha,
     ),
     Rule(
         "spec-v2-topk",
         "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
         ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
-        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
-         "environment": {SPEC_V2: "1"}},  # fmt: skip
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "environment": {SPEC_V2: "1"},
+        },  # fmt: skip
         _spec_v2,
     ),
     Rule(
         "spec-rejection-sampling",
         "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
         ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
-        {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
-         "extra_args": ["--speculative-use-rejection-sampling"]},  # fmt: skip
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "extra_args": ["--speculative-use-rejection-sampling"],
+        },  # fmt: skip
         _rejection_sampling,
     ),
 )
 # The parser's own rules, applied to every flag: name -> (what it refuses, site globs, trigger).
 PARSER_RULES = {
     "choices": ("a value outside a flag's choices", ("*::choices --*",), {"attention_backend": "nope_backend"}),
-    "types": ("a value a flag's int/float type cannot read", ("*::type --*",),
-              {"extra_args": ["--max-running-requests", "many"]}),  # fmt: skip
+    "types": (
+        "a value a flag's int/float type cannot read",
+        ("*::type --*",),
+        {"extra_args": ["--chunked-prefill-size", "many"]},
+    ),  # fmt: skip
 }
 
 

@@ -117,15 +117,16 @@ def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangT
         result.add(
             NAME, Status.FAIL,
             f"{version} refuses these settings ({step.get(stage, stage)}, before any weights load): "
-            f"{outcome.get('error')}. {named}{on}",
+            f"{outcome.get('error', '').rstrip('.')}. {named}{on}",
             where,
         )  # fmt: skip
         return
     changed = outcome.get("rewritten", [])
     for change in changed:
         setting = next((g.setting for g in given if g.sets(change["field"])), change["field"])
-        result.add(NAME, Status.WARN, f"{setting}: {version} changes {change['given']!r} to {change['now']!r} "
-                   "when it starts (its own resolution); set the value it keeps, or drop it", change.get("where"))
+        result.add(NAME, Status.WARN, f"{setting}: {version} changes it from {change['given']!r} to "
+                   f"{change['now']!r} while it resolves its arguments, so the server runs with {change['now']!r}, not "
+                   "what the settings say (the line it is changed at follows)", change.get("where"))  # fmt: skip
     if not changed:
         result.add(NAME, Status.OK, f"{version}'s own parser, resolution and check_server_args take these "
                    f"settings, and change none of the values set{on}")  # fmt: skip

@@ -593,3 +593,9 @@ def worker_assertion(tree: SGLangTree, message: str, rel: str = "srt/speculative
         if isinstance(node, ast.Assert) and node.msg is not None and message in _message(node.msg):
             return f"{rel}:{node.lineno}"
     return None
+
+
+def roots(tree: SGLangTree) -> list[str]:
+    """The ROOTS this tree defines (qualified names in srt/server_args.py): where its validation starts."""
+    functions = _Reader(tree).module("sglang.srt.server_args").functions
+    return [name for name in ROOTS if name in functions]
