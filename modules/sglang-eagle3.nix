@@ -357,17 +357,17 @@ in
           wants = [ "network-online.target" ];
           after = [ "network-online.target" ];
           path = driverPath;
-          environment =
-            cfg.environment
-            // {
-              HOME = stateDir;
-              HF_HOME = "${cacheDir}/huggingface";
-              XDG_CACHE_HOME = cacheDir;
-              TRITON_CACHE_DIR = "${cacheDir}/triton";
-            }
-            // lib.optionalAttrs (cfg.gpus != null) {
-              CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
-            };
+          # cfg.environment is not here: it is in the settings file (settings-file.nix), which preflight
+          # judges and the launcher passes to SGLang.
+          environment = {
+            HOME = stateDir;
+            HF_HOME = "${cacheDir}/huggingface";
+            XDG_CACHE_HOME = cacheDir;
+            TRITON_CACHE_DIR = "${cacheDir}/triton";
+          }
+          // lib.optionalAttrs (cfg.gpus != null) {
+            CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
+          };
           serviceConfig =
             hardening.base
             // hardening.cuda
