@@ -33,7 +33,7 @@ from sglang_eagle3.judging import preflight, settings_rules, sglang_validation
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving.settings import ServerSettings, field_flag
 from sglang_eagle3.source import sglang_source, validation_sites
-from support.draft_fixtures import kimi_target
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import fake_nvidia_smi
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
@@ -257,15 +257,22 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
 
 
 @pytest.fixture
-def own_env(tree, monkeypatch):
-    """What SGLang's own run needs in this test environment: 0.5.23's transformers 5 (and the rest of
-    stack_libraries.NEWEST_LIBRARIES) beside it; 0.5.9 imports with the environment as it is."""
-    if tree.version == "0.5.23":
-        if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
-            pytest.skip("the Nix check has no network to fetch 0.5.23's libraries")
-        libraries = stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE)
-        monkeypatch.setenv("PYTHONPATH", with_path(dict(os.environ), libraries)["PYTHONPATH"])
+def own_env(tree, monkeypatch, request):
+    """A tree preflight passes apart from the settings under test (0.5.9 patched: its probe fails pristine, and
+    SGLang's own run waits for the rest to pass), and what that run needs in this test environment: 0.5.23's
+    transformers 5 (and the rest of stack_libraries.NEWEST_LIBRARIES) beside it; 0.5.9 imports as it is."""
+    if tree.version == "0.5.9":
+        return sglang_source.locate(request.getfixturevalue("patched_tree"))
+    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
+        pytest.skip("the Nix check has no network to fetch 0.5.23's libraries")
+    libraries = stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE)
+    monkeypatch.setenv("PYTHONPATH", with_path(dict(os.environ), libraries)["PYTHONPATH"])
     return tree
+
+
+def site_where(tree, needle: str) -> str:
+    """Where the tree's own site whose key holds ``needle`` is (a patched tree's lines are its own)."""
+    return next(s.where for s in validation_sites.sites(tree) if needle in s.key and "#" not in s.key)
 
 
 def local_settings(tmp_path, **values) -> ServerSettings:
@@ -288,8 +295,10 @@ def test_sglangs_own_run_catches_what_no_rule_restates(own_env, tmp_path, smi, m
     report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     failed = [f for f in own_finding(report) if f.status is Status.FAIL]
     assert len(failed) == 1, report.render_text()
-    site = next(s for k, s in DATA[tree.version]["sites"].items() if "assert ':' not in" in k)
-    assert failed[0].where == site["where"] and "served_model_name (kimi:k2.5)" in failed[0].message
+    assert (
+        failed[0].where == site_where(tree, "assert ':' not in")
+        and "served_model_name (kimi:k2.5)" in failed[0].message
+    )
     assert "check_server_args, before any weights load" in failed[0].message
     assert not any(f.status is Status.FAIL for f in settings_findings(report))  # no restated rule has it
     monkeypatch.setattr(sglang_validation, "check", lambda *args, **kwargs: None)
@@ -300,22 +309,17 @@ def test_sglangs_own_run_catches_what_no_rule_restates(own_env, tmp_path, smi, m
 
 def test_sglangs_own_run_reports_a_value_it_changes(own_env, tmp_path, smi):
     """A value the user set that SGLang rewrites while it resolves: a WARN naming the setting and SGLang's line.
-    0.5.9: flashmla needs pages of 64 (page size 16 is raised to it); 0.5.23: the deprecated fusion switch."""
+    FlashMLA takes pages of 64 only: both trees raise a page size of 16 to it."""
     tree = own_env
-    if tree.version == "0.5.9":
-        settings = local_settings(tmp_path, attention_backend="flashmla", extra_args=["--page-size", "16"],
-                                  enable_flashinfer_allreduce_fusion=False)  # fmt: skip
-        setting, now = "extra_args --page-size", "64"
-    else:
-        settings = local_settings(tmp_path)
-        setting, now = "enable_flashinfer_allreduce_fusion", "False"
+    settings = local_settings(tmp_path, attention_backend="flashmla", extra_args=["--page-size", "16"],
+                              enable_flashinfer_allreduce_fusion=False)  # fmt: skip
     report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
-    warned = [f for f in own_finding(report) if f.status is Status.WARN and f.message.startswith(setting)]
-    assert len(warned) == 1, report.render_text()
-    assert f"to {now}" in warned[0].message.replace("'", "")
+    warned = [f for f in own_finding(report) if f.status is Status.WARN]
+    assert len(warned) == 1 and warned[0].message.startswith("extra_args --page-size: SGLang"), report.render_text()
+    assert "from 16 to 64" in warned[0].message.replace("'", "")
     path, line = warned[0].where.rsplit(":", 1)
     text = (tree.package / path).read_text().splitlines()[int(line) - 1]
-    assert setting.split()[-1].lstrip("-").replace("-", "_") in text or "declare_resolution" in text, text
+    assert "page_size" in text, text
 
 
 def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own_env, tmp_path):
@@ -340,7 +344,7 @@ def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own
     assert len(own & entered) > 30
 
 
-def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(pristine_tree, tmp_path, smi, monkeypatch):
+def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(patched_tree, tmp_path, smi, monkeypatch):
     """0.5.9's check_server_args refuses torch 2.9.1 with cuDNN < 9.15 for a multimodal model (Kimi-K2.5): found by
     running SGLang's own code, not by any rule written here. (conftest.py turns the check off for other tests.)"""
     import torch
@@ -350,13 +354,13 @@ def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(pristine_tree, tm
         pytest.skip(f"this environment's torch {torch.__version__} / cuDNN {version} is not one SGLang refuses")
     monkeypatch.delenv("SGLANG_DISABLE_CUDNN_CHECK", raising=False)
     settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
-    report = preflight.run(settings, str(sglang_source.locate(pristine_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     failed = [f for f in own_finding(report) if f.status is Status.FAIL]
     assert len(failed) == 1 and "CuDNN Compatibility" in failed[0].message, report.render_text()
     assert failed[0].where.startswith("srt/server_args.py:") and "SGLANG_DISABLE_CUDNN_CHECK" in failed[0].message
 
 
-def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, pristine_tree, monkeypatch):
+def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, patched_tree, monkeypatch):
     """An interpreter that cannot import the tree's dependencies: NOT CHECKED, saying so; the restated rules
     still judge."""
     monkeypatch.setattr(sglang_validation.sys, "executable", sys.executable)
@@ -365,7 +369,7 @@ def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, prist
     (broken / "torch" / "__init__.py").write_text("raise ImportError('no torch on this laptop')\n")
     monkeypatch.setenv("PYTHONPATH", str(broken))
     settings = local_settings(tmp_path, attention_backend="nope_backend")
-    report = preflight.run(settings, str(sglang_source.locate(pristine_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     own = own_finding(report)[0]
     assert own.status is Status.NOT_CHECKED and "no torch on this laptop" in own.message
     assert "only the restated rules above judged the settings" in own.message
@@ -407,16 +411,20 @@ def test_own_run_catches_an_issue_example_in_sglangs_words(own_env, tmp_path, ru
     refused in SGLang's words, at its line, naming the settings."""
     tree = own_env
     model = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config(), d2t_rows=32000)
     backend = "triton" if tree.version == "0.5.9" else "flashmla"
-    args = ["--set", f"model_path={model}", "--set", f"speculative_draft_model_path={model}",
+    args = ["--set", f"model_path={model}", "--set", f"speculative_draft_model_path={draft}",
+            "--set", "enable_flashinfer_allreduce_fusion=false", "--set", "speculative_draft_attention_backend=fa3",
             "--set", "speculative_eagle_topk=4", "--set", "speculative_num_draft_tokens=8",
             "--set", f"attention_backend={backend}", "--set", 'extra_args=["--page-size", "16"]']  # fmt: skip
     result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), *args,
                      env={"SGLANG_EAGLE3_NVIDIA_SMI": smi, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
-    line = next(s for s in result.stdout.splitlines() if s.startswith("[FAIL] sglang checks"))
-    where = next(s["where"] for k, s in DATA[tree.version]["sites"].items() if "page_size > 1 is" in k and "#" not in k)
-    assert f"({where})" in line and "ValueError: speculative_eagle_topk > 1 with page_size > 1" in line
+    line = next((s for s in result.stdout.splitlines() if s.startswith("[FAIL] sglang checks")), result.stdout)
+    assert (
+        f"({site_where(tree, 'page_size > 1 is')})" in line
+        and "ValueError: speculative_eagle_topk > 1 with page_size > 1" in line
+    )
     assert "speculative_eagle_topk (4)" in line and f"attention_backend ({backend})" in line
 
 

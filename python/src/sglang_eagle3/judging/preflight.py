@@ -176,10 +176,10 @@ def run(
             draft_settings.check_draft_revision(result, settings, SourceIndex(tree))
         settings_rules.check_extra_args(result, settings, tree)
         models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
-        if models_ok:
-            sglang_validation.check(result, settings, tree, result.gpus, explicit=sglang_target is not None)
         if drafts and models_ok:
             draft_settings.check_draft(result, settings, tree)
+        if models_ok:
+            sglang_validation.check(result, settings, tree, result.gpus, explicit=sglang_target is not None)
     check_port(result, settings.host, settings.port)
     check_key_files(result, settings, os.environ)
     return result

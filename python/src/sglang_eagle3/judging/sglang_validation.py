@@ -28,6 +28,9 @@ from .findings import Report, Status
 from .settings_rules import Given, given_flags, tree_sites
 
 NAME = "sglang checks"
+# Failures the run still goes ahead after: the settings themselves (it says SGLang's own word on them) and the GPUs
+# (a host without them is judged for the tuned host's, so a laptop's dry run gets SGLang's checks).
+NOT_BLOCKING = ("settings", "extra_args", "gpus")
 RULE = "sglang-own-checks"  # the name dispositions of the rule audit give this run
 TIMEOUT = 300  # seconds; the run takes 10-30 s (importing SGLang and torch dominates)
 # The tuned host's GPUs (8x RTX PRO 6000 Blackwell, nvidia-smi's figures): what the run is answered with when this
@@ -51,6 +54,11 @@ def model_here(settings: ServerSettings) -> str | None:
 def check(result: Report, settings: ServerSettings, tree: SGLangTree, gpus: list[Gpu], explicit: bool) -> None:
     """Run SGLang's own validation on the settings' argv (see the module docstring); ``explicit``: the tree was
     named (--sglang), so it goes first on the run's import path."""
+    blocking = [f.name for f in result.findings if f.status is Status.FAIL and f.name not in NOT_BLOCKING]
+    if blocking:  # it takes seconds: run once the rest passes (settings refused are said again in SGLang's words)
+        result.add(NAME, Status.NOT_CHECKED, f"SGLang's own checks are run once the rest passes; first fix what "
+                   f"failed above ({', '.join(dict.fromkeys(blocking))})")  # fmt: skip
+        return
     missing = model_here(settings)
     if missing:
         result.add(NAME, Status.NOT_CHECKED, f"SGLang's own checks need the model's config.json on this host: "
