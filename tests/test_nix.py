@@ -424,7 +424,7 @@ def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tre
     from sglang_eagle3.source import sglang_source
 
     out = evaluate_module(
-        '{ services.sglang-eagle3 = { enable = true; gpus = [ 0 1 2 3 4 5 6 7 ]; environment = '
+        "{ services.sglang-eagle3 = { enable = true; gpus = [ 0 1 2 3 4 5 6 7 ]; environment = "
         '{ NCCL_DEBUG = "WARN"; SGLANG_NO_SUCH_SWITCH = "1"; }; }; }'
     )
     assert out["failedAssertions"] == []

@@ -145,7 +145,7 @@ def document(audits: dict[str, tuple[dict, dict]]) -> str:
         "from the pinned wheel) and `sglang-rule-policy.json` (the dispositions); do not edit.",
         "`tests/test_sglang_rules.py` fails when a site has no disposition, when a rule named does not exist or",
         "no longer catches its trigger, and when a release adds a site. How preflight uses the rules:",
-        '[serve.md, "What preflight checks"](serve.md#what-preflight-checks).',
+        '[serve.md, "SGLang\'s own rules"](serve.md#sglangs-own-rules).',
         "",
         "Dispositions: `rule:sglang-own-checks` is SGLang's own parser, resolution and `check_server_args`, run by",
         "preflight on the server's argv (needs SGLang importable and the model's config.json on the host);",

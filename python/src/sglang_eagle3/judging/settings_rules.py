@@ -34,11 +34,12 @@ ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
 
 @functools.cache
 def _sites(tree: SGLangTree, _stamp: int) -> tuple[validation_sites.Site, ...]:
-    return tuple(validation_sites.sites(tree))
+    return tuple(validation_sites.sites(tree, helpers=False))
 
 
 def tree_sites(tree: SGLangTree) -> tuple[validation_sites.Site, ...]:
-    """The tree's validation sites (validation_sites.sites), read once per tree (again if server_args.py changes)."""
+    """The sites of the tree's validation files (every rule restated here is one of them, and the parser's), read
+    once per tree (again if its server_args.py changes)."""
     return _sites(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
 
 
@@ -60,10 +61,10 @@ class Given:
 
 def given_flags(settings: ServerSettings, known: sglang_source.Flags) -> list[Given]:
     """Each flag of the argv the settings render (settings, then extra_args), with its value."""
-    found = []
+    found, rendered = [], set(sglang_args(settings))
     for name, value in settings:
         flag = field_flag(name)
-        if flag and flag in sglang_args(settings) and value is not None and value is not False:
+        if flag and flag in rendered and value is not None and value is not False:
             spellings = known[flag][0] if flag in known else frozenset([flag])
             found.append(Given(flag, None if value is True else str(value), name, spellings))
     args = list(settings.extra_args)
@@ -321,9 +322,9 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
             )
     given = given_flags(settings, known)
     problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
-    for rule in RULES:
-        site = rule.site(tree)
-        problem = rule.judge(settings, given, tree, site) if site is not None else None
+    applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
+    for rule, site in applied:
+        problem = rule.judge(settings, given, tree, site)
         problems += [problem] if problem else []
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))
@@ -333,7 +334,8 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
                    "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
     else:
         result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
-                   f"{tree.version} takes, and none of its {len(RULES)} restated rules refuses them")  # fmt: skip
+                   f"{tree.version} takes, and none of the {len(applied)} of its rules restated here refuses them "
+                   "(docs/sglang-rules.md)")  # fmt: skip
 
 
 def _mentioned(tree: SGLangTree, variable: str) -> bool:

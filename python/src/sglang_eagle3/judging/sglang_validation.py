@@ -153,6 +153,13 @@ def _named(given: list[Given], tree: SGLangTree, where: str | None, error: str) 
     involved = [g for g in given if any(g.sets(f) for f in fields) or any(s in error for s in g.spellings)]
     if not involved:
         return "None of the settings set is named there: it follows from the model or SGLang's defaults"
-    shown = ", ".join(f"{g.setting}" + (f" ({g.value})" if g.value is not None and not g.setting.startswith(
-        "extra_args") else f" {g.value}" if g.value is not None else "") for g in dict.fromkeys(involved))  # fmt: skip
-    return f"Change {shown}"
+    return "Change " + ", ".join(dict.fromkeys(_shown(g) for g in involved))
+
+
+def _shown(given: Given) -> str:
+    """``speculative_eagle_topk (4)``, ``extra_args --page-size 16``, ``trust_remote_code``."""
+    if given.value is None:
+        return given.setting
+    if given.setting.startswith("extra_args"):
+        return f"{given.setting} {given.value}"
+    return f"{given.setting} ({given.value})"

@@ -153,7 +153,7 @@ def validate(request: dict) -> dict:
     argparse.ArgumentParser.error = _refuse
     try:
         server_args = importlib.import_module("sglang.srt.server_args")
-        package = Path(server_args.__file__).resolve().parents[1]
+        package = Path(server_args.__file__).parents[1]  # as the code objects name their files
         for name in request.get("modules", []):
             try:
                 importlib.import_module(name)
@@ -187,7 +187,8 @@ def validate(request: dict) -> dict:
         return {**_failure(stage, err, package), "entered": sorted(recorder.entered)}
     finally:
         sys.setprofile(None)
-        record_class.__setattr__ = plain_setattr
+        if dataclass_record:
+            record_class.__setattr__ = plain_setattr
     fields = getattr(record_class, "__dataclass_fields__", None) or given
     final = args.resolved_dict() if hasattr(args, "resolved_dict") else {f: getattr(args, f) for f in fields}
     rewritten = []

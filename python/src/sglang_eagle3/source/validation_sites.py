@@ -51,7 +51,7 @@ class Site:
     line: int
     function: str  # qualified name (Class.method, outer.inner), or the class.field of a parser field
     text: str  # the statement, shortened
-    reached: bool  # called, directly or not, from ROOTS (static call graph)
+    reached: bool | None  # called, directly or not, from ROOTS (static call graph); None: not computed
     choices: list | None = None  # a choices site: the values, where they are literals (None: computed)
     flag: str | None = None  # a parser site's flag
 
@@ -61,7 +61,7 @@ class Site:
 
     def to_dict(self) -> dict:
         data = {"kind": self.kind, "where": self.where, "function": self.function, "text": self.text}
-        if not self.reached:
+        if self.reached is False:
             data["reached"] = False
         if self.kind == "choices":
             data["choices"] = self.choices
@@ -196,8 +196,10 @@ class _Reader:
         candidates = {(module.rel, f"{c}.{method}"): module for c in module.classes if f"{c}.{method}" in
                       module.functions}  # fmt: skip
         for target in set(imports.values()):
-            owner = self.module(target.rsplit(".", 1)[0]) if "." in target else None
             cls = target.rsplit(".", 1)[-1]
+            if "." not in target or not cls[:1].isupper():  # classes only (CapWords): a module is parsed for each
+                continue
+            owner = self.module(target.rsplit(".", 1)[0])
             if owner is not None and cls in owner.classes and f"{cls}.{method}" in owner.functions:
                 candidates[(owner.rel, f"{cls}.{method}")] = owner
         return [(owner, name) for (_, name), owner in sorted(candidates.items())]
@@ -329,12 +331,13 @@ def _call_graph(tree: SGLangTree, _stamp: int) -> tuple[_Reader, set[tuple[str, 
         reached.add((module.rel, name))
         node = module.functions[name]
         cls = name.split(".")[0] if name.split(".")[0] in module.classes else None
+        local = _local_imports(tree, module, node)
         for child in _own_nodes(node):
             if isinstance(child, ast.Call):
                 for candidate in [child, *child.args]:  # callbacks passed by name run too
                     if candidate is child or isinstance(candidate, ast.Name | ast.Attribute):
-                        todo += [f for f in reader.resolve(module, name, _local_imports(tree, module, node), cls,
-                                                           candidate) if (f[0].rel, f[1]) not in reached]  # fmt: skip
+                        found = reader.resolve(module, name, local, cls, candidate)
+                        todo += [f for f in found if (f[0].rel, f[1]) not in reached]
     return reader, reached
 
 
@@ -355,17 +358,20 @@ def imported_by_validation(tree: SGLangTree) -> list[str]:
     return sorted(m for m in found if reader.module(m) is not None)
 
 
-def sites(tree: SGLangTree) -> list[Site]:
-    """Every validation site of the tree (see the module docstring), in file and line order."""
-    reader, reached = _reached(tree)
+def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
+    """Every validation site of the tree (see the module docstring), in file and line order. ``helpers=False``:
+    those of the validation files only, without the call graph (``reached`` None: not computed), in a fraction of
+    the time (preflight's restated rules need no more)."""
+    reader, reached = _reached(tree) if helpers else (_Reader(tree), None)
     fields = server_args_fields(tree)
     whole = validation_modules(tree)
-    functions: list[tuple[_Module, str, bool]] = []
+    functions: list[tuple[_Module, str, bool | None]] = []
     for dotted in whole:
         module = reader.module(dotted)
-        functions += [(module, name, (module.rel, name) in reached) for name in module.functions]
+        functions += [(module, name, None if reached is None else (module.rel, name) in reached)
+                      for name in module.functions]  # fmt: skip
     whole_files = {reader.module(d).rel for d in whole}
-    for rel, name in sorted(reached):
+    for rel, name in sorted(reached or ()):
         if rel not in whole_files:
             module = next(m for m in reader.modules.values() if m is not None and m.rel == rel)
             functions.append((module, name, True))
