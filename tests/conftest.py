@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_eagle3.source import patchset
+from sglang_eagle3.source import patchset, sglang_source
 from support import flake_eval, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
@@ -61,6 +61,15 @@ def newest_wheel() -> Path:
 def newest_tree(newest_wheel, tmp_path_factory) -> Path:
     """The newest wheel unpacked (sglang/ and its dist-info). Do not modify."""
     return unpack(newest_wheel, tmp_path_factory.mktemp("newest"))
+
+
+@pytest.fixture(params=["0.5.9", "0.5.23"])
+def tree(request):
+    """Each pristine tree (0.5.9's, 0.5.23's), located, with its version: for tests that run on both stacks."""
+    fixture = "pristine_tree" if request.param == "0.5.9" else "newest_tree"
+    found = sglang_source.locate(request.getfixturevalue(fixture))
+    assert found.version == request.param
+    return found
 
 
 def series_names() -> list[str]:
