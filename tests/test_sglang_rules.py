@@ -223,7 +223,7 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
     tree = sglang_source.locate(pristine_tree)
     known = sglang_source.server_flags(tree)
     sites = [s for s in settings_rules.tree_sites(tree) if s.flag in known and (s.kind == "type" or s.choices)]
-    kinds = {s.flag: s.text.rsplit("=", 1)[1] for s in sites if s.kind == "type"}
+    kinds = {s.flag: s.parser_type for s in sites if s.kind == "type"}
     flags = sorted({s.flag for s in sites if kinds.get(s.flag, "int") in ("int", "float")})
     cases = {}
     for flag in flags:

@@ -101,7 +101,7 @@ def value_problems(given: list[Given], tree: SGLangTree, known: sglang_source.Fl
             continue
         value: object = g.value
         kind = parser.get("type")
-        convert = {"int": int, "float": float}.get(kind.text.rsplit("=", 1)[1] if kind else "")
+        convert = {"int": int, "float": float}.get(kind.parser_type if kind else "")
         if convert is not None:
             try:
                 value = convert(g.value)

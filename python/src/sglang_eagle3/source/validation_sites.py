@@ -25,10 +25,10 @@ import functools
 import re
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .sglang_source import SGLangTree, _namespace_classes, _parse
+from .sglang_source import SGLangTree, namespace_classes, parse_source
 
 VALIDATION_FILES = ("srt/server_args.py", "srt/arg_groups")
 # Where validation starts (those a tree has): the parse, the resolution, the engine's check before start-up.
@@ -54,6 +54,7 @@ class Site:
     reached: bool | None  # called, directly or not, from ROOTS (static call graph); None: not computed
     choices: list | None = None  # a choices site: the values, where they are literals (None: computed)
     flag: str | None = None  # a parser site's flag
+    parser_type: str | None = None  # a type site's callable, as written (int, float, json.loads, ...)
 
     @property
     def where(self) -> str:
@@ -154,7 +155,7 @@ class _Reader:
         if parts[0] == "sglang" and path.is_file():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escape sequences in the tree are its own
-                found = _Module(self.tree.relative(path), _parse(path))
+                found = _Module(self.tree.relative(path), parse_source(path))
             _index(found, found.tree, "")
             found.imports = _imports(found.tree, dotted, path.name == "__init__.py")
         self.modules[dotted] = found
@@ -282,12 +283,12 @@ def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
 
 def server_args_fields(tree: SGLangTree) -> frozenset[str]:
     """The names of ServerArgs' fields: 0.5.9's dataclass annotations, 0.5.23's namespace classes' fields."""
-    module = _parse(tree.srt / "server_args.py")
+    module = parse_source(tree.srt / "server_args.py")
     names = set()
     for node in module.body:
         if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
             names |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    for _path, cls in _namespace_classes(tree, module):
+    for _path, cls in namespace_classes(tree, module):
         names |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     return frozenset(names)
 
@@ -392,8 +393,7 @@ def _numbered(found: list[Site]) -> list[Site]:
     for site in found:
         seen[site.key] = seen.get(site.key, 0) + 1
         key = site.key if seen[site.key] == 1 else f"{site.key}#{seen[site.key]}"
-        numbered.append(Site(key, *[getattr(site, f) for f in ("kind", "file", "line", "function", "text", "reached",
-                                                                 "choices", "flag")]))  # fmt: skip
+        numbered.append(replace(site, key=key))
     return numbered
 
 
@@ -416,7 +416,7 @@ def parser_sites(tree: SGLangTree, reader: _Reader | None = None) -> list[Site]:
                 keywords = {k.arg: k.value for k in node.keywords}
                 found += _flag_sites(reader, server_args, function, flags[0], node.lineno, keywords.get("choices"),
                                      keywords.get("type"))  # fmt: skip
-    for path, cls in _namespace_classes(tree, server_args.tree):
+    for path, cls in namespace_classes(tree, server_args.tree):
         module = reader.module(_dotted(tree, path))
         for item in cls.body:
             if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
@@ -467,7 +467,7 @@ def _flag_sites(reader, module, function, flag, line, choices, kind) -> list[Sit
     if kind is not None and ast.unparse(kind) != "str":  # str() takes any text: nothing refused
         text = f"{flag} type={ast.unparse(kind)}"
         found.append(Site(f"{module.rel}::{function}::type {flag}", "type", module.rel, line, function, text, True,
-                          None, flag))  # fmt: skip
+                          None, flag, ast.unparse(kind)))  # fmt: skip
     return found
 
 
@@ -595,7 +595,7 @@ def worker_assertion(tree: SGLangTree, message: str, rel: str = "srt/speculative
     path = tree.package / rel
     if not path.is_file():
         return None
-    for node in ast.walk(_parse(path)):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Assert) and node.msg is not None and message in _message(node.msg):
             return f"{rel}:{node.lineno}"
     return None
