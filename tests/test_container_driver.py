@@ -108,6 +108,5 @@ def test_a_driver_older_than_cuda_13_is_refused(tmp_path, drivers):
 
 
 def test_the_stack_cuda_is_the_pinned_one():
-
     pinned = json.loads((REPO / "nix" / "pins.json").read_text())["stack"]["cuda"]
     assert ".".join(map(str, host_driver.STACK_CUDA)) == pinned
