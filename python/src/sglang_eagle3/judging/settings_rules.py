@@ -211,7 +211,7 @@ def _rejection_sampling(settings, given, tree, site) -> str | None:
     )
 
 
-SPEC_ALGORITHM = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+SPEC_ALGORITHM = {name: server_settings.default(name) for name in ("speculative_algorithm", "speculative_num_steps")}
 RULES = (
     Rule(
         "spec-page-tree",

@@ -21,7 +21,7 @@ import sys
 
 from ..host.gpus import Gpu
 from ..serving.launch_plan import sglang_args, sglang_env
-from ..serving.settings import ServerSettings
+from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import draft_inputs, sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
@@ -35,7 +35,7 @@ RULE = "sglang-own-checks"  # the name dispositions of the rule audit give this 
 TIMEOUT = 300  # seconds; the run takes 10-30 s (importing SGLang and torch dominates)
 # The tuned host's GPUs (8x RTX PRO 6000 Blackwell, nvidia-smi's figures): what the run is answered with when this
 # host has none (a laptop's dry run), said in the finding.
-TUNED_GPU = Gpu(0, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", "97887 MiB")
+TUNED_GPU = Gpu(0, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", TUNED_COMPUTE_CAPABILITY, "97887 MiB")
 
 
 def model_here(settings: ServerSettings) -> str | None:
