@@ -20,13 +20,10 @@ from pathlib import Path
 import pytest
 from sglang_eagle3.source import patchset
 from support import pins
-from support.flake_eval import REPO, REQUIRED, Workspace, unavailable
+from support.flake_eval import REPO, Workspace, needs_flake_eval
 
 SYSTEM = "x86_64-linux"
-reason = unavailable()
-if reason and REQUIRED:
-    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
-pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
+pytestmark = needs_flake_eval()
 
 
 @pytest.fixture(scope="module")

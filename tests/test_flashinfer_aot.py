@@ -25,7 +25,7 @@ import tomllib
 
 import pytest
 from conftest import CACHE, REPO
-from support.flake_eval import REQUIRED, Workspace, unavailable
+from support.flake_eval import Workspace, needs_flake_eval
 from support.flashinfer_site import flashinfer_site
 from support.pinned_wheels import fetch_wheel, unpack
 
@@ -133,10 +133,7 @@ def test_runpath_drops_the_toolkit_and_puts_the_given_directory_first(tmp_path):
 
 # -- the derivation and the stack ---------------------------------------------------------------------------
 
-reason = unavailable()
-if reason and REQUIRED:
-    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
-flake = pytest.mark.skipif(reason is not None, reason=reason or "")
+flake = needs_flake_eval()
 
 
 @pytest.fixture(scope="module")

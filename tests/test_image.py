@@ -34,7 +34,7 @@ from conftest import CACHE, REPO
 from support import container, driver_tree, pins
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_weights
-from support.flake_eval import REQUIRED, Workspace, unavailable
+from support.flake_eval import Workspace, needs_flake_eval
 from support.pinned_wheels import fetch_wheel
 
 SYSTEM = "x86_64-linux"
@@ -47,10 +47,7 @@ CACHE_ENV = {
 }
 VERSION = "0.1.0"  # python/pyproject.toml's, the images' version and the server image's tag prefix
 STACKS = {"0.5.9": "sglang", "0.5.23": "sglang-0.5.23"}  # SGLang version -> its wheel's pin
-reason = unavailable()
-if reason and REQUIRED:
-    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
-pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
+pytestmark = needs_flake_eval()
 
 
 def series(version: str) -> list[str]:

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, REQUIRED, Workspace, standin_facts, unavailable
+from support.flake_eval import REPO, Workspace, needs_flake_eval, standin_facts
 
 TABLE = REPO / "tests" / "nix" / "nixos-options.json"
 HOW_TO_ADD = (
@@ -37,10 +37,7 @@ EVALUATED = "<the evaluated system's config>"
 # What the tracer counts: the flake's own files (the harness, tests/nix/trace-uses.nix, is not a use).
 FLAKE_FILES = re.compile(r"^(flake\.nix|nix/.*\.nix|modules/.*\.nix)$")
 
-reason = unavailable()
-if reason and REQUIRED:
-    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
-pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
+pytestmark = needs_flake_eval()
 
 
 def table() -> dict[str, dict]:

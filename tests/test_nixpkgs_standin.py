@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, REQUIRED, Workspace, standin_facts, unavailable
+from support.flake_eval import REPO, Workspace, needs_flake_eval, standin_facts
 
 SYSTEM = "x86_64-linux"
 TABLE = REPO / "tests" / "nix" / "nixpkgs-attributes.json"
@@ -35,10 +35,7 @@ HOW_TO_ADD = (
 # Attributes of any derivation that say nothing about the package (lib.getDev reads `out`).
 ALWAYS_THERE = {"out", "outputs"}
 
-reason = unavailable()
-if reason and REQUIRED:
-    raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
-pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
+pytestmark = needs_flake_eval()
 
 
 def table() -> dict[str, dict]:

@@ -74,6 +74,17 @@ def unavailable() -> str | None:
     return None
 
 
+def needs_flake_eval():
+    """The mark for tests that evaluate the flake: a skip, saying why and how to stage the inputs, where it
+    cannot be evaluated; where .ci/run requires it (EAGLE3_TESTS_REQUIRE_FLAKE_EVAL), an error at collection."""
+    import pytest  # only the tests need it; .ci/run also runs this file as a script
+
+    reason = unavailable()
+    if reason and REQUIRED:
+        raise RuntimeError(f"EAGLE3_TESTS_REQUIRE_FLAKE_EVAL is set, but the flake cannot be evaluated: {reason}")
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
 def locked_rev(node: str) -> str:
     return json.loads((REPO / "flake.lock").read_text())["nodes"][node]["locked"]["rev"]
 
