@@ -100,11 +100,12 @@ def start(
         "mount --make-rprivate /",
         f"mount -t overlay overlay -o ro,lowerdir={driver}:{rootfs}:{host} {root}",
         f"mount -t overlay overlay -o ro,lowerdir={driver / 'usr'}:/usr {root / 'usr'}",
-        *(f"mount --bind -o ro {d} {root}{d}" for d in host_directories()),
         f"mount --rbind /dev {root / 'dev'}",
         f"mount -t proc proc {root / 'proc'}",
         f"mount -t sysfs sysfs {root / 'sys'}",
         *(f"mount -t tmpfs -o mode=1777 tmpfs {root}{d}" for d in ["/tmp", "/run", *writable]),
+        # After the tmpfs: a test environment under /tmp (a clone there) stays visible.
+        *(f"mkdir -p {root}{d} && mount --bind -o ro {d} {root}{d}" for d in host_directories()),
     ]
     if (driver / "run/opengl-driver").is_dir():  # NixOS's CDI mounts the driver link
         link = "/run/opengl-driver"
