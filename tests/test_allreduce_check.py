@@ -9,13 +9,17 @@ paths it skips with their reason. The GPU run is skipped without GPUs (docs/gpu-
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
+from pathlib import PurePosixPath
 
 import pytest
 import torch
@@ -24,6 +28,7 @@ from support.pinned_wheels import fetch_wheel
 
 SCRIPT = REPO / "nix" / "scripts" / "allreduce-check.py"
 RUNTIME_ENV = REPO / "nix" / "runtime-env.json"
+SITE_SCRIPT = REPO / "nix" / "scripts" / "flashinfer-comm-site.py"
 # The files of a FlashInfer wheel the script reads to know what it offers (it imports flashinfer.comm, which
 # needs CUDA, only to run a path).
 OFFER_FILES = (
@@ -258,3 +263,57 @@ def test_on_the_gpus_of_this_host(tmp_path):
         assert report[part]["status"] in ("passed", "skipped"), report[part]
         assert report[part]["status"] == "passed" or report[part]["reason"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_cut_down_flashinfer_0_7_2_keeps_what_the_all_reduce_paths_load(tmp_path):
+    """nix/scripts/flashinfer-comm-site.py on the real 0.7.2 wheel: what a device call carries for the paths."""
+    wheel = fetch_wheel("flashinfer-python-0.7.2", CACHE, "flashinfer-python")
+    out = tmp_path / "fi.tar.gz"
+    result = subprocess.run([sys.executable, str(SITE_SCRIPT), str(wheel), str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size < 16 << 20  # with the harness and the other wheels, well inside a call's 64 MiB
+    with tarfile.open(out) as tar:  # one pass: a gzip stream read member by member
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    names = {name for name, _ in members}
+    sources = {name: data.decode() for name, data in members if name.endswith((".py", ".cu"))}
+    init = sources["flashinfer/__init__.py"]
+    csrc = "flashinfer/data/csrc/"
+    # the sources of the two modules, as jit/comm.py's generators name them
+    for cu in ("trtllm_allreduce.cu", "trtllm_allreduce_fusion.cu", "trtllm_moe_allreduce_fusion.cu",
+               "pcie_ipc_all_reduce.cu"):  # fmt: skip
+        assert csrc + cu in names
+    assert not any(n.startswith(("flashinfer/experimental/", "flashinfer/fused_moe/")) for n in names)
+    assert not any(n.endswith((".so", ".cubin")) for n in names)
+    assert "import jit" in init and "attention" not in init
+    # every header a kept source includes is there
+    for name, text in sources.items():
+        if name.endswith(".cu"):
+            for header in re.findall(r'#include "([^"]+)"', text):
+                assert csrc + header in names or "flashinfer/data/include/" + header in names, (name, header)
+    # every import flashinfer.comm makes of its own package resolves inside the archive
+    for name, text in sources.items():
+        if not name.startswith("flashinfer/comm/") or not name.endswith(".py"):
+            continue
+        package = PurePosixPath(name).parent
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("flashinfer")):
+                base = package.parents[node.level - 2] if node.level > 1 else package
+                base = base if node.level else PurePosixPath()
+                target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+                assert f"{target}.py" in names or f"{target}/__init__.py" in names, (name, ast.unparse(node))
+
+
+def test_the_cut_down_flashinfer_refuses_what_is_not_a_flashinfer_wheel(tmp_path):
+    not_zip = tmp_path / "flashinfer.whl"
+    not_zip.write_text("no")
+    result = subprocess.run([sys.executable, str(SITE_SCRIPT), str(not_zip), str(tmp_path / "o.tgz")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2 and "not a wheel" in result.stderr
+    other = tmp_path / "other.whl"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("other/__init__.py", "")
+    result = subprocess.run([sys.executable, str(SITE_SCRIPT), str(other), str(tmp_path / "o.tgz")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2 and "no flashinfer/jit/comm.py" in result.stderr
+    result = subprocess.run([sys.executable, str(SITE_SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 2 and "usage:" in result.stderr
