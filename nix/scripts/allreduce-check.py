@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -304,18 +305,24 @@ def wrapper_environment(spec: dict, cuda_home: str, environ) -> list[dict]:
 
 
 def nccl_library() -> dict:
-    """The libnccl this process mapped, and whose it is."""
+    """The libnccl this process mapped, and whose it is: nixpkgs' build or the NVIDIA wheel torch depends on."""
     maps = {line.split()[-1] for line in open("/proc/self/maps") if "libnccl" in line and "/" in line}
     path = sorted(maps)[0] if maps else None
+    wheels = {}
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            wheels[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     if path is None:
         source = "no libnccl mapped (linked into torch, or not loaded)"
     elif "/nix/store/" in path:
-        source = "nixpkgs' nccl"
-    elif "/nvidia/nccl/" in path:
-        source = "the nvidia-nccl wheel torch depends on"
+        source = "nixpkgs' nccl" if "-nccl-" in path else "a Nix store path"
+    elif re.search(r"/site-packages/nvidia/", path):
+        source = f"the NVIDIA wheel ({', '.join(f'{k} {v}' for k, v in wheels.items()) or 'nvidia-nccl'})"
     else:
         source = "other"
-    return {"library": path, "source": source}
+    return {"library": path, "source": source, "wheels": wheels}
 
 
 def host_facts(n: int) -> dict:
