@@ -49,6 +49,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -358,7 +359,8 @@ class Ranks:
                       f"at most {count} ranks a host (--nproc-per-node / --nproc)", file=sys.stderr)  # fmt: skip
                 sys.exit(2)
             torch.cuda.set_device(local)
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        device_id = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else None
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), device_id=device_id)
 
     def all_true(self, ok: bool) -> bool:
         flag = self.torch.tensor([1 if ok else 0], device=self.device)
@@ -399,9 +401,13 @@ class Ranks:
         """Seconds per call replayed from one CUDA graph of `iters` calls, as SGLang's decode replays them."""
         torch = self.torch
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(iters):
-                fn()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph):
+                for _ in range(iters):
+                    fn()
+        if any("Graph is empty" in str(w.message) for w in said):  # NCCL launches nothing at world size 1
+            raise RuntimeError("the captured graph is empty: the call launched no kernel, so there is nothing to time")
         graph.replay()
         torch.cuda.synchronize()
         self.dist.barrier()
