@@ -756,8 +756,8 @@ def spawn(args) -> int:
                "LOCAL_RANK": str(rank), "WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc),
                "ALLREDUCE_CHECK_COMMAND": command_line()}  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
-    codes = [p.wait() for p in procs]
-    return max(codes)
+    failed = [code for code in (p.wait() for p in procs) if code]
+    return (failed[0] if failed[0] > 0 else 1) if failed else 0  # a rank killed by a signal fails the run too
 
 
 def main(argv=None) -> int:
