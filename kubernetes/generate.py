@@ -72,9 +72,9 @@ PROBE_PERIOD = 30  # seconds between startup probes
 
 # Fields services.sglang-eagle3 sets through options of its own (modules/sglang-eagle3.nix ownedFields):
 # settings-file.nix adds nnodes, node_rank, dist_init_addr, extra_args and ready_timeout; the secrets' files
-# (credentials.SECRET_ARGS: API keys, the TLS key's password) and the environment are not in the file
-# (LoadCredential; the unit's environment).
-NOT_IN_FILE = (*(secret.setting for secret in credentials.SECRET_ARGS), "environment")
+# (credentials.SECRET_ARGS: API keys, the TLS key's password) are not in the file (LoadCredential). The
+# environment is: preflight judges it there and the launcher passes it to SGLang, as the unit's does.
+NOT_IN_FILE = tuple(secret.setting for secret in credentials.SECRET_ARGS)
 # Variables Kubernetes expands in args from the LeaderWorkerSet's (kubernetes-sigs/lws,
 # site/content/en/docs/reference/labels-annotations-and-environment-variables.md).
 LWS_LEADER, LWS_SIZE, LWS_INDEX = "$(LWS_LEADER_ADDRESS)", "$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)"
@@ -138,6 +138,7 @@ def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
     )
     if layout.nnodes > 1:
         values["extra_args"] = ["--dist-timeout", str(DIST_TIMEOUT)]
+        values["environment"] = dict(MULTI_NODE_ENV)
     # What the launcher will load is valid (several nodes: once LeaderWorkerSet's leader fills dist_init_addr).
     settings.ServerSettings(**{**values, "dist_init_addr": values["dist_init_addr"] or f"leader:{RENDEZVOUS_PORT}"})
     return dict(sorted(values.items()))
@@ -157,11 +158,10 @@ def cache_environment() -> dict[str, str]:
     return env
 
 
-def server_env(layout: Layout) -> dict[str, str]:
+def server_env() -> dict[str, str]:
     """The unit's environment (the caches; HF_HUB_OFFLINE from the models module, the weights being locked)
     plus where the credential is."""
-    env = {**cache_environment(), "HF_HUB_OFFLINE": "1", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
-    return {**(MULTI_NODE_ENV if layout.nnodes > 1 else {}), **env}
+    return {**cache_environment(), "HF_HUB_OFFLINE": "1", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
 
 
 def startup_budget(values: dict) -> int:
@@ -253,7 +253,7 @@ def server_container(layout: Layout, values: dict, leader: bool) -> dict:
         "name": "server",
         "image": IMAGE,
         "args": args,
-        "env": env_list(server_env(layout)),
+        "env": env_list(server_env()),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}]
         + ([{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}] if layout.nnodes > 1 else []),
         "resources": {"limits": {"nvidia.com/gpu": GPUS_PER_NODE}},

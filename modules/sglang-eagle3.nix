@@ -376,9 +376,10 @@ in
           wants = [ "network-online.target" ];
           after = [ "network-online.target" ];
           path = driverPath;
+          # cfg.environment is not here: it is in the settings file (settings-file.nix), which preflight
+          # judges and the launcher passes to SGLang.
           environment =
-            cfg.environment
-            // cacheEnvironment
+            cacheEnvironment
             // lib.optionalAttrs (cfg.gpus != null) {
               CUDA_VISIBLE_DEVICES = lib.concatMapStringsSep "," toString cfg.gpus;
             };

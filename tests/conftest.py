@@ -14,11 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_eagle3.source import patchset
+from sglang_eagle3.source import patchset, sglang_source
 from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
+# Preflight runs SGLang 0.5.9's own check_server_args, which refuses torch 2.9.1 with a cuDNN older than 9.15 for a
+# multimodal model (Kimi-K2.5 is one): the test environment's torch wheel has cuDNN 9.10, which is no finding about
+# the settings under test. tests/test_sglang_rules.py shows the refusal with the variable unset.
+os.environ.setdefault("SGLANG_DISABLE_CUDNN_CHECK", "1")
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 CACHE = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")
@@ -67,6 +71,15 @@ def release_cache(tmp_path, pristine_wheel) -> dict[str, str]:
     wheels.mkdir(parents=True)
     (wheels / pins.pins()["sglang"]["wheel"]).symlink_to(pristine_wheel)
     return {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+
+
+@pytest.fixture(params=["0.5.9", "0.5.23"])
+def tree(request):
+    """Each pristine tree (0.5.9's, 0.5.23's), located, with its version: for tests that run on both stacks."""
+    fixture = "pristine_tree" if request.param == "0.5.9" else "newest_tree"
+    found = sglang_source.locate(request.getfixturevalue(fixture))
+    assert found.version == request.param
+    return found
 
 
 def series_names() -> list[str]:

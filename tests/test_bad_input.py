@@ -95,10 +95,11 @@ def test_the_dry_run_says_when_its_command_runs_another_sglang_than_preflight_ju
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"[]", "holds a JSON list, not an object"),
+        (b"[]", "must hold a JSON object, not a JSON list"),
         (b"{not json", "is not valid JSON"),
-        (b'{"architectures": "oops"}', "has no 'architectures' list"),
-        (b'{"architectures": []}', "has no 'architectures' list"),
+        (b'{"architectures": "oops"}', "architectures must be a non-empty list of class names"),
+        (b'{"architectures": []}', "architectures must be a non-empty list of class names"),
+        (b"{}", "has no architectures; is this a model config.json?"),
         (b'{"architectures": ["\xff"]}', "is not UTF-8 text"),
     ],
 )

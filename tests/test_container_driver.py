@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from sglang_eagle3.host import driver as host_driver
 from support import driver_tree
 
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
@@ -29,8 +30,10 @@ DEFAULT_DIRS = re.search(r"hostLibDirs:-([^}]*)\}", HOST_DRIVER.read_text()).gro
 # What the container's environment gets from the image (nix/image.nix): the compute capability too.
 CHECK = """
 import json, sys
+from pathlib import Path
+from sglang_eagle3.host import driver
 from sglang_eagle3.judging import preflight
-preflight.DRIVER_LINK = preflight.Path(sys.argv[1])
+driver.DRIVER_LINK = Path(sys.argv[1])
 report = preflight.Preflight()
 preflight.check_driver(report, None, dict(__import__("os").environ))
 print(json.dumps(report.to_dict()["findings"]))
@@ -105,7 +108,5 @@ def test_a_driver_older_than_cuda_13_is_refused(tmp_path, drivers):
 
 
 def test_the_stack_cuda_is_the_pinned_one():
-    from sglang_eagle3.judging import preflight
-
     pinned = json.loads((REPO / "nix" / "pins.json").read_text())["stack"]["cuda"]
-    assert ".".join(map(str, preflight.STACK_CUDA)) == pinned
+    assert ".".join(map(str, host_driver.STACK_CUDA)) == pinned

@@ -117,6 +117,10 @@ NOT_FAILURES = {
     "sglang_eagle3.serving.launcher._StopRequested": "control flow inside launcher.serve(); never leaves it",
     "sglang_eagle3.models.fetch.Interrupted": "a signal, a BaseException like KeyboardInterrupt; the CLI "
     "turns it into an errors.Interrupted",
+    "sglang_eagle3.judging.sglang_validation_main.ParseError": "SGLang's parser refusing the argv, inside the "
+    "subprocess that runs its validation; it becomes that run's JSON outcome, never an exit",
+    "sglang_eagle3.judging.sglang_validation_main.MissingFact": "a GPU fact nvidia-smi did not report, asked for "
+    "inside that subprocess; it becomes that run's JSON outcome, never an exit",
 }
 
 

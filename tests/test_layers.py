@@ -3,6 +3,7 @@
     base          the package's constants, the exit statuses, the error every command raises:
                   sglang_eagle3 (__init__), exit_status, errors
     source/       reads SGLang's source without importing it
+    host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
     models/       pinned weights: lock, fetch, verify (and the hub)
     judging/      probe, draft checks, preflight: judge a setup from what source/ read
@@ -32,16 +33,17 @@ TOP_LEVEL = {
     "sglang_eagle3.options": "cli support",
     "sglang_eagle3.cli": "commands",
 }
-FOLDERS = ("source", "serving", "models", "judging", "bench")
+FOLDERS = ("source", "host", "serving", "models", "judging", "bench")
 BELOW = {
     "base": set(),
     "source": {"base"},
+    "host": {"base"},
     "serving": {"base"},
     "models": {"base", "serving"},  # serving.credentials: the systemd credential of the hub token
-    "judging": {"base", "source", "serving"},
-    "bench": {"base", "source", "serving", "judging"},
+    "judging": {"base", "source", "host", "serving"},
+    "bench": {"base", "source", "host", "serving", "judging"},
     "cli support": {"base", "serving"},
-    "commands": {"base", "source", "serving", "models", "judging", "bench", "cli support"},
+    "commands": {"base", "source", "host", "serving", "models", "judging", "bench", "cli support"},
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3.judging import draft_check, preflight
+from sglang_eagle3.judging import draft_check, draft_settings, preflight
 from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3_source, sglang_source
 from sglang_eagle3.source.source_index import SourceIndex
@@ -449,7 +449,7 @@ def test_a_shared_setting_that_breaks_the_draft_fails_preflight(tmp_path, patche
 def inherited(tree, tmp, check, *args, **values):
     s = server_settings.ServerSettings(**values)
     report = preflight.Preflight()
-    getattr(preflight, check)(report, s, pristine_index(tree), *args)
+    getattr(draft_settings, check)(report, s, pristine_index(tree), *args)
     return report.findings[0] if report.findings else None
 
 
@@ -722,7 +722,7 @@ def draft_with_override(tree, tmp, override: dict, context_length=None):
         extra_args=["--json-model-override-args", json.dumps(override)],
     )  # fmt: skip
     report = preflight.Preflight()
-    preflight.check_draft(report, s, sglang_source.locate(tree))
+    draft_settings.check_draft(report, s, sglang_source.locate(tree))
     return {f.name: f for f in report.findings}
 
 

@@ -417,6 +417,33 @@ def test_module_rejects_a_setting_that_has_its_own_option():
 
 
 @needs_lib
+def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tree):
+    """`environment` has one path: the settings file, which preflight judges and the launcher passes to SGLang; the
+    unit's own Environment= does not carry it (a variable there would reach SGLang but never preflight's rules)."""
+    from sglang_eagle3.judging import preflight, settings_rules
+    from sglang_eagle3.serving import launch_plan
+    from sglang_eagle3.source import sglang_source
+
+    out = evaluate_module(
+        "{ services.sglang-eagle3 = { enable = true; gpus = [ 0 1 2 3 4 5 6 7 ]; environment = "
+        '{ NCCL_DEBUG = "WARN"; SGLANG_NO_SUCH_SWITCH = "1"; }; }; }'
+    )
+    assert out["failedAssertions"] == []
+    given = {"NCCL_DEBUG": "WARN", "SGLANG_NO_SUCH_SWITCH": "1"}
+    assert out["settings"]["environment"] == given
+    unit = out["services"]["sglang-eagle3"]["environment"]
+    assert not set(given) & set(unit) and unit["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps(out["settings"]))
+    loaded = settings.load(settings_file, environ={})
+    assert launch_plan.build(loaded, python="python", environ={}).env.items() >= given.items()  # reaches SGLang
+    report = preflight.Preflight()
+    settings_rules.check_settings_version(report, loaded, sglang_source.locate(pristine_tree))
+    (found,) = report.findings  # and preflight's rules judge it: 0.5.9 reads no such variable
+    assert found.status is preflight.Status.FAIL and "does not read SGLANG_NO_SUCH_SWITCH" in found.message
+
+
+@needs_lib
 def test_module_and_launcher_share_one_ready_timeout_default():
     out = evaluate_module("{ services.sglang-eagle3.enable = true; }")
     default = settings.ServerSettings().ready_timeout

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import preflight
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import settings
@@ -158,10 +159,10 @@ def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_
     dev.mkdir()
     for name in [*(f"nvidia{i}" for i in range(8)), "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
         (dev / name).touch()
-    assert [p.name for p in preflight.device_nodes(dev)] == [f"nvidia{i}" for i in range(8)]
-    found = preflight.device_nodes(dev)
-    monkeypatch.setattr(preflight, "device_nodes", lambda: found)
+    assert [p.name for p in gpus.device_nodes(dev)] == [f"nvidia{i}" for i in range(8)]
+    found = gpus.device_nodes(dev)
+    monkeypatch.setattr(gpus, "device_nodes", lambda: found)
     report = run(tmp_path, patched_tree, "absent")
-    gpus = checks(report)["gpus"]
-    assert gpus.status == "fail" and "/dev has 8 GPU device node(s)" in gpus.message
-    assert "put the driver's nvidia-smi on PATH" in gpus.message and not report.passed
+    found = checks(report)["gpus"]
+    assert found.status == "fail" and "/dev has 8 GPU device node(s)" in found.message
+    assert "put the driver's nvidia-smi on PATH" in found.message and not report.passed

@@ -6,7 +6,8 @@ import json
 import re
 
 import pytest
-from sglang_eagle3.judging import preflight, probe
+from sglang_eagle3.host import gpus
+from sglang_eagle3.judging import probe
 from sglang_eagle3.source import sglang_source
 from support.gpus import DATA, fake_nvidia_smi
 
@@ -208,24 +209,24 @@ def test_topology_is_read_from_nvidia_smis_matrix():
     """The recorded matrices (nvidia-smi's tab-separated format, legend and NIC columns included): every pair of the
     GPUs the server uses decides; NICs and affinity columns are not links."""
     pcie = recorded_topology("8x-rtx-pro-6000.topo")
-    assert preflight.read_topology(pcie, 8) == preflight.Topology(
+    assert gpus.read_topology(pcie, 8) == gpus.Topology(
         "pcie", "nvidia-smi topo -m: GPU0-GPU7 over PCIe only (NODE, SYS)"
     )
-    assert preflight.read_topology(pcie, 4).how.endswith("over PCIe only (NODE)")  # one socket
-    nvlink = preflight.read_topology(recorded_topology("8x-h200.topo"), 8)
-    assert nvlink == preflight.Topology("nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU7 is NV18")
+    assert gpus.read_topology(pcie, 4).how.endswith("over PCIe only (NODE)")  # one socket
+    nvlink = gpus.read_topology(recorded_topology("8x-h200.topo"), 8)
+    assert nvlink == gpus.Topology("nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU7 is NV18")
     underlined = "\x1b[4m" + recorded_topology("8x-h200.topo").replace("GPU NUMA ID", "GPU NUMA ID\x1b[0m", 1)
-    assert preflight.read_topology(underlined, 8) == nvlink
+    assert gpus.read_topology(underlined, 8) == nvlink
 
 
 def test_topology_that_is_not_all_nvlink_or_not_known():
     # NVLink bridges between pairs of PCIe cards: SGLang's custom all-reduce wants every pair on NVLink
     bridged = recorded_topology("8x-rtx-pro-6000.topo").replace("GPU0\t X \tNODE", "GPU0\t X \tNV4", 1)
-    found = preflight.read_topology(bridged, 8)
+    found = gpus.read_topology(bridged, 8)
     assert found.kind == "pcie" and "not all NVLink (GPU0-GPU2 NODE)" in found.how
-    assert preflight.read_topology(recorded_topology("8x-h200.topo"), 9) is None  # no GPU8
-    assert preflight.read_topology(recorded_topology("8x-h200.topo").replace("NV18", "XYZ"), 2) is None
-    assert preflight.read_topology("", 8) is None and preflight.read_topology(bridged, 1) is None
+    assert gpus.read_topology(recorded_topology("8x-h200.topo"), 9) is None  # no GPU8
+    assert gpus.read_topology(recorded_topology("8x-h200.topo").replace("NV18", "XYZ"), 2) is None
+    assert gpus.read_topology("", 8) is None and gpus.read_topology(bridged, 1) is None
 
 
 def test_a_real_capture_of_one_h200_is_read_and_has_no_pairs_to_judge():
@@ -235,14 +236,12 @@ def test_a_real_capture_of_one_h200_is_read_and_has_no_pairs_to_judge():
     assert "\x1b[4m" in real and "\x1b[0m" in real  # as nvidia-smi wrote it
     single = [line for line in real.splitlines() if line.startswith("GPU0")]
     assert single and single[0].split()[:3] == ["GPU0", "X", "0-15"]
-    assert preflight.read_topology(real, 1) is None  # one GPU: no all-reduce, no link to judge
-    assert preflight.read_topology(real, 2) is None  # GPU1 is not in the matrix: not read, never guessed
+    assert gpus.read_topology(real, 1) is None  # one GPU: no all-reduce, no link to judge
+    assert gpus.read_topology(real, 2) is None  # GPU1 is not in the matrix: not read, never guessed
     # The same header, escapes and all, with a second GPU spliced in the recorded layout: read as NVLink.
     two = real.replace("GPU0\tCPU", "GPU0\tGPU1\tCPU").replace("GPU0\t X \t0-15", "GPU0\t X \tNV18\t0-15")
     two = two.replace("\n\nLegend", "\nGPU1\tNV18\t X \t0-15\t0\t\tN/A\n\nLegend", 1)
-    assert preflight.read_topology(two, 2) == preflight.Topology(
-        "nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU1 is NV18"
-    )
+    assert gpus.read_topology(two, 2) == gpus.Topology("nvlink", "nvidia-smi topo -m: every pair of GPU0-GPU1 is NV18")
 
 
 def test_the_probe_reads_the_hosts_topology_unless_told(pristine_tree, tmp_path, run_cli):
@@ -253,9 +252,9 @@ def test_the_probe_reads_the_hosts_topology_unless_told(pristine_tree, tmp_path,
     }
     for recording, expected in read.items():
         smi = fake_nvidia_smi(tmp_path, recording)
-        result = run_cli(*args, env={preflight.NVIDIA_SMI_ENV: smi})
+        result = run_cli(*args, env={gpus.NVIDIA_SMI_ENV: smi})
         assert f"tp 8, {expected}" in result.stdout, result.stdout
-        told = run_cli(*args, "--topology", "pcie", env={preflight.NVIDIA_SMI_ENV: smi})
+        told = run_cli(*args, "--topology", "pcie", env={gpus.NVIDIA_SMI_ENV: smi})
         assert "tp 8, PCIe (--topology):" in told.stdout
     failing = fake_nvidia_smi(tmp_path, "8x-h200.csv", topology=None)
-    assert "PCIe (assumed: the tuned host's" in run_cli(*args, env={preflight.NVIDIA_SMI_ENV: failing}).stdout
+    assert "PCIe (assumed: the tuned host's" in run_cli(*args, env={gpus.NVIDIA_SMI_ENV: failing}).stdout

@@ -31,15 +31,6 @@ from support.gpus import fake_nvidia_smi
 PCIE = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 
 
-@pytest.fixture(params=["0.5.9", "0.5.23"])
-def tree(request):
-    """Each pristine tree, with its version."""
-    fixture = "pristine_tree" if request.param == "0.5.9" else "newest_tree"
-    found = sglang_source.locate(request.getfixturevalue(fixture))
-    assert found.version == request.param
-    return found
-
-
 def source_line(tree, where: str) -> str:
     path, line = where.rsplit(":", 1)
     return (tree.package / path).read_text().splitlines()[int(line) - 1]

@@ -13,6 +13,7 @@ from .bench.cli import bench_group
 from .cli_common import TopLevelGroup, load_settings
 from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
+from .host import gpus
 from .judging import draft_check, patch_check, preflight, probe
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
@@ -223,7 +224,7 @@ def probe_command(
                 arch = draft_inputs.Fields(
                     draft_inputs.read_config(given.directory, "target model"), model
                 ).architecture()
-        found = preflight.query_topology(None, tp_size) if topology is None else None
+        found = gpus.query_topology(None, tp_size) if topology is None else None
         result = probe.probe(
             tree,
             arch=arch,

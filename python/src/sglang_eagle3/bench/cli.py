@@ -13,7 +13,7 @@ from .. import options
 from ..cli_common import load_settings, writable_file
 from ..errors import CheckFailed, Interrupted
 from ..exit_status import ExitStatus
-from ..judging import preflight
+from ..judging import draft_settings, preflight
 from ..judging.findings import Status
 from ..serving import credentials, launch_plan
 from ..source import sglang_release
@@ -315,7 +315,7 @@ def _check_drafts(points, base, drafts, tree) -> bool:
         checks = preflight.Preflight()
         preflight.check_model_dir(checks, "draft model", draft)
         if checks.passed:
-            preflight.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
+            draft_settings.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
         click.echo(f"-- draft {names[draft]}: {draft}")
         click.echo(checks.render_text())
         failed = [f"{f.name}: {f.message}" for f in checks.findings if f.status is Status.FAIL]

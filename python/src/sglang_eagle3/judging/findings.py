@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 
 class Status(enum.StrEnum):
@@ -91,3 +91,19 @@ class Judged:
     @property
     def passed(self) -> bool:
         return passed(self.findings)
+
+
+@dataclass
+class Report(Judged):
+    """Findings as checks add them, one after the other (preflight's checks write into one)."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, name: str, status: Status, message: str, where: str | None = None) -> None:
+        self.findings.append(Finding(name, status, message, where))
+
+    def render_text(self) -> str:
+        return "\n".join([*(f.render() for f in self.findings), render_verdict(self.findings)])
+
+    def to_dict(self) -> dict:
+        return to_json(self.findings)

@@ -27,15 +27,24 @@ class ModelFiles:
     source: str  # "local directory", "Hugging Face cache", or why there is no directory
 
 
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+def expanded(path: str) -> Path:
+    """``path`` with ``~`` expanded; as given when it names no user of this host (the checks then report it)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~unknown-user
+        return Path(path)
+
+
+def looks_local(path: str) -> bool:
+    """Whether a model path is a directory on this host rather than a Hugging Face id."""
+    return path.startswith(("/", "./", "../", "~")) or expanded(path).exists()
 
 
 def locate(path_or_id: str, what: str) -> ModelFiles:
     if not isinstance(path_or_id, str) or not path_or_id.strip():
         raise DraftInputError(f"{what}: expected a directory or a Hugging Face id, got {path_or_id!r}")
-    if _looks_local(path_or_id):
-        directory = Path(path_or_id).expanduser()
+    if looks_local(path_or_id):
+        directory = expanded(path_or_id)
         if not directory.is_dir():
             raise DraftInputError(f"{what} {directory} is not a directory; give the model's directory or its hub id")
         return ModelFiles(path_or_id, directory, "local directory")

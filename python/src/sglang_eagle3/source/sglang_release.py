@@ -197,7 +197,8 @@ def wheel_tags(wheel: str) -> list[str]:
     python, abi, platform = wheel.removesuffix(".whl").split("-")[-3:]
     if not python.startswith("cp") or abi == "none":
         return []
-    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, "--platform", platform]
+    platforms = [flag for tag in platform.split(".") for flag in ("--platform", tag)]  # a compressed tag set
+    return ["--implementation", "cp", "--python-version", python[2:], "--abi", abi, *platforms]
 
 
 def sha256_of(path: Path) -> str:

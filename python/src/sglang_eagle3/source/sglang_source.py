@@ -96,7 +96,7 @@ def locate(target: str | Path | None = None) -> SGLangTree:
 Flags = dict[str, tuple[frozenset[str], bool]]
 
 
-def _parse(source: Path) -> ast.Module:
+def parse_source(source: Path) -> ast.Module:
     try:
         return ast.parse(source.read_bytes(), filename=str(source))
     except (OSError, SyntaxError, ValueError) as err:
@@ -110,7 +110,7 @@ def server_flags(tree: SGLangTree) -> Flags:
     most flags as annotated fields of namespace classes (srt/arg_groups/fields/) and add only a
     few by hand; both are read.
     """
-    module = _parse(tree.srt / "server_args.py")
+    module = parse_source(tree.srt / "server_args.py")
     flags: Flags = {}
     for node in ast.walk(module):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
@@ -123,7 +123,7 @@ def server_flags(tree: SGLangTree) -> Flags:
                 takes_value = "StoreTrue" not in action.id
             for name in names:
                 flags[name] = (names, takes_value)
-    for _path, cls in _namespace_classes(tree, module):
+    for _path, cls in namespace_classes(tree, module):
         for field in cls.body:
             if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
                 for names, takes_value in _field_flags(field):
@@ -131,7 +131,7 @@ def server_flags(tree: SGLangTree) -> Flags:
     return flags
 
 
-def _namespace_classes(tree: SGLangTree, server_args: ast.Module):
+def namespace_classes(tree: SGLangTree, server_args: ast.Module):
     """The classes listed in server_args.py's _INPUT_NAMESPACES, found through its imports."""
     listed = next(
         (
@@ -153,7 +153,7 @@ def _namespace_classes(tree: SGLangTree, server_args: ast.Module):
         if name not in imported:
             raise SGLangNotFound(f"cannot find where srt/server_args.py imports {name} (of _INPUT_NAMESPACES) from")
         path = tree.root.joinpath(*imported[name].split(".")).with_suffix(".py")
-        cls = next((n for n in _parse(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        cls = next((n for n in parse_source(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
         if cls is None:
             raise SGLangNotFound(f"{tree.relative(path)} has no class {name} (of _INPUT_NAMESPACES)")
         yield path, cls
@@ -189,7 +189,7 @@ def _field_flags(field: ast.AnnAssign):
 
 def environment_variables(tree: SGLangTree) -> dict[str, int]:
     """The variables srt/environ.py's Envs class declares (``NAME = EnvBool(...)``): name -> line."""
-    module = _parse(tree.srt / "environ.py")
+    module = parse_source(tree.srt / "environ.py")
     envs = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "Envs"), None)
     if envs is None:
         raise SGLangNotFound(f"{tree.srt / 'environ.py'} has no class Envs")

@@ -1,0 +1,390 @@
+"""The settings against the SGLang tree that will run them, by rules restated from its source.
+
+Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
+its parser takes (``choices=``, ``type=``), extra_args included; and the combinations SGLang refuses while it
+resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
+importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
+(sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
+tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
+to the reason it cannot be checked before start-up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import SGLANG_VERSIONS
+from ..serving import settings as server_settings
+from ..serving.launch_plan import sglang_args
+from ..serving.settings import ServerSettings, field_flag
+from ..source import sglang_source, validation_sites
+from ..source.sglang_source import SGLangTree
+from .findings import Report, Status
+
+# Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
+# releases derive most from the fields of srt/arg_groups/fields/.
+PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9: top-k 1 only (settings.SPEC_TREE_RULES["spec_v2"])
+ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
+
+
+@functools.cache
+def _sites(tree: SGLangTree, _stamp: int) -> tuple[validation_sites.Site, ...]:
+    return tuple(validation_sites.sites(tree, helpers=False))
+
+
+def tree_sites(tree: SGLangTree) -> tuple[validation_sites.Site, ...]:
+    """The sites of the tree's validation files (every rule restated here is one of them, and the parser's), read
+    once per tree (again if its server_args.py changes)."""
+    return _sites(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
+
+
+# -- what the settings give SGLang ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Given:
+    """One flag the server gets, its value (None for a switch), and how the user set it."""
+
+    flag: str
+    value: str | None
+    setting: str  # "attention_backend", or "extra_args --page-size" for a flag of extra_args
+    spellings: frozenset[str]  # every spelling of the flag (--tp-size, --tensor-parallel-size)
+
+    def sets(self, field_name: str) -> bool:
+        return f"--{field_name.replace('_', '-')}" in self.spellings
+
+
+def given_flags(settings: ServerSettings, known: sglang_source.Flags) -> list[Given]:
+    """Each flag of the argv the settings render (settings, then extra_args), with its value."""
+    found, rendered = [], set(sglang_args(settings))
+    for name, value in settings:
+        flag = field_flag(name)
+        if flag and flag in rendered and value is not None and value is not False:
+            spellings = known[flag][0] if flag in known else frozenset([flag])
+            found.append(Given(flag, None if value is True else str(value), name, spellings))
+    args = list(settings.extra_args)
+    while args:
+        token = args.pop(0)
+        name, _, inline = token.partition("=")
+        if not name.startswith("--") or name not in known:
+            continue  # check_extra_args reports it
+        value = inline if "=" in token else (args.pop(0) if known[name][1] and args else None)
+        found.append(Given(name, value, f"extra_args {name}", known[name][0]))
+    return found
+
+
+def given_value(given: list[Given], field_name: str) -> Given | None:
+    """The last flag that sets ``field_name`` (SGLang's parser keeps the last)."""
+    return next((g for g in reversed(given) if g.sets(field_name)), None)
+
+
+# -- the parser: choices and types ---------------------------------------------------------------------------------
+
+
+def value_problems(given: list[Given], tree: SGLangTree, known: sglang_source.Flags) -> list[tuple[Given, str]]:
+    """(flag, problem) for each value the tree's parser refuses: not of its ``type=`` (int, float), or not one
+    of its ``choices=`` (where they are literals; computed ones are left to SGLang's own run)."""
+    by_flag = {}
+    for site in tree_sites(tree):
+        if site.kind in ("choices", "type") and site.flag in known and KIND_RULE[site.kind] in PARSER_RULES:
+            for spelling in known[site.flag][0]:
+                by_flag.setdefault(spelling, {})[site.kind] = site
+    problems = []
+    for g in given:
+        parser = by_flag.get(g.flag, {})
+        if g.value is None or not parser:
+            continue
+        value: object = g.value
+        kind = parser.get("type")
+        convert = {"int": int, "float": float}.get(kind.parser_type if kind else "")
+        if convert is not None:
+            try:
+                value = convert(g.value)
+            except ValueError:
+                problems.append((g, f"{g.setting}: SGLang {tree.version}'s parser wants {convert.__name__} for "
+                                    f"{g.flag}, not {g.value!r} ({kind.where})"))  # fmt: skip
+                continue
+        choices = parser.get("choices")
+        if choices is not None and choices.choices is not None and value not in choices.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices.choices], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            listed = ", ".join(str(c) for c in choices.choices)
+            problems.append((g, f"{g.setting}: SGLang {tree.version} refuses {g.value!r} for {g.flag}: its parser "
+                                f"takes one of {listed} ({choices.where}){hint}"))  # fmt: skip
+    return problems
+
+
+# -- combinations SGLang refuses while it resolves its arguments ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One check of SGLang's, restated: which of its sites (audit keys, globs) it restates, what settings trigger
+    it (tests/test_sglang_rules.py shows preflight FAILs on them), and the check itself."""
+
+    name: str
+    refuses: str  # what SGLang refuses, in a line (docs/draft-checks.md lists them)
+    sites: tuple[str, ...]  # key globs; the rule applies to a tree that has a site matching one
+    trigger: dict  # ServerSettings values SGLang refuses
+    judge: Callable[[ServerSettings, list[Given], SGLangTree, validation_sites.Site], str | None] = field(
+        compare=False, repr=False
+    )
+
+    def site(self, tree: SGLangTree) -> validation_sites.Site | None:
+        return next((s for s in tree_sites(tree) for g in self.sites if fnmatch.fnmatchcase(s.key, g)), None)
+
+
+def _topk(settings: ServerSettings) -> int | None:
+    return settings.speculative_eagle_topk if settings.speculative_algorithm else None
+
+
+def _int(g: Given | None) -> int | None:
+    try:
+        return int(g.value) if g is not None and g.value is not None else None
+    except ValueError:
+        return None  # value_problems reports it
+
+
+def _page_tree(settings, given, tree, site) -> str | None:
+    page, topk = given_value(given, "page_size"), _topk(settings)
+    allowed = validation_sites.tested_values(tree, site.where, "attention_backend")
+    if not (topk and topk > 1 and (_int(page) or 1) > 1 and allowed is not None):
+        return None
+    if settings.attention_backend in allowed:
+        return None
+    return (
+        f"speculative_eagle_topk: {topk} with {page.setting} {page.value} on attention_backend "
+        f"{settings.attention_backend}: SGLang {tree.version} refuses a draft tree (top-k > 1) on pages larger than "
+        f"1 except on {', '.join(allowed)} (ValueError at {site.where}); set speculative_eagle_topk 1, page size 1, "
+        f"or attention_backend {allowed[0]}"
+    )
+
+
+def _moe_runner(settings, given, tree, site) -> str | None:
+    g = given_value(given, "speculative_moe_runner_backend")
+    if not (settings.speculative_algorithm and g and g.value == "flashinfer_trtllm"):
+        return None
+    return (
+        f"{g.setting}: SGLang {tree.version} refuses flashinfer_trtllm as the draft's MoE runner backend "
+        f"(AssertionError at {site.where}, 'for risk in some draft models'); drop it or choose another backend"
+    )
+
+
+def _trtllm_mha(settings, given, tree, site) -> str | None:
+    topk = _topk(settings)
+    backends = [("attention_backend", settings.attention_backend)] + [
+        (g.setting, g.value) for f in ("decode_attention_backend", "prefill_attention_backend")
+        if (g := given_value(given, f))
+    ]  # fmt: skip
+    named = [name for name, value in backends if value == "trtllm_mha"]
+    if not (topk and topk > 1 and named):
+        return None
+    return (
+        f"speculative_eagle_topk: {named[0]} trtllm_mha supports only top-k 1, not {topk} (SGLang {tree.version} "
+        f"refuses it: ValueError at {site.where}); set speculative_eagle_topk 1 or another backend"
+    )
+
+
+def _spec_v2(settings, given, tree, site) -> str | None:
+    if not settings.speculative_algorithm or settings.speculative_eagle_topk == 1:
+        return None
+    return server_settings.draft_tree_problem(  # the variable's own rule (draft_tree_problem's last)
+        settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
+        settings.attention_backend, settings.environment.get(SPEC_V2),
+    )  # fmt: skip
+
+
+def _rejection_sampling(settings, given, tree, site) -> str | None:
+    g, topk = given_value(given, "speculative_use_rejection_sampling"), _topk(settings)
+    if not (g and topk and topk != 1):
+        return None
+    worker = validation_sites.worker_assertion(tree, "Chain speculative sampling supports only topk=1")
+    also = f"; its V2 draft worker asserts the same when it starts, after the load ({worker})" if worker else ""
+    return (
+        f"speculative_eagle_topk: {topk} with {g.setting}: SGLang {tree.version} samples with rejection only along "
+        f"a chain, top-k 1 (ValueError at {site.where}{also}); set speculative_eagle_topk 1 or drop {g.flag}"
+    )
+
+
+SPEC_ALGORITHM = {name: server_settings.default(name) for name in ("speculative_algorithm", "speculative_num_steps")}
+RULES = (
+    Rule(
+        "spec-page-tree",
+        "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
+        ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "attention_backend": "flashmla",
+            "extra_args": ["--page-size", "64"],
+        },  # fmt: skip
+        _page_tree,
+    ),
+    Rule(
+        "spec-moe-runner",
+        "flashinfer_trtllm as the draft's MoE runner backend",
+        ("*::assert not MoeRunnerBackend(self.speculative_moe_runner_backend).is_flashinfer_trtllm()",),
+        {"extra_args": ["--speculative-moe-runner-backend", "flashinfer_trtllm"]},
+        _moe_runner,
+    ),
+    Rule(
+        "spec-trtllm-mha",
+        "top-k > 1 with a trtllm_mha attention backend (prefill, decode or both)",
+        ("*::raise ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",),
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 4,
+            "extra_args": ["--decode-attention-backend", "trtllm_mha"],
+        },  # fmt: skip
+        _trtllm_mha,
+    ),
+    Rule(
+        "spec-v2-topk",
+        "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
+        ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "environment": {SPEC_V2: "1"},
+        },  # fmt: skip
+        _spec_v2,
+    ),
+    Rule(
+        "spec-rejection-sampling",
+        "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
+        ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
+        {
+            **SPEC_ALGORITHM,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+            "extra_args": ["--speculative-use-rejection-sampling"],
+        },  # fmt: skip
+        _rejection_sampling,
+    ),
+)
+# The parser's own rules, applied to every flag: name -> (what it refuses, site globs, trigger).
+PARSER_RULES = {
+    "choices": ("a value outside a flag's choices", ("*::choices --*",), {"attention_backend": "nope_backend"}),
+    "types": (
+        "a value a flag's int/float type cannot read",
+        ("*::type --*",),
+        {"extra_args": ["--chunked-prefill-size", "many"]},
+    ),  # fmt: skip
+}
+
+
+KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each kind of parser site
+
+
+def rule_names() -> set[str]:
+    """Every preflight rule a disposition of the audit may name."""
+    return {r.name for r in RULES} | set(PARSER_RULES)
+
+
+def check_settings_version(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
+    """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
+    lacks stops it at start-up, a variable it lacks is silently ignored; every value one its parser takes; and no
+    combination a restated rule of this tree refuses. Read from the tree's own source."""
+    try:
+        known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
+    except sglang_source.SGLangNotFound as err:
+        result.add("settings", Status.FAIL, str(err))
+        return
+    rendered = set(sglang_args(settings))
+    problems = []
+    for name, value in settings:
+        flag, env = field_flag(name), server_settings.field_env(name)
+        missing = (flag in rendered and flag not in known) or (env and value is True and env not in variables)
+        if not missing:
+            continue
+        version, where = server_settings.field_origin(name)
+        what = f"no flag {flag} ({PARSER})" if flag else f"no variable {env} (srt/environ.py, class Envs)"
+        close = difflib.get_close_matches(flag, list(known), n=1) if flag else []
+        instead = f"; its nearest flag is {close[0]} (put it in extra_args)" if close else ""
+        problems.append(
+            f"{name}: SGLang {tree.version} has {what}; it is in SGLang {version}"
+            f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
+            f"nix run .#{server_settings.stack_app(version)}"
+        )
+    for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
+        if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):
+            problems.append(
+                f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
+                f"anywhere in its source): it would be silently ignored; drop it or check its name"
+            )
+    given = given_flags(settings, known)
+    problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
+    applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
+    for rule, site in applied:
+        problem = rule.judge(settings, given, tree, site)
+        problems += [problem] if problem else []
+    if problems:
+        result.add("settings", Status.FAIL, "; ".join(problems))
+    elif tree.version not in SGLANG_VERSIONS:
+        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
+                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
+                   "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
+    else:
+        result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
+                   f"{tree.version} takes, and none of the {len(applied)} of its rules restated here refuses them "
+                   "(docs/sglang-rules.md)")  # fmt: skip
+
+
+def _mentioned(tree: SGLangTree, variable: str) -> bool:
+    """Whether any of SGLang's Python files names the variable (read with os.environ rather than Envs)."""
+    needle = variable.encode()
+    return any(needle in path.read_bytes() for path in tree.package.rglob("*.py"))
+
+
+def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
+    """extra_args must be flags this SGLang knows, not ones a setting already owns, with values its parser takes."""
+    if not settings.extra_args:
+        return
+    try:
+        known = sglang_source.server_flags(tree)
+    except sglang_source.SGLangNotFound as err:
+        result.add("extra_args", Status.FAIL, str(err))
+        return
+    owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}
+    owned_spellings = {spelling: flag for flag in owned if flag in known for spelling in known[flag][0]}
+    args = list(settings.extra_args)
+    while args:
+        token = args.pop(0)
+        name, has_inline_value = token.split("=", 1)[0], "=" in token
+        if not name.startswith("--"):
+            result.add(
+                "extra_args", Status.FAIL, f"{token!r} is not a flag; extra_args are SGLang flags and their values"
+            )
+            return
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            result.add(
+                "extra_args", Status.FAIL,
+                f"SGLang {tree.version} has no flag {name}{hint} ({PARSER}; flags differ between SGLang versions: "
+                "use one that this SGLang's `python -m sglang.launch_server --help` lists)",
+            )  # fmt: skip
+            return
+        if name in owned_spellings:
+            setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
+            result.add("extra_args", Status.FAIL, f"{name} is the setting {setting!r}; set it there, not in extra_args")
+            return
+        if known[name][1] and not has_inline_value:
+            if not args or args[0].startswith("--"):
+                result.add("extra_args", Status.FAIL, f"{name} needs a value")
+                return
+            args.pop(0)
+    refused = [p for g, p in value_problems(given_flags(settings, known), tree, known)
+               if g.setting.startswith("extra_args")]  # fmt: skip
+    if refused:
+        result.add("extra_args", Status.FAIL, "; ".join(refused))
+        return
+    result.add("extra_args", Status.OK, " ".join(settings.extra_args))

@@ -1,0 +1,528 @@
+"""Every rule SGLang enforces on its arguments before it loads, as data, and preflight's answer to each.
+
+nix/scripts/audit-sglang-rules.py reads each stack's pinned wheel with ast (source/validation_sites.py) and writes
+every raise, assert, silent rewrite and parser choices/type of SGLang's argument validation to the stack's
+sglang-rules.json; the hand-written sglang-rule-policy.json beside it gives each site to a preflight rule or a
+reason it cannot be checked before start-up. These tests prove, for both stacks:
+
+- the data is what the real wheel holds (the sites, their keys; a new release's new sites are new keys);
+- every site has a disposition; a disposition names a rule that exists, restates the site it is given, or (SGLang's
+  own run) reaches it; every pattern and reason is used; and the checker reports each way that can break;
+- each rule catches its trigger: preflight FAILs naming the setting and quoting the tree's file:line, and passes
+  it with that rule taken out (so removing a rule fails a test);
+- SGLang's own run (sglang_validation.py) runs the tree's parser, resolution and check_server_args to the end
+  without weights or a GPU, catches what no rule restates, and reports what SGLang silently changes;
+- the issue's examples are caught by `serve --dry-run`, exit 1, naming the setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import CACHE, REPO
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from sglang_eagle3.judging import preflight, settings_rules, sglang_validation
+from sglang_eagle3.judging.findings import Status
+from sglang_eagle3.serving.settings import ServerSettings, field_flag
+from sglang_eagle3.source import sglang_source, validation_sites
+from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
+from support.gpus import fake_nvidia_smi
+from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
+
+spec = importlib.util.spec_from_file_location("audit_rules", REPO / "nix" / "scripts" / "audit-sglang-rules.py")
+audit = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(audit)
+
+DIRS = {"0.5.9": REPO / "nix", "0.5.23": REPO / "nix" / "stacks" / "sglang-0.5.23"}
+DATA = {v: json.loads((d / audit.DATA).read_text()) for v, d in DIRS.items()}
+POLICY = {v: json.loads((d / audit.POLICY).read_text()) for v, d in DIRS.items()}
+RULES = audit.preflight_rules()
+
+
+# -- the data is what the wheels hold ------------------------------------------------------------------------------
+
+
+def test_the_data_is_what_the_pinned_wheel_holds(tree):
+    data = DATA[tree.version]
+    assert data["sglang"]["version"] == tree.version
+    assert {s.key: s.to_dict() for s in validation_sites.sites(tree)} == data["sites"], f"run {audit.__file__}"
+
+
+def test_the_raise_and_assert_sites_of_the_validation_files():
+    """All of 0.5.9's server_args.py, and 0.5.23's server_args.py with srt/arg_groups/, counted line by line as
+    the issue counts them (129 and 764); then the helpers they reach, the rewrites and the parser."""
+
+    def count(version, prefixes):
+        return sum(1 for s in DATA[version]["sites"].values() if s["kind"] in ("raise", "assert")
+                   and s["where"].startswith(prefixes))  # fmt: skip
+
+    assert count("0.5.9", "srt/server_args.py:") == 129
+    assert count("0.5.23", ("srt/server_args.py:", "srt/arg_groups/")) == 764
+    for version, data in DATA.items():
+        kinds = {s["kind"] for s in data["sites"].values()}
+        assert kinds == set(validation_sites.KINDS), version
+        helpers = {s["where"].split(":")[0] for s in data["sites"].values()} - {"srt/server_args.py"}
+        assert "srt/configs/model_config.py" in helpers and "srt/utils/common.py" in helpers  # reached helpers
+
+
+def test_the_issues_sites_are_in_the_data_at_their_lines():
+    """The sites issue 26 quotes, found by key, at the lines it gives (the V2 worker's rules included)."""
+    sites59, sites523 = DATA["0.5.9"]["sites"], DATA["0.5.23"]["sites"]
+
+    def where(sites, needle):
+        return next(s["where"] for k, s in sites.items() if needle in k)
+
+    assert where(sites59, "is_flashinfer_trtllm()") == "srt/server_args.py:2348"
+    assert where(sites59, "page_size > 1 is unstable") == "srt/server_args.py:2457"
+    assert where(sites59, "choices --attention-backend") == "srt/server_args.py:3829"
+    assert (
+        where(sites523, "_handle_eagle_family::raise ValueError: trtllm_mha")
+        == "srt/arg_groups/speculative_hook.py:1178"
+    )
+    assert where(sites523, "page_size > 1 is only supported") == "srt/arg_groups/speculative_hook.py:1278"
+
+
+# -- every site is accounted for ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", sorted(DATA))
+def test_every_site_is_a_rule_or_not_checkable_with_a_reason(version):
+    found = audit.problems(DATA[version], POLICY[version], RULES)
+    assert found == [], f"{len(found)} not accounted for:\n" + "\n".join(found[:40])
+
+
+def test_the_checker_reports_each_way_it_can_break():
+    data, policy = copy.deepcopy(DATA["0.5.9"]), copy.deepcopy(POLICY["0.5.9"])
+    new = "srt/layers/new_helper.py::check::raise ValueError: a rule of a new release"
+    data["sites"][new] = {"kind": "raise", "where": "srt/layers/new_helper.py:7", "function": "check", "text": "."}
+    unreached = "srt/server_args.py::ServerArgs.never_called::raise ValueError: x"
+    data["sites"][unreached] = {"kind": "raise", "where": "srt/server_args.py:1", "function": "f", "text": ".",
+                                "reached": False}  # fmt: skip
+    first = {  # patterns are tried in order: these go before the policy's own
+        "srt/server_args.py::ServerArgs._handle_speculative_decoding::raise ValueError: Currently standalone*":
+            "rule:spec-page-tree",
+        "srt/server_args.py::ServerArgs._handle_page_size::*": "rule:no-such-rule",
+        "srt/nowhere.py::*": "reason:ports",
+        "srt/server_args.py::ServerArgs._handle_grammar_backend::*": "reason:short",
+    }  # fmt: skip
+    policy["dispositions"] = {**first, **policy["dispositions"]}
+    policy["reasons"]["unused"] = "a reason no pattern names, long enough to pass the length test of reasons"
+    policy["reasons"]["short"] = "too short"
+    found = audit.problems(data, policy, RULES)
+    assert f"{new} (srt/layers/new_helper.py:7): no disposition" in found
+    assert f"{unreached} (srt/server_args.py:1): given to SGLang's own run, which does not reach it" in found
+    assert any("rule spec-page-tree does not restate this site" in p for p in found)
+    assert any(p.endswith(": rule no-such-rule does not exist" + p.split("does not exist")[1]) for p in found)
+    assert "pattern 'srt/nowhere.py::*' disposes of no site" in found
+    assert "reason unused is not used" in found and "reason short too short to say why: 'too short'" in found
+
+
+@pytest.mark.parametrize("rule", [r.name for r in settings_rules.RULES] + sorted(settings_rules.PARSER_RULES))
+def test_removing_a_rule_leaves_its_sites_unaccounted_for(rule):
+    rules = {k: v for k, v in RULES.items() if k != rule}
+    found = [p for v in DATA for p in audit.problems(DATA[v], POLICY[v], rules)]
+    assert found and all(f"rule {rule} does not exist" in p for p in found)
+
+
+def test_sites_given_to_sglangs_own_run_are_reached_and_the_other_dispositions_are_few():
+    """SGLang's own run judges most sites; the restated rules and the reasons are each named, counted."""
+    for version in DATA:
+        tally = audit.counts(DATA[version], POLICY[version])
+        own = sum(n for (_, d), n in tally.items() if d == f"rule:{sglang_validation.RULE}")
+        reasons = sum(n for (_, d), n in tally.items() if d.startswith("reason:"))
+        assert own > 2 * reasons, (version, own, reasons)
+
+
+# -- each rule catches its trigger, and only the rule does --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smi(tmp_path_factory):
+    return fake_nvidia_smi(tmp_path_factory.mktemp("smi"), "8x-rtx-pro-6000.csv")
+
+
+def settings_findings(report) -> list:
+    return [f for f in report.findings if f.name in ("settings", "extra_args")]
+
+
+def restated_cases():
+    parser = [(name, trigger) for name, (_, _, trigger) in settings_rules.PARSER_RULES.items()]
+    return [(r.name, r.trigger) for r in settings_rules.RULES] + parser
+
+
+@pytest.mark.parametrize("rule, trigger", restated_cases(), ids=[c[0] for c in restated_cases()])
+def test_each_restated_rule_fails_its_trigger_and_only_it_does(tree, rule, trigger, smi, monkeypatch):
+    """With the default hub model (not on this host) SGLang's own run does not start (nor on pristine 0.5.9, whose probe
+    fails first): the restated rule alone judges.
+    A rule applies to a tree that has its site; with the rule taken out, preflight passes the same settings."""
+    restated = next((r for r in settings_rules.RULES if r.name == rule), None)
+    site = restated.site(tree) if restated else None
+    settings = ServerSettings(**trigger)
+    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    failed = [f for f in settings_findings(report) if f.status is Status.FAIL]
+    own = next(f for f in report.findings if f.name == sglang_validation.NAME)
+    assert own.status is Status.NOT_CHECKED  # a hub model not on this host, or a probe failure first
+    if restated is not None and site is None:
+        assert not any(rule in f.message for f in failed), failed  # 0.5.23 has no such check: nothing refused
+        return
+    assert len(failed) == 1, report.render_text()
+    named = [k for k in trigger if k not in ("extra_args", "environment")] + list(trigger.get("extra_args", [])[:1])
+    named += [f"environment {k}" for k in trigger.get("environment", {})] + ["SGLANG_ENABLE_SPEC_V2"]
+    assert any(n.split()[-1] in failed[0].message for n in named), failed[0].message
+    if site is not None:
+        assert site.where.split(":")[0] in failed[0].message or "2376-2382" in failed[0].message
+    if restated is not None:
+        monkeypatch.setattr(settings_rules, "RULES", tuple(r for r in settings_rules.RULES if r.name != rule))
+    else:
+        monkeypatch.setattr(settings_rules, "PARSER_RULES", {k: v for k, v in settings_rules.PARSER_RULES.items()
+                                                             if k != rule})  # fmt: skip
+    again = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    assert not any(f.status is Status.FAIL for f in settings_findings(again)), again.render_text()
+
+
+def owned(flag: str) -> str | None:
+    return next((n for n in ServerSettings.model_fields if field_flag(n) == flag), None)
+
+
+def test_every_choices_flag_refuses_a_value_outside_its_choices(tree):
+    """Each flag whose choices are literals, given a value outside them: refused, naming it and its file:line."""
+    known = sglang_source.server_flags(tree)
+    sites = [s for s in settings_rules.tree_sites(tree) if s.kind == "choices" and s.choices and s.flag in known]
+    assert len(sites) > 40
+    for site in sites:
+        given = [settings_rules.Given(site.flag, "nope-value", f"extra_args {site.flag}", known[site.flag][0])]
+        problems = settings_rules.value_problems(given, tree, known)
+        assert len(problems) == 1 and site.flag in problems[0][1] and site.where in problems[0][1], site.key
+        if all(isinstance(c, str) for c in site.choices):
+            ok = [settings_rules.Given(site.flag, site.choices[0], "x", known[site.flag][0])]
+            assert settings_rules.value_problems(ok, tree, known) == [], site.key
+
+
+PARSER_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_parser_driver.py"
+VALUES = st.one_of(
+    st.sampled_from(["nope-value", "12", "1.5", "many", "0", "auto"]),
+    st.integers().map(str),
+    st.text(st.characters(codec="ascii", exclude_characters="-\x00"), min_size=1, max_size=8),
+)
+
+
+@hypothesis_settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree, data):
+    """Generated values for every choices, int and float flag of 0.5.9, judged by the restated rules and by SGLang's
+    own parser (ServerArgs.add_cli_args, run by tests/support/drivers/sglang_parser_driver.py): refused by one
+    exactly when refused by the other (flags with another type, e.g. json.loads, are SGLang's own run's)."""
+    tree = sglang_source.locate(pristine_tree)
+    known = sglang_source.server_flags(tree)
+    sites = [s for s in settings_rules.tree_sites(tree) if s.flag in known and (s.kind == "type" or s.choices)]
+    kinds = {s.flag: s.parser_type for s in sites if s.kind == "type"}
+    flags = sorted({s.flag for s in sites if kinds.get(s.flag, "int") in ("int", "float")})
+    cases = {}
+    for flag in flags:
+        choices = next((s.choices for s in sites if s.flag == flag and s.kind == "choices"), None) or []
+        value = data.draw(st.one_of(VALUES, st.sampled_from([str(c) for c in choices] or ["1"])), label=flag)
+        cases[f"{flag}={value}"] = ["--model-path", "m", flag, value]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree.root), str(REPO / "tests" / "stand_ins")])}
+    result = subprocess.run([sys.executable, str(PARSER_DRIVER)], input=json.dumps(cases), capture_output=True,
+                            text=True, env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    differ = []
+    for case, argv in cases.items():
+        flag, value = argv[2], argv[3]
+        ours = settings_rules.value_problems([settings_rules.Given(flag, value, f"extra_args {flag}",
+                                                                   known[flag][0])], tree, known)  # fmt: skip
+        if bool(ours) != ("__error__" in parsed[case]):
+            differ.append((case, ours, parsed[case].get("__error__")))
+    assert differ == []
+
+
+# -- SGLang's own run ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_env(tree, monkeypatch, request):
+    """A tree preflight passes apart from the settings under test (0.5.9 patched: its probe fails pristine, and
+    SGLang's own run waits for the rest to pass), and what that run needs in this test environment: 0.5.23's
+    transformers 5 (and the rest of stack_libraries.NEWEST_LIBRARIES) beside it; 0.5.9 imports as it is."""
+    if tree.version == "0.5.9":
+        return sglang_source.locate(request.getfixturevalue("patched_tree"))
+    if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
+        pytest.skip("the Nix check has no network to fetch 0.5.23's libraries")
+    libraries = stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE)
+    monkeypatch.setenv("PYTHONPATH", with_path(dict(os.environ), libraries)["PYTHONPATH"])
+    return tree
+
+
+def site_where(tree, needle: str) -> str:
+    """Where the tree's own site whose key holds ``needle`` is (a patched tree's lines are its own)."""
+    return next(s.where for s in validation_sites.sites(tree) if needle in s.key and "#" not in s.key)
+
+
+def local_settings(tmp_path, **values) -> ServerSettings:
+    model = kimi_target(tmp_path / "Kimi-K2.5")
+    base = {"model_path": str(model), "speculative_draft_model_path": str(model)}
+    return ServerSettings(**{**base, **values})
+
+
+def own_finding(report):
+    found = [f for f in report.findings if f.name == sglang_validation.NAME]
+    assert found, report.render_text()
+    return found
+
+
+def test_sglangs_own_run_catches_what_no_rule_restates(own_env, tmp_path, smi, monkeypatch):
+    """served_model_name with a colon: both trees' check_server_args assert against it, and no restated rule does.
+    The run FAILs naming the setting at SGLang's line; without the run, preflight passes the settings."""
+    tree = own_env
+    settings = local_settings(tmp_path, served_model_name="kimi:k2.5", enable_flashinfer_allreduce_fusion=False)
+    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    failed = [f for f in own_finding(report) if f.status is Status.FAIL]
+    assert len(failed) == 1, report.render_text()
+    assert (
+        failed[0].where == site_where(tree, "assert ':' not in")
+        and "served_model_name (kimi:k2.5)" in failed[0].message
+    )
+    assert "check_server_args, before any weights load" in failed[0].message
+    assert not any(f.status is Status.FAIL for f in settings_findings(report))  # no restated rule has it
+    monkeypatch.setattr(sglang_validation, "check", lambda *args, **kwargs: None)
+    again = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    judged = [f for f in again.findings if f.name in ("settings", "extra_args", sglang_validation.NAME)]
+    assert judged and not any(f.status is Status.FAIL for f in judged), again.render_text()
+
+
+def test_sglangs_own_run_reports_a_value_it_changes(own_env, tmp_path, smi):
+    """A value the user set that SGLang rewrites while it resolves: a WARN naming the setting and SGLang's line.
+    FlashMLA takes pages of 64 only: both trees raise a page size of 16 to it."""
+    tree = own_env
+    settings = local_settings(tmp_path, attention_backend="flashmla", extra_args=["--page-size", "16"],
+                              enable_flashinfer_allreduce_fusion=False)  # fmt: skip
+    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    warned = [f for f in own_finding(report) if f.status is Status.WARN]
+    assert len(warned) == 1 and warned[0].message.startswith("extra_args --page-size: SGLang"), report.render_text()
+    assert "from 16 to 64" in warned[0].message.replace("'", "")
+    path, line = warned[0].where.rsplit(":", 1)
+    text = (tree.package / path).read_text().splitlines()[int(line) - 1]
+    assert "page_size" in text, text
+
+
+def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own_env, tmp_path):
+    """The run on the defaults gets through the parser, the resolution and check_server_args ("done"), entering
+    every entry point the audit starts from and the handlers of speculative decoding; the facts it was answered
+    with are the recorded GPUs'."""
+    tree = own_env
+    settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
+    request = {"argv": sglang_validation.sglang_args(settings), "trace": True,
+               "facts": {"compute_capability": "12.0", "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
+               "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
+    outcome = sglang_validation.run(request, settings, tree, explicit=True)
+    assert outcome["stage"] == "done", outcome
+    entered = set(outcome["entered"])
+    roots = validation_sites.roots(tree)
+    assert {f"srt/server_args.py::{r}" for r in roots} <= entered and "ServerArgs.check_server_args" in roots
+    spec = "ServerArgs._handle_speculative_decoding" if tree.version == "0.5.9" else "_handle_eagle_family"
+    assert any(e.endswith(spec) for e in entered), sorted(entered)[:20]
+    own = {f"{s['where'].split(':')[0]}::{s['function']}" for k, s in DATA[tree.version]["sites"].items()
+           if audit.disposition(k, POLICY[tree.version])[1] == f"rule:{sglang_validation.RULE}"}  # fmt: skip
+    print(f"{tree.version}: {len(own & entered)} of {len(own)} functions given to the run were entered on the defaults")
+    assert len(own & entered) > 30
+
+
+def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(patched_tree, tmp_path, smi, monkeypatch):
+    """0.5.9's check_server_args refuses torch 2.9.1 with cuDNN < 9.15 for a multimodal model (Kimi-K2.5): found by
+    running SGLang's own code, not by any rule written here. (conftest.py turns the check off for other tests.)"""
+    import torch
+
+    version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if not torch.__version__.startswith("2.9.1") or version is None or version >= 91500:
+        pytest.skip(f"this environment's torch {torch.__version__} / cuDNN {version} is not one SGLang refuses")
+    monkeypatch.delenv("SGLANG_DISABLE_CUDNN_CHECK", raising=False)
+    settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
+    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    failed = [f for f in own_finding(report) if f.status is Status.FAIL]
+    assert len(failed) == 1 and "CuDNN Compatibility" in failed[0].message, report.render_text()
+    assert failed[0].where.startswith("srt/server_args.py:") and "SGLANG_DISABLE_CUDNN_CHECK" in failed[0].message
+
+
+def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, patched_tree, monkeypatch):
+    """An interpreter that cannot import the tree's dependencies: NOT CHECKED, saying so; the restated rules
+    still judge."""
+    monkeypatch.setattr(sglang_validation.sys, "executable", sys.executable)
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('no torch on this laptop')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    settings = local_settings(tmp_path, attention_backend="nope_backend")
+    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    own = own_finding(report)[0]
+    assert own.status is Status.NOT_CHECKED and "no torch on this laptop" in own.message
+    assert "only the restated rules above judged the settings" in own.message
+    assert any(f.status is Status.FAIL and "nope_backend" in f.message for f in settings_findings(report))
+
+
+# -- the issue's examples, as a user runs them ---------------------------------------------------------------------
+
+
+EXAMPLES = {
+    "choices": (["--set", "attention_backend=nope_backend"], "attention_backend: SGLang {v} refuses 'nope_backend'"),
+    "extra_args choices": (["--set", 'extra_args=["--decode-attention-backend", "nope_backend"]'],
+                           "extra_args --decode-attention-backend: SGLang {v} refuses 'nope_backend'"),
+    "extra_args owned flag": (["--set", 'extra_args=["--attention-backend", "nope_backend"]'],
+                              "--attention-backend is the setting 'attention_backend'; set it there"),
+    "page tree": (["--set", "speculative_eagle_topk=4", "--set", "speculative_num_draft_tokens=8", "--set",
+                   "attention_backend=flashmla", "--set", 'extra_args=["--page-size", "64"]'],
+                  "speculative_eagle_topk: 4 with extra_args --page-size 64 on attention_backend flashmla"),
+    "moe runner": (["--set", 'extra_args=["--speculative-moe-runner-backend", "flashinfer_trtllm"]'],
+                   "extra_args --speculative-moe-runner-backend: SGLang {v} refuses flashinfer_trtllm"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_the_issues_examples_fail_serve_dry_run(tree, example, run_cli, smi):
+    args, message = EXAMPLES[example]
+    result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), *args, env={"SGLANG_EAGLE3_NVIDIA_SMI": smi})
+    assert "Traceback" not in result.stdout + result.stderr
+    said = message.format(v=tree.version)
+    if example == "moe runner" and tree.version == "0.5.23":  # 0.5.23 dropped that assert: the flag is taken
+        assert said not in result.stdout
+        return
+    assert result.returncode == 1 and said in result.stdout, result.stdout  # exit 1 before any weights load
+    line = next(s for s in result.stdout.splitlines() if said in s)
+    if example != "extra_args owned flag":  # that one names the setting to use instead
+        assert ("srt/server_args.py:" if tree.version == "0.5.9" else "srt/arg_groups/") in line
+
+
+def test_own_run_catches_an_issue_example_in_sglangs_words(own_env, tmp_path, run_cli, smi):
+    """With the model on this host, `serve --dry-run` also runs SGLang's own checks: the page-tree example is
+    refused in SGLang's words, at its line, naming the settings."""
+    tree = own_env
+    model = kimi_target(tmp_path / "Kimi-K2.5")
+    draft = write_draft(tmp_path / "draft", eagle3_draft_config(), d2t_rows=32000)
+    backend = "triton" if tree.version == "0.5.9" else "flashmla"
+    args = ["--set", f"model_path={model}", "--set", f"speculative_draft_model_path={draft}",
+            "--set", "enable_flashinfer_allreduce_fusion=false", "--set", "speculative_draft_attention_backend=fa3",
+            "--set", "speculative_eagle_topk=4", "--set", "speculative_num_draft_tokens=8",
+            "--set", f"attention_backend={backend}", "--set", 'extra_args=["--page-size", "16"]']  # fmt: skip
+    result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), *args,
+                     env={"SGLANG_EAGLE3_NVIDIA_SMI": smi, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = next((s for s in result.stdout.splitlines() if s.startswith("[FAIL] sglang checks")), result.stdout)
+    assert (
+        f"({site_where(tree, 'page_size > 1 is')})" in line
+        and "ValueError: speculative_eagle_topk > 1 with page_size > 1" in line
+    )
+    assert "speculative_eagle_topk (4)" in line and f"attention_backend ({backend})" in line
+
+
+def test_the_audit_script_check_passes():
+    """--check: the data and docs/sglang-rules.md are what the generator writes, and every site accounted for."""
+    result = subprocess.run([sys.executable, str(REPO / "nix" / "scripts" / "audit-sglang-rules.py"), "--check",
+                             "--cache", str(CACHE)], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_docs_say_v2_is_the_only_path_on_0523(newest_tree):
+    """On 0.5.23 speculative decoding always runs the V2 worker; the lines the docs quote say so in the real wheel,
+    and its top-k rules are the ones preflight applies there."""
+    package = sglang_source.locate(newest_tree).package / "srt"
+    quoted = {
+        "speculative/spec_info.py:352": "always use the V2 worker",
+        "speculative/spec_registry.py:38": "the spec V1 worker path has been",
+        "speculative/spec_registry.py:147": "worker path has been removed",
+        "arg_groups/speculative_hook.py:1177": "if cfg.speculative_eagle_topk > 1:",
+        "arg_groups/speculative_hook.py:1274": "cfg.speculative_eagle_topk > 1",
+        "arg_groups/speculative_hook.py:1221": "if cfg.speculative_eagle_topk != 1:",
+        "speculative/eagle_worker_v2.py:197": "Chain speculative sampling supports only topk=1",
+    }
+    for where, text in quoted.items():
+        path, line = where.rsplit(":", 1)
+        assert text in (package / path).read_text().splitlines()[int(line) - 1], where
+    upgrade, drafts = (REPO / "docs" / "upgrade.md").read_text(), (REPO / "docs" / "draft-checks.md").read_text()
+    assert "the V2 worker is the only path" in upgrade and "the V2 worker only" in drafts
+    for doc in (upgrade, drafts):
+        assert "srt/speculative/spec_info.py:352" in doc and "srt/speculative/eagle_worker_v2.py:197" in doc
+        assert "speculative_hook.py:1177" in doc and ":1274" in doc
+
+
+CASES_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_validation_cases_driver.py"
+BACKENDS = ["flashinfer", "fa3", "triton", "flashmla", "trtllm_mla", "trtllm_mha"]
+
+
+@st.composite
+def speculative_cases(draw, newest: bool) -> dict:
+    """Settings around the restated rules' boundaries: top-k, page size, the backends, the MoE runner, rejection
+    sampling (0.5.23's flag)."""
+    topk = draw(st.sampled_from([1, 2, 4]))
+    extra = []
+    if (page := draw(st.sampled_from([None, 1, 2, 16, 64]))) is not None:
+        extra += ["--page-size", str(page)]
+    if draw(st.booleans()):
+        extra += ["--decode-attention-backend", draw(st.sampled_from(BACKENDS))]
+    if draw(st.booleans()):
+        extra += ["--speculative-moe-runner-backend", draw(st.sampled_from(["flashinfer_trtllm", "triton"]))]
+    if newest and draw(st.booleans()):
+        extra += ["--speculative-use-rejection-sampling"]
+    return {"speculative_eagle_topk": topk, "speculative_num_draft_tokens": 4 if topk == 1 else 8,
+            "attention_backend": draw(st.sampled_from(BACKENDS)), "extra_args": extra,
+            "enable_flashinfer_allreduce_fusion": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+@hypothesis_settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)  # a shrink step is a 30 s run
+@given(data=st.data())
+def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request, tmp_path_factory):
+    """Generated settings around each restated rule's boundary, judged by the rules (no SGLang import) and by
+    SGLang's own resolution (all cases in one process, tests/support/drivers/sglang_validation_cases_driver.py):
+    a rule never refuses what SGLang takes (no false alarm), and where SGLang stops at a rule's site the rule
+    refuses too, except where SGLang changed the page size itself first (a backend's own pages: only its own
+    run sees that, and it runs in preflight where SGLang can be imported)."""
+    tree = sglang_source.locate(request.getfixturevalue("pristine_tree" if version == "0.5.9" else "newest_tree"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if version == "0.5.23":
+        if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
+            pytest.skip("the Nix check has no network to fetch 0.5.23's libraries")
+        env = with_path(env, stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE))
+    model = kimi_target(tmp_path_factory.mktemp("model") / "Kimi-K2.5")
+    cases, judged = {}, {}
+    known = sglang_source.server_flags(tree)
+    applied = [(r, s) for r in settings_rules.RULES if (s := r.site(tree)) is not None]
+    for i in range(25):
+        values = data.draw(speculative_cases(version == "0.5.23"), label=f"case {i}")
+        try:
+            settings = ServerSettings(model_path=str(model), speculative_draft_model_path=str(model), **values)
+        except Exception:  # noqa: BLE001 - refused when the settings load (trtllm_mha with top-k > 1): exit 2
+            continue
+        given = settings_rules.given_flags(settings, known)
+        judged[f"case {i}"] = {r.name for r, s in applied if r.judge(settings, given, tree, s)}
+        cases[f"case {i}"] = {"argv": sglang_validation.sglang_args(settings), "facts": {"compute_capability": "12.0",
+                              "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
+                              "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
+    env["PYTHONPATH"] = os.pathsep.join([str(tree.root), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, str(CASES_DRIVER)], input=json.dumps(cases), capture_output=True,
+                            text=True, env=env, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    sites = {s.where: r.name for r, s in applied}
+    for name, outcome in outcomes.items():
+        assert outcome["stage"] != "import" and "missing_fact" not in outcome, outcome
+        argv = cases[name]["argv"]
+        if outcome["stage"] == "done":
+            assert not judged[name], (name, argv, judged[name])  # a rule refused what SGLang takes
+        stopped_at = sites.get(outcome.get("where"))
+        if stopped_at and stopped_at not in judged[name]:
+            page = argv[argv.index("--page-size") + 1] if "--page-size" in argv else None
+            page_changed = stopped_at == "spec-page-tree" and (page is None or int(page) <= 1)
+            assert page_changed, (name, argv, outcome)  # SGLang raised an unset or single page to the backend's
