@@ -86,6 +86,9 @@ def test_the_default_ladder_doubles_from_4_kib_to_256_mib():
         (["--hidden", "7170"], "--hidden 7170: must be a positive multiple of 8"),
         (["--nproc", "0"], "--nproc 0: give 1 or more ranks"),
         (["--runtime-env", "/nonexistent/runtime-env.json"], "no such file"),
+        (["--nproc", "13"], "--nproc 13: the exact bf16 sums allow at most 12 ranks"),
+        (["--timeout", "0"], "--timeout 0: give 1 second or more"),
+        (["--json", "/nonexistent/dir/out.json"], "/nonexistent/dir is not a directory this user can write"),
     ],
 )
 def test_bad_arguments_exit_2_saying_what_is_wrong(argv, said, capsys):
@@ -93,6 +96,66 @@ def test_bad_arguments_exit_2_saying_what_is_wrong(argv, said, capsys):
         ar.parse_args(argv)
     assert exit_.value.code == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{not json", "not readable JSON"),
+        ('{"variables": {}}', 'has no "environment" object'),
+        ('{"environment": {"X": {"value": "nixpkgs:thing"}}}', "X: value 'nixpkgs:thing' has no host equivalent"),
+    ],
+)
+def test_a_bad_runtime_env_file_exits_2_before_any_rank_starts(text, said, tmp_path, capsys):
+    bad = tmp_path / "runtime-env.json"
+    bad.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        ar.parse_args(["--runtime-env", str(bad)])
+    assert exit_.value.code == 2
+    assert f"--runtime-env {bad}: {said}" in capsys.readouterr().err
+
+
+def test_a_world_size_torchrun_gives_beyond_the_exact_sums_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    assert ar.main([]) == 2
+    assert "world size 16: the exact bf16 sums allow at most 12 ranks" in capsys.readouterr().err
+
+
+def test_a_failed_baseline_is_printed_with_its_error_not_a_crash(capsys):
+    report = {"world_size": 2, "backend": "nccl", "decode": {"hidden": 7168},
+              "decode_nccl": {"status": "failed", "error": "DistBackendError: NCCL error"},
+              "fusion": {"status": "skipped", "reason": "the NCCL baseline at decode sizes failed"},
+              "failures": ["decode_nccl"]}  # fmt: skip
+    ar.print_table(report)
+    out = capsys.readouterr().out
+    assert "decode_nccl: failed: DistBackendError: NCCL error" in out
+    assert "fusion: skipped: the NCCL baseline at decode sizes failed" in out
+    assert "1 failed: decode_nccl" in out
+
+
+def test_the_run_status_is_the_first_failure_and_a_signal_fails_it():
+    assert ar.run_status([0, 0, 0]) == 0
+    assert ar.run_status([0, None, 0]) == 0  # still running: not a failure yet
+    assert ar.run_status([0, 3, 1]) == 3
+    assert ar.run_status([None, -9]) == 1  # killed by SIGKILL
+
+
+def test_the_first_rank_to_fail_stops_the_others(monkeypatch, tmp_path):
+    """spawn's ranks, replaced by two tiny programs: rank 0 fails at once, rank 1 would wait a minute (as a rank
+    waits in a collective for one that died). The run ends with rank 0's status and rank 1 stopped."""
+    started, real_popen = [], subprocess.Popen
+
+    def rank_program(argv, env):
+        code = "import sys; sys.exit(3)" if env["RANK"] == "0" else "import time; time.sleep(60)"
+        process = real_popen([sys.executable, "-c", code])
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(ar.subprocess, "Popen", rank_program)
+    args = ar.parse_args(["--nproc", "2", "--backend", "gloo"])
+    assert ar.spawn(args) == 3
+    assert started[1].returncode is not None and started[1].returncode < 0  # terminated, not left running
 
 
 def test_bus_bandwidth_is_nccl_tests_formula():
@@ -255,6 +318,7 @@ def test_on_the_gpus_of_this_host(tmp_path):
         [sys.executable, str(SCRIPT), "--nproc", str(n), "--max-bytes", "16M", "--iters", "10", "--json", str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["backend"] == "nccl" and report["world_size"] == n
     assert all(s["correct"] for s in report["nccl"]["sizes"]) and report["nccl"]["negative_control"]["caught"]
@@ -264,7 +328,6 @@ def test_on_the_gpus_of_this_host(tmp_path):
     for part in ("fusion", "pcie_ipc"):  # ran and passed, or skipped with a reason: never failed
         assert report[part]["status"] in ("passed", "skipped"), report[part]
         assert report[part]["status"] == "passed" or report[part]["reason"]
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_the_cut_down_flashinfer_0_7_2_keeps_what_the_all_reduce_paths_load(tmp_path):

@@ -55,7 +55,7 @@ from pathlib import Path
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 PARTS = ("nccl", "fusion", "pcie_ipc")
 RUNTIME_ENV = Path(__file__).resolve().parents[1] / "runtime-env.json"
-LIBCUDA_DIRS = ("/run/opengl-driver/lib", "/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64")
+MAX_RANKS = 12  # the exact bf16 pattern's limit (pattern_period)
 BF16_STEP = 2.0**-8  # bf16 keeps 8 significant bits: round-to-nearest moves a value by at most 2^-8 of it
 RMS_EPS = 1e-6
 
@@ -109,7 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cuda-home", default=os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     p.add_argument("--runtime-env", default=str(RUNTIME_ENV), help="the wrapper's variables (nix/runtime-env.json)")
     p.add_argument("--kind", default=None, help="the machine's name for the record (e.g. nvidia-h200-x8)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds a collective may wait before failing")
+    p.add_argument(
+        "--timeout", type=int, default=120, help="seconds a collective may wait before failing (default 120)"
+    )
     p.add_argument("--json", dest="json_out", default=None, help="write the figures here")
     args = p.parse_args(argv)
     args.parts = [s for s in args.parts.split(",") if s]
@@ -126,9 +128,41 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--iters must be 1 or more and --warmup 0 or more")
     if args.hidden < 8 or args.hidden % 8:
         p.error(f"--hidden {args.hidden}: must be a positive multiple of 8 (16-byte bf16 packs)")
-    if not Path(args.runtime_env).is_file():
-        p.error(f"--runtime-env {args.runtime_env}: no such file (nix/runtime-env.json of this repository)")
+    if args.nproc is not None and args.nproc > MAX_RANKS:
+        p.error(f"--nproc {args.nproc}: the exact bf16 sums allow at most {MAX_RANKS} ranks")
+    if args.timeout < 1:
+        p.error(f"--timeout {args.timeout}: give 1 second or more")
+    try:
+        args.runtime_spec = runtime_spec(Path(args.runtime_env))
+    except ValueError as err:
+        p.error(f"--runtime-env {args.runtime_env}: {err}")
+    if args.json_out:
+        parent = Path(args.json_out).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            p.error(
+                f"--json {args.json_out}: {parent} is not a directory this user can write; create it or choose another"
+            )
     return args
+
+
+def runtime_spec(path: Path) -> dict:
+    """nix/runtime-env.json's "environment", each value a kind this script resolves here (ValueError: why not)."""
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError("no such file (nix/runtime-env.json of this repository)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"not readable JSON ({err})") from None
+    environment = spec.get("environment") if isinstance(spec, dict) else None
+    if not isinstance(environment, dict):
+        raise ValueError('has no "environment" object (nix/runtime-env.json of this repository has)')
+    for name, entry in environment.items():
+        kind = entry.get("value") if isinstance(entry, dict) else None
+        if kind not in HOST_VALUE_KINDS:
+            raise ValueError(
+                f"{name}: value {kind!r} has no host equivalent here (known: {', '.join(HOST_VALUE_KINDS)})"
+            )
+    return spec
 
 
 # ---------------------------------------------------------------- figures
@@ -272,19 +306,27 @@ def skip_reason(part: str, offers: dict | None, n: int, device: str) -> str | No
 # ---------------------------------------------------------------- the run-time environment
 
 
-def find_libcuda() -> str | None:
-    return next((d for d in LIBCUDA_DIRS if Path(d, "libcuda.so.1").exists()), None)
+def gpu_runtime_check():
+    """nix/scripts/gpu-runtime-check.py, beside this script: where the driver is searched for is written once."""
+    spec = importlib.util.spec_from_file_location("gpu_runtime_check", Path(__file__).with_name("gpu-runtime-check.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOST_VALUE_KINDS = ("cuda:toolkit", "cuda:stubs", "cc", "cxx", "driver:rpath", "capabilities:torch")
 
 
 def wrapper_environment(spec: dict, cuda_home: str, environ) -> list[dict]:
     """Set nix/runtime-env.json's variables where unset (makeWrapper --set-default), from this host: the values
     runtime-env.nix gives them are Nix store paths, so each provider is looked up here. Returns the record."""
-    libcuda = find_libcuda()
+    driver = gpu_runtime_check()
+    libcuda = driver.find_libcuda(None)
     toolkit = cuda_home if Path(cuda_home, "bin", "nvcc").exists() else None
     cc, cxx = shutil.which("cc") or shutil.which("gcc"), shutil.which("c++") or shutil.which("g++")
     host = {  # value kind -> (this host's value, where it came from, or why there is none)
         "cuda:toolkit": (toolkit, f"the CUDA toolkit at {cuda_home}", f"no bin/nvcc under {cuda_home}"),
-        "cuda:stubs": (libcuda, "the driver's directory", f"no libcuda.so.1 in {', '.join(LIBCUDA_DIRS)}"),
+        "cuda:stubs": (libcuda, "the driver's directory", f"no libcuda.so.1 in {', '.join(driver.LIBCUDA_DIRS)}"),
         "cc": (cc, "cc on PATH", "no cc or gcc on PATH"),
         "cxx": (cxx, "c++ on PATH", "no c++ or g++ on PATH"),
         "driver:rpath": (libcuda and f"-Xlinker -rpath={libcuda}", "the driver's directory", "no driver found"),
@@ -645,7 +687,7 @@ def command_line() -> str:
 
 def rank_main(args) -> int:
     os.environ.update(MULTICAST_OFF)  # before torch, NCCL or FlashInfer load
-    wrapper = wrapper_environment(json.loads(Path(args.runtime_env).read_text()), args.cuda_home, os.environ)
+    wrapper = wrapper_environment(args.runtime_spec, args.cuda_home, os.environ)
     began = time.perf_counter()
     import torch
 
@@ -704,9 +746,9 @@ def rank_main(args) -> int:
     report["seconds"] = round(time.perf_counter() - began, 1)
     if ranks.rank == 0:
         report["host"] = host_facts(ranks.n)
-        print_table(report)
-        if args.json_out:
+        if args.json_out:  # first: the figures stay written whatever the table makes of them
             Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
+        print_table(report)
     ranks.dist.barrier()
     ranks.dist.destroy_process_group()
     return 1 if report["failures"] else 0
@@ -727,7 +769,7 @@ def print_table(report: dict) -> None:
         paths = {p: {r["batch"]: r for r in report[p].get("rows", [])} for p in ("fusion", "pcie_ipc") if p in report}
         print(f"{'batch':>6} {'nccl':>8} {'graph':>8} {'nccl+norm':>10} {'graph':>8} {'fusion':>8} {'graph':>8} "
               f"{'pcie_ipc':>9} {'graph':>8}")  # fmt: skip
-        for r in decode["rows"]:
+        for r in decode.get("rows", []):  # none when the baseline failed (its error is printed below)
             f = paths.get("fusion", {}).get(r["batch"], {})
             p = paths.get("pcie_ipc", {}).get(r["batch"], {})
             cells = [r.get("us"), r.get("graph_us"), r.get("add_rmsnorm_us"), r.get("add_rmsnorm_graph_us"),
@@ -741,8 +783,24 @@ def print_table(report: dict) -> None:
     print(f"{len(report['failures'])} failed: {', '.join(report['failures']) or '-'}")
 
 
+def run_status(codes: list[int | None]) -> int:
+    """The run's exit status from its ranks' (None: still running): the first failure's, 1 for a rank killed by
+    a signal (a negative code), 0 when every rank passed."""
+    failed = [code for code in codes if code]
+    return (failed[0] if failed[0] > 0 else 1) if failed else 0
+
+
 def spawn(args) -> int:
-    """Start args.nproc ranks here, one process each, as torchrun would (env:// rendezvous on a free port)."""
+    """Start args.nproc ranks here, one process each, as torchrun would (env:// rendezvous on a free port).
+    The first rank to fail stops the others: they would wait for it in a collective until --timeout."""
+    if (args.backend or "nccl") == "nccl":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count and args.nproc > count:
+            print(f"allreduce-check: --nproc {args.nproc}, but this host shows {count} GPU(s): one rank a GPU, "
+                  f"give --nproc {count} or less", file=sys.stderr)  # fmt: skip
+            return 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -756,14 +814,33 @@ def spawn(args) -> int:
                "LOCAL_RANK": str(rank), "WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc),
                "ALLREDUCE_CHECK_COMMAND": command_line()}  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
-    failed = [code for code in (p.wait() for p in procs) if code]
-    return (failed[0] if failed[0] > 0 else 1) if failed else 0  # a rank killed by a signal fails the run too
+    while any(p.poll() is None for p in procs) and not run_status([p.poll() for p in procs]):
+        time.sleep(0.2)
+    status = run_status([p.poll() for p in procs])
+    if status:
+        stopped = [rank for rank, p in enumerate(procs) if p.poll() is None]
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        print(f"allreduce-check: a rank failed (exit {status}); stopped the ranks still running: {stopped or '-'}",
+              file=sys.stderr)  # fmt: skip
+    return status
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.nproc is not None and "RANK" not in os.environ:
         return spawn(args)
+    if int(os.environ.get("WORLD_SIZE", "1")) > MAX_RANKS:  # torchrun's
+        print(f"allreduce-check: world size {os.environ['WORLD_SIZE']}: the exact bf16 sums allow at most "
+              f"{MAX_RANKS} ranks", file=sys.stderr)  # fmt: skip
+        return 2
     if "RANK" not in os.environ:  # one rank, no launcher
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         with socket.socket() as s:
