@@ -46,8 +46,6 @@ def test_the_quoted_rules_are_where_the_messages_say(pristine_tree):
     topk1 = source_lines(pristine_tree, rules["topk1"])
     assert "speculative_num_draft_tokens = self.speculative_num_steps + 1" in topk1
     assert "torch.topk(score_list, num_draft_token - 1" in source_lines(pristine_tree, rules["tree"])
-    assert "trtllm_mha backend only supports topk = 1" in source_lines(pristine_tree, rules["trtllm_mha"])
-    assert "Spec v2 currently only supports topk = 1" in source_lines(pristine_tree, rules["spec_v2"])
 
 
 def scores_in_the_draft_tree(steps: int, topk: int) -> int:
@@ -63,8 +61,6 @@ def scores_in_the_draft_tree(steps: int, topk: int) -> int:
          "speculative_num_draft_tokens", "server_args.py:2443-2450"),
         ({"speculative_num_steps": 1, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4},
          "speculative_num_draft_tokens", "eagle_utils.py:27"),
-        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "attention_backend": "trtllm_mha"},
-         "speculative_eagle_topk", "server_args.py:2433-2441"),
     ],
 )  # fmt: skip
 def test_sglang_refuses_or_changes_these_so_the_settings_refuse_them(values, setting, rule):
@@ -90,8 +86,8 @@ def test_generated_draft_trees(steps, topk, tokens, backend, spec_v2):
     if topk == 1:
         refused = tokens != steps + 1  # server_args.py: adjusted to steps + 1, silently
     else:
-        # SGLANG_ENABLE_SPEC_V2's top-k rule is 0.5.9's: preflight applies it per tree (test_versions.py)
-        refused = tokens - 1 > scores_in_the_draft_tree(steps, topk) or backend == "trtllm_mha"
+        # The backend's and SGLANG_ENABLE_SPEC_V2's top-k rules are preflight's, per tree (test_sglang_rules.py)
+        refused = tokens - 1 > scores_in_the_draft_tree(steps, topk)
     if not refused:
         server_settings.ServerSettings(**values)
         return

@@ -17,7 +17,7 @@ import sys
 import pytest
 from conftest import REPO
 from sglang_eagle3 import SGLANG_VERSIONS
-from sglang_eagle3.judging import draft_check, patch_check, preflight, probe
+from sglang_eagle3.judging import draft_check, patch_check, preflight, probe, settings_rules
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
@@ -117,18 +117,17 @@ def test_spec_v2s_top_k_rule_is_0_5_9s_and_0_5_23_refuses_the_variable(tmp_path,
     }
     found = finding(run_preflight(tmp_path, tree, **values), "settings")  # the settings themselves load on both
     assert found.status is preflight.Status.FAIL
-    rule = settings.SPEC_TREE_RULES["spec_v2"]
+    rule = next(r for r in settings_rules.RULES if r.name == "spec-v2-topk").site(tree)
     if tree.version == "0.5.9":
         assert "speculative_eagle_topk: environment SGLANG_ENABLE_SPEC_V2 supports only top-k 1" in found.message
-        path, lines = rule.rsplit(":", 1)
-        first, last = (int(n) for n in lines.split("-"))
-        text = "\n".join((tree.package / path).read_text().splitlines()[first - 1 : last])
-        assert rule in found.message and "Spec v2 currently only supports topk = 1" in text
+        path, line = rule.where.rsplit(":", 1)  # the raise; its message follows
+        text = "\n".join((tree.package / path).read_text().splitlines()[int(line) - 1 : int(line) + 2])
+        assert rule.where in found.message and "Spec v2 currently only supports topk = 1" in text
         top_k_1 = {**values, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
         assert finding(run_preflight(tmp_path, tree, **top_k_1), "settings").status is preflight.Status.OK
         return
     assert "SGLang 0.5.23 does not read SGLANG_ENABLE_SPEC_V2" in found.message
-    assert rule not in found.message and "top-k" not in found.message
+    assert rule is None and "top-k" not in found.message  # 0.5.23 has no such site
 
 
 def test_pcie_ipc_allreduce_is_a_variable_not_a_flag():

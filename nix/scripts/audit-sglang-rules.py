@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import sys
 import tempfile
 import urllib.error
@@ -85,8 +84,27 @@ def inventory(version: str, cache: Path) -> dict:
 
 
 def matches(pattern: str, key: str) -> bool:
-    """A disposition's pattern: the site's key, with * for any text (no other wildcard: keys hold [ ] ?)."""
-    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), key, re.DOTALL) is not None
+    """A disposition's pattern against a site's key: preflight's rules match their sites the same way."""
+    from sglang_eagle3.source.validation_sites import key_matches
+
+    return key_matches(pattern, key)
+
+
+def read_policy(path: Path) -> dict:
+    """A stack's sglang-rule-policy.json: {"dispositions": {pattern: "rule:NAME"|"reason:ID"}, "reasons": {ID: why}}.
+    SystemExit naming the file when it is missing or not that shape."""
+    try:
+        policy = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"audit-sglang-rules: {path} is missing: each stack's data directory keeps the "
+                         "dispositions of its sites there (see docs/sglang-rules.md)") from None  # fmt: skip
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SystemExit(f"audit-sglang-rules: {path} is not JSON: {err}") from None
+    shape = isinstance(policy, dict) and all(isinstance(policy.get(k), dict) for k in ("dispositions", "reasons"))
+    if not shape or not all(isinstance(v, str) for part in ("dispositions", "reasons") for v in policy[part].values()):
+        raise SystemExit(f"audit-sglang-rules: {path} must be an object with 'dispositions' (site pattern -> "
+                         "'rule:NAME' or 'reason:ID') and 'reasons' (ID -> why), each mapping to text")  # fmt: skip
+    return policy
 
 
 def disposition(key: str, policy: dict) -> tuple[str, str] | None:
@@ -175,7 +193,8 @@ def document(audits: dict[str, tuple[dict, dict]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", help="One stack of nix/pins.json (default: every stack, and the doc).")
+    parser.add_argument("--stack", choices=sorted(stacks()),
+                        help="One stack of nix/pins.json (default: every stack, and the doc).")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sglang-eagle3-tests")
     parser.add_argument("--check", action="store_true", help="Exit 1 if a data file or the doc differs.")
     args = parser.parse_args()
@@ -191,7 +210,7 @@ def main() -> None:
             stale.append(output)
         elif not args.check:
             output.write_text(text)
-        policy = json.loads((directory / POLICY).read_text())
+        policy = read_policy(directory / POLICY)
         audits[version] = (data, policy)
         found += [f"{version}: {p}" for p in problems(data, policy, preflight_rules())]
         tally = Counter(d for (_, d), n in counts(data, policy).items() for _ in range(n))

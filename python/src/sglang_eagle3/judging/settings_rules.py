@@ -12,7 +12,6 @@ to the reason it cannot be checked before start-up.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,8 @@ from .findings import Report, Status
 # Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
-SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9: top-k 1 only (settings.SPEC_TREE_RULES["spec_v2"])
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9 only: its opt-in V2 worker takes top-k 1 only (rule spec-v2-topk)
+_TRUE = ("true", "1", "yes", "y")  # how SGLang reads a boolean variable: srt/environ.py:119-126 (EnvBool.parse)
 ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
 
 
@@ -136,7 +136,7 @@ class Rule:
     )
 
     def site(self, tree: SGLangTree) -> validation_sites.Site | None:
-        return next((s for s in tree_sites(tree) for g in self.sites if fnmatch.fnmatchcase(s.key, g)), None)
+        return next((s for s in tree_sites(tree) for g in self.sites if validation_sites.key_matches(g, s.key)), None)
 
 
 def _topk(settings: ServerSettings) -> int | None:
@@ -191,12 +191,13 @@ def _trtllm_mha(settings, given, tree, site) -> str | None:
 
 
 def _spec_v2(settings, given, tree, site) -> str | None:
-    if not settings.speculative_algorithm or settings.speculative_eagle_topk == 1:
+    topk, value = _topk(settings), settings.environment.get(SPEC_V2)
+    if not (topk and topk > 1 and value is not None and value.lower() in _TRUE):
         return None
-    return server_settings.draft_tree_problem(  # the variable's own rule (draft_tree_problem's last)
-        settings.speculative_num_steps, settings.speculative_eagle_topk, settings.speculative_num_draft_tokens,
-        settings.attention_backend, settings.environment.get(SPEC_V2),
-    )  # fmt: skip
+    return (
+        f"speculative_eagle_topk: environment {SPEC_V2} supports only top-k 1, not {topk} (SGLang {tree.version} "
+        f"refuses it: ValueError at {site.where}); set speculative_eagle_topk 1 or drop the variable"
+    )
 
 
 def _rejection_sampling(settings, given, tree, site) -> str | None:
@@ -282,11 +283,6 @@ PARSER_RULES = {
 
 
 KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each kind of parser site
-
-
-def rule_names() -> set[str]:
-    """Every preflight rule a disposition of the audit may name."""
-    return {r.name for r in RULES} | set(PARSER_RULES)
 
 
 def check_settings_version(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:

@@ -197,11 +197,11 @@ class ServerSettings(BaseModel):
                 f"target itself as the draft ({DRAFT_PATH_FALLBACK}) and fail after the whole target has loaded"
             )
         if self.speculative_algorithm:
-            # SGLANG_ENABLE_SPEC_V2's rule is 0.5.9's alone (0.5.23 never reads it): preflight applies it per tree.
+            # The tree's shape only: the rules that depend on the backend or the environment differ between
+            # stacks, and preflight applies them with the running tree's own lines (judging/settings_rules.py).
             problem = draft_tree_problem(
-                self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens,
-                self.attention_backend, None,
-            )  # fmt: skip
+                self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens
+            )
             if problem:
                 raise ValueError(problem)
         if self.node_rank >= self.nnodes:
@@ -240,19 +240,16 @@ def default(name: str) -> Any:
 
 # Where SGLang 0.5.9 takes the target's model_path for a draft path that is not set (ModelConfig.from_server_args).
 DRAFT_PATH_FALLBACK = "srt/configs/model_config.py:251"
-# SGLang 0.5.9's own rules for the draft tree (steps x top-k -> draft tokens), with where they are. A setting
+# SGLang 0.5.9's own rules for the draft tree's shape (steps x top-k -> draft tokens), with where they are. A setting
 # SGLang would silently change or refuse (after reading the model config) is refused here, up front.
 SPEC_TREE_RULES = {
     "topk1": "srt/server_args.py:2443-2450",  # top-k 1: num_draft_tokens := steps + 1, with a warning
     "tree": "srt/speculative/eagle_utils.py:27",  # torch.topk(scores, num_draft_tokens - 1): the tree's size
-    "trtllm_mha": "srt/server_args.py:2433-2441",  # ValueError: trtllm_mha only supports top-k 1
-    "spec_v2": "srt/server_args.py:2376-2382",  # ValueError: SGLANG_ENABLE_SPEC_V2 only supports top-k 1
 }
-_TRUE = ("true", "1", "yes", "y")  # srt/environ.py:119-126 (EnvBool.parse)
 
 
-def draft_tree_problem(steps: int, topk: int, tokens: int, attention_backend: str, spec_v2: str | None) -> str | None:
-    """What SGLang 0.5.9 would refuse or silently change about these draft-tree settings, or None."""
+def draft_tree_problem(steps: int, topk: int, tokens: int) -> str | None:
+    """What SGLang 0.5.9 would refuse or silently change about the draft tree's shape, or None."""
     if topk == 1 and tokens != steps + 1:
         return (
             f"speculative_num_draft_tokens: with speculative_eagle_topk 1 it must be speculative_num_steps + 1 = "
@@ -266,16 +263,6 @@ def draft_tree_problem(steps: int, topk: int, tokens: int, attention_backend: st
             f"speculative_num_draft_tokens: {tokens} cannot be filled by top-k {topk} over {steps} steps (at most "
             f"speculative_eagle_topk + (speculative_num_steps - 1) x speculative_eagle_topk^2 + 1 = {limit}; SGLang "
             f"0.5.9 fails at the first draft step: {SPEC_TREE_RULES['tree']})"
-        )
-    if topk > 1 and attention_backend == "trtllm_mha":
-        return (
-            f"speculative_eagle_topk: attention_backend trtllm_mha supports only top-k 1, not {topk} (SGLang 0.5.9 "
-            f"refuses it: {SPEC_TREE_RULES['trtllm_mha']}); set speculative_eagle_topk 1 or another attention_backend"
-        )
-    if topk > 1 and spec_v2 is not None and spec_v2.lower() in _TRUE:
-        return (
-            f"speculative_eagle_topk: environment SGLANG_ENABLE_SPEC_V2 supports only top-k 1, not {topk} (SGLang "
-            f"0.5.9 refuses it: {SPEC_TREE_RULES['spec_v2']}); set speculative_eagle_topk 1 or drop the variable"
         )
     return None
 

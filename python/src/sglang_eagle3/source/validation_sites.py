@@ -69,6 +69,12 @@ class Site:
         return data
 
 
+def key_matches(pattern: str, key: str) -> bool:
+    """A site pattern (a rule's, a disposition of the audit's): the site's key, with * for any text and no other
+    wildcard, as keys hold [ ] and ?."""
+    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), key, re.DOTALL) is not None
+
+
 def _short(text: str, limit: int = TEXT) -> str:
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
