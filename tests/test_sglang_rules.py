@@ -34,6 +34,7 @@ from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving.settings import ServerSettings, field_flag
 from sglang_eagle3.source import sglang_source, validation_sites
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
+from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
@@ -344,6 +345,21 @@ def test_sglangs_own_run_reports_a_value_it_changes(own_env, tmp_path, smi):
     path, line = warned[0].where.rsplit(":", 1)
     text = (tree.package / path).read_text().splitlines()[int(line) - 1]
     assert "page_size" in text, text
+
+
+def test_gpus_without_a_memory_total_leave_sglangs_own_run_to_say_so(own_env, tmp_path):
+    """nvidia-smi prints [N/A] for memory.total where a GPU's memory is the host's: preflight neither crashes nor
+    makes a figure up. SGLang sizes its memory settings from the GPU's total, so its run says it needed that."""
+    recording = tmp_path / "no-memory-total.csv"
+    rows = (DATA_SMI / "8x-rtx-pro-6000.csv").read_text().splitlines()
+    recording.write_text("".join(row.rsplit(",", 1)[0] + ", [N/A]\n" for row in rows))
+    smi = fake_nvidia_smi(tmp_path, str(recording), topology=(DATA_SMI / "8x-rtx-pro-6000.topo").read_text())
+    settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
+    report = preflight.run(settings, str(own_env.root), nvidia_smi=smi, drafts=False)
+    own = own_finding(report)
+    assert len(own) == 1 and own[0].status is Status.NOT_CHECKED, report.render_text()
+    assert f"SGLang {own_env.version}'s own checks need nvidia-smi's memory.total (it reported none)" in own[0].message
+    assert own[0].where and own[0].where.startswith("srt/"), own[0]
 
 
 def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own_env, tmp_path):

@@ -72,12 +72,19 @@ def check(result: Report, settings: ServerSettings, tree: SGLangTree, gpus: list
         "facts": {
             "compute_capability": facts_from[0].compute_capability,
             "names": [g.name for g in facts_from],
-            "memory_mib": [int(g.memory.split()[0]) for g in facts_from],
+            "memory_mib": [_mib(g.memory) for g in facts_from],
         },
         "modules": validation_sites.imported_by_validation(tree),
     }
     outcome = run(request, settings, tree, explicit)
     judge(result, outcome, settings, tree, assumed=not gpus)
+
+
+def _mib(memory: str) -> int | None:
+    """nvidia-smi's memory.total ("97887 MiB") in MiB; None where it reports none ("[N/A]", as on GPUs whose memory
+    is the host's): the run then says SGLang needed it, if it does."""
+    number = memory.split()[0] if memory.split() else ""
+    return int(number) if number.isdigit() else None
 
 
 def run(request: dict, settings: ServerSettings, tree: SGLangTree, explicit: bool) -> dict:
@@ -113,7 +120,7 @@ def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangT
         return
     if "missing_fact" in outcome:
         result.add(NAME, Status.NOT_CHECKED, f"{version}'s own checks need {outcome['missing_fact']}, which "
-                   "preflight does not read from nvidia-smi", outcome.get("where"))  # fmt: skip
+                   "preflight did not get from nvidia-smi", outcome.get("where"))  # fmt: skip
         return
     given = given_flags(settings, sglang_source.server_flags(tree))
     if stage != "done":
@@ -132,9 +139,10 @@ def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangT
     changed = outcome.get("rewritten", [])
     for change in changed:
         setting = next((g.setting for g in given if g.sets(change["field"])), change["field"])
+        at = " (the line it is changed at follows)" if change.get("where") else ""
         result.add(NAME, Status.WARN, f"{setting}: {version} changes it from {change['given']!r} to "
                    f"{change['now']!r} while it resolves its arguments, so the server runs with {change['now']!r}, not "
-                   "what the settings say (the line it is changed at follows)", change.get("where"))  # fmt: skip
+                   f"what the settings say{at}", change.get("where"))  # fmt: skip
     if not changed:
         result.add(NAME, Status.OK, f"{version}'s own parser, resolution and check_server_args take these "
                    f"settings, and change none of the values set{on}")  # fmt: skip

@@ -48,8 +48,10 @@ def _refuse(parser, message):  # argparse.ArgumentParser.error prints the usage 
 class _Properties:
     """torch.cuda.get_device_properties(): the facts nvidia-smi gave, MissingFact for any other."""
 
-    def __init__(self, name: str, capability: tuple[int, int], memory_mib: int):
-        self.name, (self.major, self.minor), self.total_memory = name, capability, memory_mib << 20
+    def __init__(self, name: str, capability: tuple[int, int], memory_mib: int | None):
+        self.name, (self.major, self.minor) = name, capability
+        if memory_mib is not None:  # else total_memory is a MissingFact, as any other attribute
+            self.total_memory = memory_mib << 20
 
     def __getattr__(self, attribute):
         raise MissingFact(f"torch.cuda.get_device_properties().{attribute}")
@@ -60,7 +62,7 @@ def answer_gpu_facts(facts: dict, common) -> None:
     import torch
 
     major, minor = (int(p) for p in facts["compute_capability"].split("."))
-    names, memory = facts["names"], [int(m) for m in facts["memory_mib"]]
+    names, memory = facts["names"], [None if m is None else int(m) for m in facts["memory_mib"]]
     count = len(names)
 
     def index(device=None) -> int:
@@ -84,7 +86,10 @@ def answer_gpu_facts(facts: dict, common) -> None:
     torch.cuda.mem_get_info = missing("torch.cuda.mem_get_info() (free GPU memory)")
     if torch.version.cuda is None:  # a CPU build of torch: the GPU host's is a CUDA one
         torch.version.cuda = "13.0"
-    common.get_nvgpu_memory_capacity = lambda: float(min(memory))
+    if None in memory:
+        common.get_nvgpu_memory_capacity = missing("nvidia-smi's memory.total (it reported none)")
+    else:
+        common.get_nvgpu_memory_capacity = lambda: float(min(memory))
     for value in vars(common).values():
         if isinstance(value, functools._lru_cache_wrapper):
             value.cache_clear()
