@@ -1,7 +1,8 @@
 """The settings against the SGLang tree that will run them, by rules restated from its source.
 
 Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
-its parser takes (``choices=``, ``type=``), extra_args included; and the combinations SGLang refuses while it
+its parser takes (``choices=``, ``type=``), extra_args included, and every variable's text one its environ.py
+reads (source/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
 resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
 importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
 (sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
@@ -20,7 +21,7 @@ from .. import SGLANG_VERSIONS
 from ..serving import settings as server_settings
 from ..serving.launch_plan import sglang_args
 from ..serving.settings import ServerSettings, field_flag
-from ..source import sglang_source, validation_sites
+from ..source import environ_values, sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
 
@@ -28,7 +29,6 @@ from .findings import Report, Status
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9 only: its opt-in V2 worker takes top-k 1 only (rule spec-v2-topk)
-_TRUE = ("true", "1", "yes", "y")  # how SGLang reads a boolean variable: srt/environ.py:119-126 (EnvBool.parse)
 ENV_TOOL_PREFIX = "SGLANG_EAGLE3_"
 
 
@@ -192,7 +192,8 @@ def _trtllm_mha(settings, given, tree, site) -> str | None:
 
 def _spec_v2(settings, given, tree, site) -> str | None:
     topk, value = _topk(settings), settings.environment.get(SPEC_V2)
-    if not (topk and topk > 1 and value is not None and value.lower() in _TRUE):
+    reading = environ_values.read(tree, SPEC_V2, value) if value is not None else None
+    if not (topk and topk > 1 and reading is not None and reading.value is True):  # as the tree's EnvBool reads it
         return None
     return (
         f"speculative_eagle_topk: environment {SPEC_V2} supports only top-k 1, not {topk} (SGLang {tree.version} "
@@ -316,6 +317,8 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
                 f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
                 f"anywhere in its source): it would be silently ignored; drop it or check its name"
             )
+    problems += [_unread(tree, variable, text) for variable, text in sorted(settings.environment.items())
+                 if variable in variables and _unread(tree, variable, text)]  # fmt: skip
     given = given_flags(settings, known)
     problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
     applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
@@ -332,6 +335,19 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
         result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
                    f"{tree.version} takes, and none of the {len(applied)} of its rules restated here refuses them "
                    "(docs/sglang-rules.md)")  # fmt: skip
+
+
+def _unread(tree: SGLangTree, variable: str, text: str) -> str | None:
+    """A variable's text the tree's own parse() refuses: SGLang warns and runs with the default instead."""
+    reading = environ_values.read(tree, variable, text)
+    if reading is None or reading.error is None:
+        return None
+    fallback = f" ({reading.fallback_at})" if reading.fallback_at else ""
+    return (
+        f"environment {variable}: SGLang {tree.version} cannot read {text!r} ({reading.kind}.parse at "
+        f"{reading.parse_at}: {reading.error}); it warns and runs with the default {reading.default} instead"
+        f"{fallback}, not what the settings say; give a value {reading.kind} reads"
+    )
 
 
 def _mentioned(tree: SGLangTree, variable: str) -> bool:
