@@ -31,7 +31,7 @@ class Reading:
     value: object  # what parse() made of the text; None when it refused it
     error: str | None  # parse()'s ValueError, when it refused the text
     parse_at: str  # srt/environ.py:LINE of the parse() that ran
-    default: str  # the declared default, as the source writes it
+    default: str  # the declared default, as the source writes it (ast.unparse)
     fallback_at: str | None  # srt/environ.py:LINE where get() warns and uses the default instead
 
 
@@ -88,7 +88,7 @@ def _declarations(path: str, _stamp: int) -> tuple[dict[str, _Declared], int | N
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
             kind = node.value.func.id
             found = parse_of(kind)
-            default = ast.get_source_segment(Path(path).read_text(), node.value.args[0]) if node.value.args else ""
+            default = ast.unparse(node.value.args[0]) if node.value.args else ""  # as written, near enough
             for target in (t for t in node.targets if isinstance(t, ast.Name)):
                 parse, line = found if found else (None, node.lineno)
                 declared[target.id] = _Declared(kind, default or "None", parse, line)
