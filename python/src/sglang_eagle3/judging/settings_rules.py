@@ -317,8 +317,8 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
                 f"environment: SGLang {tree.version} does not read {variable} (not in srt/environ.py's Envs nor "
                 f"anywhere in its source): it would be silently ignored; drop it or check its name"
             )
-    problems += [_unread(tree, variable, text) for variable, text in sorted(settings.environment.items())
-                 if variable in variables and _unread(tree, variable, text)]  # fmt: skip
+    problems += [p for variable, text in sorted(settings.environment.items())
+                 if variable in variables and (p := _unread(tree, variable, text))]  # fmt: skip
     given = given_flags(settings, known)
     problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
     applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
