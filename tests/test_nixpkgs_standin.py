@@ -9,7 +9,7 @@ Here:
   call with the argument names it passes), plus a scan of the files for `pkgs.<name>`: each use
   must have its row, and each row and read must be used, so the table cannot rot;
 - the stand-in must have what each row says (tests/nix/standin-attributes.nix reads it);
-- a drifted stand-in (promtool back in prometheus' `out`) fails that comparison, and the
+- a drifted stand-in (promtool back in prometheus' `out`, a fetchurl without curl) fails that comparison, and the
   monitoring check, built here, finds promtool only in prometheus' `cli` output.
 """
 
@@ -208,6 +208,12 @@ def drift(rows: dict, facts: dict) -> list[str]:
                 f"{where}: arguments differ: the stand-in lacks {sorted(theirs - ours)}, "
                 f"has more {sorted(ours - theirs)}"
             )
+        for name, value in {k: v for k, v in row.get("result", {}).items() if k != "arguments"}.items():
+            got = fact["result"][name]
+            if got != value:
+                problems.append(
+                    f"{where}: a call returns .{name} {json.dumps(got)}, nixpkgs' returns {json.dumps(value)}"
+                )
         for name, value in {**row.get("reads", {}), **row.get("values", {})}.items():
             got = fact["reads"][name]
             if got == "<missing>" or (value is not None and got != value):
@@ -243,6 +249,22 @@ def test_a_drifted_standin_fails_the_comparison(traced, tmp_path):
         "'promtool']}, nixpkgs installs {'out': ['prometheus'], 'cli': ['promtool']}",
     ], problems
     assert len(problems) == 2, problems
+
+
+def test_a_fetchurl_without_curl_fails_the_comparison(traced, tmp_path):
+    """The stand-in's fetchurl as it was (only the caller's nativeBuildInputs, so its builder had no curl on a
+    store that did not already hold the file): the comparison names the row and what nixpkgs puts first."""
+    drifted = tmp_path / "nixpkgs"
+    shutil.copytree(traced.nixpkgs, drifted)
+    fetchurl = drifted / "pkgs" / "fetchurl.nix"
+    text = fetchurl.read_text()
+    assert "nativeBuildInputs = [ curl ] ++ nativeBuildInputs;" in text
+    fetchurl.write_text(text.replace("[ curl ] ++ nativeBuildInputs;", "nativeBuildInputs;"))
+    problems = drift(table(), facts_of(drifted))
+    assert problems == [
+        "fetchurl (nixpkgs: pkgs/build-support/fetchurl/default.nix): a call returns .nativeBuildInputs [], "
+        'nixpkgs\' returns ["curl"]'
+    ], problems
 
 
 def test_a_use_the_table_lacks_fails_with_the_row_to_add(uses):

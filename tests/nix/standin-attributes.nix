@@ -1,8 +1,8 @@
 # What the nixpkgs stand-in (tests/nix/nixpkgs, assembled with nixpkgs' lib) has at each row
 # of tests/nix/nixpkgs-attributes.json, for tests/test_nixpkgs_standin.py to compare with the
 # row: found, a function's formal arguments, a package's outputs and the programs the stand-in
-# installs in each, and the value of each attribute the row reads (plain values as they are,
-# others as "<type>"). The package set is the flake's: x86_64-linux, unfree and CUDA allowed.
+# installs in each, the value of each attribute the row reads (plain values as they are,
+# others as "<type>"), and what a call returns where the row has a `result`. The package set is the flake's: x86_64-linux, unfree and CUDA allowed.
 { nixpkgs, table }:
 let
   imported = import nixpkgs {
@@ -46,6 +46,21 @@ let
       reads = lib.genAttrs (lib.attrNames (row.reads or { }) ++ lib.attrNames (row.values or { })) (
         readAt (if lib.isFunction v then v { } else v)
       );
+      # What a call with the row's arguments returns (fetchurl's derivation: curl first in
+      # nativeBuildInputs), each attribute the row names; a dependency list as its pnames.
+      result = if row ? result then resultOf (v row.result.arguments) row.result else null;
     };
+  resultOf =
+    returned: expected:
+    lib.mapAttrs (
+      name: _:
+      let
+        value = returned.${name} or "<missing>";
+      in
+      if builtins.isList value && lib.all lib.isDerivation value then
+        map (d: d.pname or (builtins.parseDrvName d.name).name) value
+      else
+        plain value
+    ) (removeAttrs expected [ "arguments" ]);
 in
 lib.mapAttrs describe rows

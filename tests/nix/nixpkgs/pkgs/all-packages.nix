@@ -114,7 +114,10 @@ trivial
   callPackage = lib.callPackageWith self;
   newScope = extra: lib.callPackageWith (self // extra);
 
-  fetchurl = import ./fetchurl.nix { inherit lib stdenv; };
+  fetchurl = import ./fetchurl.nix {
+    inherit lib stdenv;
+    inherit (self) curl;
+  };
 
   # pkgs/shells/bash/5.nix (`bash = callPackage ../shells/bash/5.nix { }`): outputs out dev man
   # doc info, and debug (separateDebugInfo); bin/bash in out (the image's /bin, the stand-in
@@ -200,7 +203,22 @@ trivial
   dockerTools = {
     inherit (self.callPackage ./docker { }) streamLayeredImage;
   };
-  curl = hostTool "curl" "8.17.0" [ "curl" ];
+  # pkgs/by-name/cu/curl/package.nix, an override of curlMinimal (pkgs/by-name/cu/curlMinimal/
+  # package.nix): outputs bin dev out man devdoc, and debug (separateDebugInfo); bin/curl in bin.
+  # fetchurl's nativeBuildInputs take its dev, which propagates bin onto the builder's PATH.
+  curl = hostToolWith {
+    pname = "curl";
+    version = "8.17.0";
+    outputs = [
+      "bin"
+      "dev"
+      "out"
+      "man"
+      "devdoc"
+      "debug"
+    ];
+    programs.bin = [ "curl" ];
+  };
   git = hostTool "git" "2.52.0" [ "git" ];
   gnupatch = hostTool "patch" "2.8" [ "patch" ];
   patch = self.gnupatch;

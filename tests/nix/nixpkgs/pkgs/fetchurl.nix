@@ -2,11 +2,19 @@
 # (every formal argument of the real one: `url` or `urls`, `name`, `hash` or `sha256` or
 # `outputHash`/`outputHashAlgo`, `passthru`, `meta`, ...), the same name rule (the last component of the first URL, which
 # Nix then validates as a store path name: a `%` from a percent-encoded URL fails, as it
-# does with the real fetchurl), and the same fixed-output derivation (flat hash). The
-# builder would download with the host's curl; on machines without network a test can
-# put the file in the store first (`nix-store --add-fixed sha256 FILE`), after which the
-# output is valid and never built.
-{ lib, stdenv }:
+# does with the real fetchurl), and the same fixed-output derivation (flat hash). As in
+# nixpkgs, `curl` comes first in nativeBuildInputs (`nativeBuildInputs = [ curl ] ++
+# nativeBuildInputs;`): the builder's PATH holds only its inputs and stdenv's initial path,
+# so without it no download could run. (nixpkgs builds it with stdenvNoCC; the stand-in's one
+# stdenv has no compiler to leave out.) A test that puts the file in the store first
+# (`nix-store --add-fixed sha256 FILE`) makes the output valid, and the builder never runs:
+# tests/run gives every run an empty store (tests/support/fresh-nix-store) so that cannot
+# hide a builder that fails.
+{
+  lib,
+  stdenv,
+  curl,
+}:
 {
   url ? "",
   urls ? [ ],
@@ -88,7 +96,7 @@ stdenv.mkDerivation (
     curlOpts
     postFetch
     ;
-  nativeBuildInputs = nativeBuildInputs;
+  nativeBuildInputs = [ curl ] ++ nativeBuildInputs;
   buildCommand = ''
     for u in $urls; do
       curl --fail --location --silent --show-error --output "$out" "$u" && exit 0
