@@ -19,10 +19,6 @@ from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
-# Preflight runs SGLang 0.5.9's own check_server_args, which refuses torch 2.9.1 with a cuDNN older than 9.15 for a
-# multimodal model (Kimi-K2.5 is one): the test environment's torch wheel has cuDNN 9.10, which is no finding about
-# the settings under test. tests/test_sglang_rules.py shows the refusal with the variable unset.
-os.environ.setdefault("SGLANG_DISABLE_CUDNN_CHECK", "1")
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 CACHE = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")

@@ -344,10 +344,12 @@ def test_the_0_5_23_package_is_its_lock_its_wheel_and_its_series(ws):
         assert f"{name}-{locked[name]}" in server, f"{name} {locked[name]} not in the 0.5.23 server environment"
     assert locked["torch"] == "2.14.1" and locked["sglang"] == "0.5.23"
     # The CUDA libraries come from cudaPackages_13_0, not pip's wheels (as in the 0.5.9 stack),
-    # also where they are reached through an extra (torch -> cuda-toolkit[cublas,cudart,...]).
+    # also where they are reached through an extra (torch -> cuda-toolkit[cublas,cudart,...]);
+    # cuDNN is the exception: torch 2.14.1's own (nix.md, "cuDNN").
     dropped = json.loads((REPO / "nix/stacks/sglang-0.5.23/wheel-libraries.json").read_text())["dropped"]
-    assert {"nvidia-cublas", "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"} <= set(dropped)
+    assert {"nvidia-cublas", "nvidia-cuda-runtime", "nvidia-nccl-cu13"} <= set(dropped)
     assert not [d for d in server if re.sub(r"-[\d.]+$", "", d) in dropped], server
+    assert f"nvidia-cudnn-cu13-{locked['nvidia-cudnn-cu13']}" in server
     # The test environment leaves out the kernel package, renamed sglang-kernel in 0.5.23.
     assert not [d for d in nix_deps(ws, f"{package}.passthru.testEnv") if d.startswith("sglang-kernel-")]
     # sglang is the patched wheel of this stack, the wrapper points at this stack's series.

@@ -281,10 +281,6 @@ def pod_files(tmp_path_factory) -> dict[str, Path]:
     configmap = next(d for d in yaml.safe_load_all(server) if d["kind"] == "ConfigMap")
     values = json.loads(configmap["data"]["settings.json"])
     values["port"] = free_port()
-    # SGLang 0.5.9's own check_server_args (run by preflight) refuses torch 2.9.1 with a cuDNN older than 9.15 for
-    # a multimodal model; the stand-in stack runs the test environment's torch (cuDNN 9.10): not what is under
-    # test here (tests/test_sglang_rules.py shows that refusal), so the pod's settings turn the check off.
-    values["environment"] = {**values["environment"], "SGLANG_DISABLE_CUDNN_CHECK": "1"}
     (root / "settings").mkdir()
     (root / "settings" / "settings.json").write_text(json.dumps(values))
     models = root / "models"

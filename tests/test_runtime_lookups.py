@@ -294,11 +294,16 @@ PRELOADED = re.compile(
 @pytest.mark.parametrize("version", STACKS)
 def test_no_wheel_ships_a_cuda_library_torch_would_preload(version):
     """The reason of 'torch library <dynamic> lib_path': with pip's CUDA wheels dropped, torch's
-    import-time preload finds nothing in site-packages and the libraries come from cudaPackages."""
+    import-time preload finds nothing in site-packages and the libraries come from cudaPackages, but cuDNN:
+    the closure keeps the one cuDNN wheel its ELF policy links torch against, and ships nothing else."""
     shipped = {name: [f for f in zipfile.ZipFile(wheel_path(version, name)).namelist() if PRELOADED.match(f)]
                for name in CLOSURE[version]}  # fmt: skip
-    assert {name: files for name, files in shipped.items() if files} == {}
-    assert "_preload_cuda" in answer(version, "torch", "library <dynamic> lib_path")[1]
+    closure_policy = json.loads(FILES[version]["policy"].read_text())
+    (cudnn,) = [p.removeprefix("package:") for s, p in closure_policy["providers"].items() if s.startswith("libcudnn")]
+    found = {name: files for name, files in shipped.items() if files}
+    assert set(found) == {cudnn} and all("/libcudnn" in f for f in found[cudnn]), found
+    reason = answer(version, "torch", "library <dynamic> lib_path")[1]
+    assert "_preload_cuda" in reason and cudnn in reason, reason
 
 
 # -- the scanner finds each kind of lookup ---------------------------------------------------------

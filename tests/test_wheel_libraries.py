@@ -24,6 +24,7 @@ import importlib.util
 import json
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -50,7 +51,7 @@ def resolve(name: str, soname: str) -> tuple[str, str | None]:
         return "cuda", CUDA[soname]
     for pattern, kind in RULES.items():
         if re.fullmatch(pattern, soname):
-            return ("nixpkgs", kind.removeprefix("nixpkgs:")) if kind.startswith("nixpkgs:") else (kind, None)
+            return tuple(kind.split(":", 1)) if ":" in kind else (kind, None)  # nixpkgs:<attr>, package:<name>
     if soname in IGNORED.get(name, {}):
         return "ignore", None
     return "unresolved", None
@@ -76,7 +77,10 @@ def test_data_covers_the_closure_uv_lock_pins():
         if name in POLICY["cudaWheels"]:
             pin = PINS[POLICY["cudaWheels"][name]["pin"]]
             assert (record["version"], record["wheel"]) == (pin["version"], pin["wheel"]), name
-            assert record["proxy"].startswith(audit.best_wheel(package, "cp312")["url"].rsplit("/", 1)[1])
+            if "proxy" in POLICY["cudaWheels"][name]:
+                assert record["proxy"].startswith(audit.best_wheel(package, "cp312")["url"].rsplit("/", 1)[1])
+            else:  # the pinned build itself was read (it is on PyPI): nothing stands in for it
+                assert "proxy" not in record and "translated" not in record, name
         else:
             assert record["version"] == package["version"], name
             assert record["wheel"] == audit.best_wheel(package, "cp312")["url"].rsplit("/", 1)[1], name
@@ -89,7 +93,7 @@ def test_cuda_redistributables_are_read_from_the_pinned_cuda_13_wheels():
     assert CUDA["libcudart.so.13"] == "cuda_cudart" and CUDA["libnvshmem_host.so.3"] == "libnvshmem"
     # A proxy's CUDA 12 sonames were translated: each CUDA library it needs is CUDA 13's soname.
     stems = {c.split(".so")[0] for c in CUDA}
-    for name in POLICY["cudaWheels"]:
+    for name in [n for n, swap in POLICY["cudaWheels"].items() if "proxy" in swap]:
         record = DATA["packages"][name]
         cuda_needs = [s for s in record["needs"] if s.split(".so")[0] in stems]
         assert cuda_needs and all(s in CUDA for s in cuda_needs), (name, cuda_needs)
@@ -116,7 +120,7 @@ def test_every_rule_of_the_policy_is_used():
         for kind, attr in [resolve(name, soname)]
     }
     for pattern, kind in RULES.items():
-        key = ("nixpkgs", kind.removeprefix("nixpkgs:")) if kind.startswith("nixpkgs:") else (kind, None)
+        key = tuple(kind.split(":", 1)) if ":" in kind else (kind, None)
         assert key in used or any(
             re.fullmatch(pattern, s) for r in DATA["packages"].values() for s in external_needs(r)
         ), f"provider rule {pattern} matches nothing"
@@ -153,6 +157,7 @@ def overlay(tmp_path_factory) -> dict:
           src = p.src.name or "";
         }}; }}) [ {names} ]);
         torchLib = "${{set.torch}}/${{set.python.sitePackages}}/torch/lib";
+        site = set.python.sitePackages;
       }}
     """
     return ws.eval_expr(expr)
@@ -180,6 +185,10 @@ def test_the_overlay_gives_autopatchelf_what_the_data_says(overlay, name):
             assert soname in nix["ignore"], (soname, nix["ignore"])
         elif kind == "torch" and name != "torch":
             assert f"addAutoPatchelfSearchPath {overlay['torchLib']}" in nix["preFixup"], nix["preFixup"]
+        elif kind == "package":  # another wheel of the closure ships it (torch: cuDNN's)
+            assert soname in DATA["packages"][attr]["provides"], (soname, attr)
+            providing = f"{overlay['packages'][attr]['out']}/{overlay['site']}"
+            assert f"addAutoPatchelfSearchPath {providing}" in nix["preFixup"], nix["preFixup"]
     driver = any(kind == "driver" for kind, _ in needs.values())
     assert ("auto-add-driver-runpath-hook" in nix["nativeBuildInputs"]) == driver
     assert "auto-patchelf-hook" in nix["nativeBuildInputs"], "uv2nix patches every wheel"
@@ -247,3 +256,53 @@ def test_0_5_23_overlay_adds_the_providing_wheels_to_autopatchelfs_search_path(t
     assert f"addAutoPatchelfSearchPath {got['tvm']}/{got['site']}" in got["tilelang"]
     assert f"addAutoPatchelfSearchPath {got['z3']}/{got['site']}" in got["tilelang"]
     assert {"libgomp.so.1.0.0", "libtbb.so.12"} <= set(got["numba"])
+
+
+# -- cuDNN: the closure's is one its torch and its SGLang start with ---------------------------------
+
+
+def sglang_cudnn_floor(tree: Path) -> tuple[int, int]:
+    """The oldest cuDNN SGLang 0.5.9 starts a multimodal model with on torch 2.9.1: the bound of its own
+    check_torch_2_9_1_cudnn_compatibility (srt/server_args.py), read from the source, not restated."""
+    source = (tree / "sglang" / "srt" / "server_args.py").read_text()
+    body = source[source.index("def check_torch_2_9_1_cudnn_compatibility") :]
+    major, minor = re.search(r"version_float < (\d+)\.(\d+)", body).groups()
+    return int(major), int(minor)
+
+
+@pytest.mark.parametrize(
+    "stack, attr, package",
+    [("0.5.9", "default", "nvidia-cudnn-cu12"), ("0.5.23", "sglang-eagle3-0_5_23", "nvidia-cudnn-cu13")],
+)
+def test_the_closures_cudnn_is_one_its_torch_and_sglang_start_with(stack, attr, package, pristine_tree,
+                                                                   tmp_path_factory):  # fmt: skip
+    """nixpkgs' cudaPackages_13_0.cudnn is 9.13.0: SGLang 0.5.9 refuses it for Kimi-K2.5 on torch 2.9.1 (< 9.15),
+    and torch 2.14.1 requires 9.24. Each closure's cuDNN is the wheel the stack's data names, linked into torch."""
+    if reason:
+        pytest.skip(reason)
+    data, policy = (DATA, POLICY) if stack == "0.5.9" else (NEWEST, NEWEST_POLICY)
+    ws = Workspace(tmp_path_factory.mktemp("flake"))
+    got = ws.eval_expr(f"""
+      let s = flake.packages.x86_64-linux.{attr}.passthru.pythonSet; in {{
+        version = s.{package}.version;
+        src = s.{package}.src.name;
+        out = s.{package}.outPath;
+        site = s.python.sitePackages;
+        torchFixup = s.torch.preFixup;
+        torchInputs = map (d: d.name) s.torch.buildInputs;
+        torchDeps = builtins.attrNames s.torch.passthru.dependencies;
+      }}
+    """)
+    assert got["version"] == data["packages"][package]["version"]
+    assert got["src"] == data["packages"][package]["wheel"] and "cu13" in got["src"], got["src"]
+    # torch links the wheel's libraries (autoPatchelf searches it), not nixpkgs' cuDNN, and depends on it.
+    assert f"addAutoPatchelfSearchPath {got['out']}/{got['site']}" in got["torchFixup"]
+    assert not [b for b in got["torchInputs"] if "cudnn" in b and "frontend" not in b], got["torchInputs"]
+    assert package in got["torchDeps"]
+    assert "cudnn" not in data["cudaPackages_13_0"] and "cudnn" not in policy["cudaRedist"]
+    version = tuple(int(p) for p in got["version"].split(".")[:2])
+    assert version >= sglang_cudnn_floor(pristine_tree), got["version"]
+    if stack == "0.5.23":  # torch 2.14.1's own requirement: the lock's nvidia-cudnn-cu13
+        lock = tomllib.loads((NEWEST_DIR / "uv.lock").read_text())
+        (locked,) = [p["version"] for p in lock["package"] if p["name"] == "nvidia-cudnn-cu13"]
+        assert got["version"] == locked

@@ -626,7 +626,12 @@ def server_closure(stack: str | None = None) -> dict[str, dict]:
     for name, package in sorted(closure.items()):
         if audit.dropped(name, policy) or {"editable", "virtual", "directory"} & set(package.get("source", {})):
             continue  # not installed by Nix, or this project itself (its own code, not a wheel)
-        wheels[name] = {"package": package, "proxy": policy["cudaWheels"].get(name, {}).get("proxy")}
+        swap = policy["cudaWheels"].get(name, {})
+        proxy = swap.get("proxy")
+        if swap and not proxy:  # a pin PyPI has (cuDNN's CUDA 13 build): the lock's build holds the same kind of files
+            proxy = (f"the lock's build is scanned; the closure has nix/pins.json's {swap['pin']} instead, the same"
+                     " library's CUDA 13 build: shared libraries and headers, no Python")  # fmt: skip
+        wheels[name] = {"package": package, "proxy": proxy}
     return wheels
 
 

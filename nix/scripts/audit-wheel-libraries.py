@@ -6,9 +6,11 @@ soname that nothing in the build provides. This generator reads the wheels thems
 
 1. The server closure is resolved from the stack's uv.lock the way uv2nix resolves it for
    CPython 3.12 on x86_64-linux (PEP 508 markers, extras), minus what
-   nix/wheel-closure.json drops; the three CUDA wheels swapped for cu130 builds are read
-   from their closest PyPI build (named as a proxy in the data).
-2. Each wheel is downloaded from the URL in uv.lock (sha256 checked against uv.lock),
+   nix/wheel-closure.json drops; the CUDA wheels swapped for cu130 builds that PyPI lacks
+   (torch, torchvision, sgl-kernel) are read from their closest PyPI build (named as a
+   proxy in the data), a swapped wheel that is on PyPI (cuDNN's CUDA 13 build) from its pin.
+2. Each wheel is downloaded from the URL in uv.lock (sha256 checked against uv.lock; a pin's
+   against nix/pins.json),
    and every ELF shared object or executable in it is read with pyelftools: its SONAME
    and its NEEDED entries.
 3. The CUDA 13 redistributables (cudaPackages_13_0) are read from NVIDIA's PyPI wheels of
@@ -261,15 +263,22 @@ def main() -> None:
             continue
         if {"editable", "virtual", "directory"} & set(package.get("source", {})):
             continue  # this project itself (and a stack's project): no ELF files
-        wheel = best_wheel(package, python_tag)
-        path = download(wheel["url"], wheel["hash"].removeprefix("sha256:"), args.cache)
+        swap = policy["cudaWheels"].get(name)
+        if swap and "proxy" not in swap:
+            # The pinned CUDA 13 build is on PyPI: read it, not the lock's wheel it replaces.
+            pin = pins[swap["pin"]]
+            path = download(pin["url"], pin["sha256"], args.cache)
+        else:
+            wheel = best_wheel(package, python_tag)
+            path = download(wheel["url"], wheel["hash"].removeprefix("sha256:"), args.cache)
         provides, needs, count = elf_libraries(path)
         if not count:
             continue
         record = {"version": package["version"], "wheel": path.name, "elfFiles": count,
                   "provides": provides, "needs": needs}  # fmt: skip
-        swap = policy["cudaWheels"].get(name)
-        if swap:
+        if swap and "proxy" not in swap:
+            record["version"] = pins[swap["pin"]]["version"]
+        elif swap:
             pin = pins[swap["pin"]]
             record.update(version=pin["version"], wheel=pin["wheel"], proxy=f"{path.name}: {swap['proxy']}")
             translated = {}
