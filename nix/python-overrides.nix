@@ -19,7 +19,8 @@
 # ignores are listed with their reason. A soname nothing resolves stops evaluation and names
 # the wheel. tests/test_wheel_libraries.py checks every soname against this overlay.
 #
-# Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix); nvidia-ml-py
+# Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix), its NUMA
+# binding finding nixpkgs' libnuma (scripts/libnuma-path.py); nvidia-ml-py
 # finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); Triton's compiled launcher
 # gets an rpath to it (scripts/triton-driver-rpath.py); sglang-eagle3 is built with patches/ and
 # nix/pins.json beside python/.
@@ -149,9 +150,14 @@ let
 in
 fixed
 // {
-  sglang = fixed.sglang.overrideAttrs {
+  sglang = fixed.sglang.overrideAttrs (old: {
     src = pkgs.callPackage ./sglang-wheel.nix { inherit python stack; };
-  };
+    # SGLang's NUMA binding opens libnuma by soname, off the loader's path on NixOS: it falls back to
+    # nixpkgs' (scripts/libnuma-path.py).
+    postInstall = (old.postInstall or "") + ''
+      ${python.interpreter} ${./scripts/libnuma-path.py} $out/${sitePackages}/sglang ${pkgs.numactl}/lib
+    '';
+  });
 
   # Triton's launcher and cuda_utils get an rpath to NixOS's driver directory, as nixpkgs' triton
   # (patch 0001-_build-allow-extra-cc-flags): they find libcuda.so.1 without anything loading it first.

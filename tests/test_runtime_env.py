@@ -38,6 +38,7 @@ _spec.loader.exec_module(audit)
 STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
 NVML_PATCH = REPO / "nix" / "scripts" / "nvml-driver-path.py"
+LIBNUMA_PATCH = REPO / "nix" / "scripts" / "libnuma-path.py"
 SYSTEM = "x86_64-linux"
 
 
@@ -177,6 +178,71 @@ def test_nvml_patch_refuses_a_pynvml_without_the_expected_load(tmp_path):
         [sys.executable, str(NVML_PATCH), str(module), "/run/opengl-driver/lib"], capture_output=True, text=True
     )
     assert run.returncode != 0 and 'expected one CDLL("libnvidia-ml.so.1") line, found 0' in run.stderr
+
+
+# -- libnuma-path.py ----------------------------------------------------------------------------------
+
+HOST_LIBNUMA = Path("/usr/lib/x86_64-linux-gnu/libnuma.so.1")
+# ctypes as a NixOS host's loader answers it: no libnuma by soname on the default paths (a file by its path loads).
+NIXOS_CTYPES = """
+import ctypes as _real
+
+
+class ctypes:
+    c_int = _real.c_int
+
+    @staticmethod
+    def CDLL(name):
+        if "/" not in name:
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return _real.CDLL(name)
+"""
+
+
+def get_libnuma(utils: Path, libnuma_dir: Path | None = None):
+    """The tree's own get_libnuma, run with a NixOS host's loader: the library it opens, or None."""
+    import ast
+    import logging
+
+    (holder,) = [p for p in utils.glob("*.py") if "def get_libnuma" in p.read_text()]
+    tree = ast.parse(holder.read_text())
+    (function,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_libnuma"]
+    namespace = {"logger": logging.getLogger("test")}
+    exec(NIXOS_CTYPES, namespace)
+    exec(compile(ast.Module([function], []), str(holder), "exec"), namespace)
+    return namespace["get_libnuma"]()
+
+
+def test_patched_get_libnuma_finds_nixpkgs_libnuma_where_the_loader_has_none(tree, tmp_path):
+    """Each tree's get_libnuma (0.5.9 srt/utils/common.py, 0.5.23 srt/utils/numa_utils.py), run as on NixOS:
+    None before (the NUMA binding is dropped), the library in the given directory after."""
+    if not HOST_LIBNUMA.is_file():
+        pytest.skip(f"needs a real libnuma to load ({HOST_LIBNUMA}; Debian's libnuma1)")
+    package = tmp_path / "sglang"
+    shutil.copytree(tree.srt / "utils", package / "srt" / "utils")
+    assert get_libnuma(package / "srt" / "utils") is None
+    numactl_lib = tmp_path / "numactl" / "lib"  # nixpkgs' numactl has libnuma.so.1 in its lib/
+    numactl_lib.mkdir(parents=True)
+    (numactl_lib / "libnuma.so.1").symlink_to(HOST_LIBNUMA)
+    done = subprocess.run([sys.executable, str(LIBNUMA_PATCH), str(package), str(numactl_lib)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    holder = "common.py" if tree.version == "0.5.9" else "numa_utils.py"
+    assert done.stdout.strip() == f"libnuma-path: srt/utils/{holder} falls back to {numactl_lib}/libnuma.so.1"
+    libnuma = get_libnuma(package / "srt" / "utils")
+    assert libnuma is not None and libnuma._name == f"{numactl_lib}/libnuma.so.1"
+    assert isinstance(libnuma.numa_available(), int)  # the real library answers
+
+
+def test_libnuma_patch_refuses_a_tree_without_the_loop(tmp_path):
+    utils = tmp_path / "sglang" / "srt" / "utils"
+    utils.mkdir(parents=True)
+    (utils / "numa_utils.py").write_text("def get_libnuma():\n    return None\n")
+    run = subprocess.run([sys.executable, str(LIBNUMA_PATCH), str(tmp_path / "sglang"), "/nix/store/x-numactl/lib"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 1 and "expected one `for libnuma_so in" in run.stderr, run.stderr
+    usage = subprocess.run([sys.executable, str(LIBNUMA_PATCH)], capture_output=True, text=True)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: libnuma-path.py")
 
 
 # -- every entry of the definition reaches every consumer (the evaluated flake) ---------------------
@@ -398,6 +464,17 @@ def test_cuda_tree_has_lib64_and_crt_and_no_static_outputs(ws):
     for stubs in (out / "lib", out / "lib" / "stubs"):
         assert os.readlink(stubs / "libcuda.so.1") == "/run/opengl-driver/lib/libcuda.so.1"
         assert (stubs / "libcuda.so").resolve().name == "libcuda.so", "-lcuda still links the stub"
+
+
+@pytest.mark.parametrize("version", sorted(STACKS))
+def test_sglangs_libnuma_lookup_is_patched_in_the_build(ws, version):
+    set_ = f"packages.{SYSTEM}.{STACKS[version]}.passthru.pythonSet"
+    post = ws.eval(f"{set_}.sglang.postInstall")
+    numactl = ws.eval_expr('"${flake.inputs.nixpkgs.legacyPackages.x86_64-linux.numactl}"')
+    assert re.search(
+        rf"/nix/store/\w{{32}}-libnuma-path\.py \$out/lib/python3\.12/site-packages/sglang {re.escape(numactl)}/lib",
+        post,
+    ), post
 
 
 def test_nvml_is_patched_in_the_build(ws):
