@@ -167,6 +167,14 @@ fixed
     '';
   });
 
+  # A cubin missing from the closure is an error naming it, not a download into the read-only store
+  # (FLASHINFER_NO_DOWNLOAD, nix/runtime-env.json; 0.6.3 gets 0.7.2's check: scripts/flashinfer-no-download.py).
+  flashinfer-python = (fixed.flashinfer-python or prev.flashinfer-python).overrideAttrs (old: {
+    postInstall = (old.postInstall or "") + ''
+      ${python.interpreter} ${./scripts/flashinfer-no-download.py} $out/${sitePackages}/flashinfer/jit/cubin_loader.py
+    '';
+  });
+
   nvidia-ml-py = prev.nvidia-ml-py.overrideAttrs (old: {
     postInstall = (old.postInstall or "") + ''
       ${python.interpreter} ${./scripts/nvml-driver-path.py} $out/${sitePackages}/pynvml.py ${pkgs.addDriverRunpath.driverLink}/lib

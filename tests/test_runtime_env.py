@@ -24,11 +24,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import CACHE, REPO
 from support.flake_eval import Workspace, unavailable
+from support.pinned_wheels import fetch_wheel
 
 SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
 _spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-runtime-lookups.py")
@@ -39,6 +41,7 @@ STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
 NVML_PATCH = REPO / "nix" / "scripts" / "nvml-driver-path.py"
 LIBNUMA_PATCH = REPO / "nix" / "scripts" / "libnuma-path.py"
+NO_DOWNLOAD_PATCH = REPO / "nix" / "scripts" / "flashinfer-no-download.py"
 SYSTEM = "x86_64-linux"
 
 
@@ -243,6 +246,73 @@ def test_libnuma_patch_refuses_a_tree_without_the_loop(tmp_path):
     assert run.returncode == 1 and "expected one `for libnuma_so in" in run.stderr, run.stderr
     usage = subprocess.run([sys.executable, str(LIBNUMA_PATCH)], capture_output=True, text=True)
     assert usage.returncode == 2 and usage.stderr.startswith("usage: libnuma-path.py")
+
+
+# -- flashinfer-no-download.py -------------------------------------------------------------------------
+
+FLASHINFER_WHEELS = {"0.6.3": ("flashinfer-python", None), "0.7.2": ("flashinfer-python-0.7.2", "flashinfer-python")}
+# cubin_loader.py's two imports from the rest of FlashInfer, whose jit/core.py needs torch and tvm-ffi at import:
+# its logger, and the cubin directory env.py resolves (FLASHINFER_CUBIN_DIR first where flashinfer-cubin is
+# absent, as here). The loader itself is the wheel's file.
+CORE_STAND_IN = "import logging\nlogger = logging.getLogger('flashinfer')\n"
+ENV_STAND_IN = "import os, pathlib\nFLASHINFER_CUBIN_DIR = pathlib.Path(os.environ['FLASHINFER_CUBIN_DIR'])\n"
+
+
+def cubin_loader_site(version: str, root: Path) -> Path:
+    """The wheel's jit/cubin_loader.py, patched as the Nix build patches it, in an importable flashinfer.jit."""
+    pin, package = FLASHINFER_WHEELS[version]
+    jit = root / "site" / "flashinfer" / "jit"
+    jit.mkdir(parents=True)
+    with zipfile.ZipFile(fetch_wheel(pin, CACHE, package)) as wheel:
+        (jit / "cubin_loader.py").write_bytes(wheel.read("flashinfer/jit/cubin_loader.py"))
+    (jit.parent / "__init__.py").write_text("")
+    (jit / "__init__.py").write_text("")
+    (jit / "core.py").write_text(CORE_STAND_IN)
+    (jit / "env.py").write_text(ENV_STAND_IN)
+    done = subprocess.run([sys.executable, str(NO_DOWNLOAD_PATCH), str(jit / "cubin_loader.py")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    upstream = "already refuses" if version == "0.7.2" else "backported from FlashInfer 0.7.2"
+    assert upstream in done.stdout, done.stdout
+    return jit.parents[1]
+
+
+@pytest.mark.parametrize("version", sorted(FLASHINFER_WHEELS))
+def test_a_missing_cubin_with_the_network_off_is_an_error_naming_it(version, tmp_path):
+    """Each stack's FlashInfer, asked for a cubin its cubin directory lacks, with nothing at the repository's
+    address and FLASHINFER_NO_DOWNLOAD=1 (the stacks' environment): a RuntimeError naming the file and where it
+    looked, before any download is tried."""
+    site = cubin_loader_site(version, tmp_path)
+    cubins = tmp_path / "cubins"
+    cubins.mkdir()
+    name = "trtllm-gen/fmha/missing_kernel.cubin"
+    code = f"from flashinfer.jit.cubin_loader import get_cubin; get_cubin({name!r}, '0' * 64)"
+    env = {**os.environ, "PYTHONPATH": str(site), "FLASHINFER_CUBIN_DIR": str(cubins),
+           "FLASHINFER_CUBINS_REPOSITORY": "http://127.0.0.1:9/", "FLASHINFER_NO_DOWNLOAD": "1"}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode != 0
+    assert f"RuntimeError: Artifact not found locally: {name} (looked at {cubins / name})" in run.stderr, run.stderr
+    assert "FLASHINFER_NO_DOWNLOAD is set" in run.stderr and "Fetching" not in run.stderr
+    assert not (cubins / name).exists() and not list(cubins.rglob("*.lock")), "nothing was downloaded or locked"
+
+
+def test_the_no_download_patch_refuses_a_loader_it_does_not_know(tmp_path):
+    loader = tmp_path / "cubin_loader.py"
+    loader.write_text("import os\n\ndef get_cubin(file_name, sha256):\n    return b''\n")
+    run = subprocess.run([sys.executable, str(NO_DOWNLOAD_PATCH), str(loader)], capture_output=True, text=True)
+    assert run.returncode == 1 and "expected one download step" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("version", sorted(STACKS))
+def test_flashinfer_is_patched_in_the_build_and_the_stack_turns_downloads_off(ws, version):
+    post = ws.eval(f"packages.{SYSTEM}.{STACKS[version]}.passthru.pythonSet.flashinfer-python.postInstall")
+    assert re.search(
+        r"/nix/store/\w{32}-flashinfer-no-download\.py "
+        r"\$out/lib/python3\.12/site-packages/flashinfer/jit/cubin_loader\.py",
+        post,
+    ), post
+    _, defaults, _ = wrapper_args(ws, STACKS[version])
+    assert defaults["FLASHINFER_NO_DOWNLOAD"] == "1"
 
 
 # -- every entry of the definition reaches every consumer (the evaluated flake) ---------------------
