@@ -1,4 +1,4 @@
-"""Tools around an SGLang 0.5.9 EAGLE-3 server: patch set, probe, launcher, benchmark."""
+"""Tools around an SGLang EAGLE-3 server (0.5.9, and the 0.5.23 stack): patch set, probe, launcher, benchmark."""
 
 __version__ = "0.1.0"
 

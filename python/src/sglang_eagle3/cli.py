@@ -44,7 +44,7 @@ def _series(directory: Path | None = None, version: str | None = None) -> patchs
 )
 @click.version_option(__version__, prog_name="sglang-eagle3")
 def main() -> None:
-    """Serve Kimi-K2.5 with EAGLE-3 on SGLang 0.5.9: patch set, probe, launcher, benchmark."""
+    """Serve Kimi-K2.5 with EAGLE-3 on SGLang 0.5.9 or 0.5.23: patch set, probe, launcher, benchmark."""
 
 
 main.add_command(bench_group)  # defined with the benchmark, in bench/cli.py
