@@ -7,8 +7,9 @@
 What comes from where (one definition each; tests/test_kubernetes.py proves the manifests agree with the
 evaluated NixOS unit on argv, environment and probes):
 - the settings file: every field of python/src/sglang_eagle3/serving/settings.py at its default (as the
-  module's `settings` options are), the few set here (host, model directories, tp_size, nnodes), and the
-  fields the module owns (modules/settings-file.nix);
+  module's `settings` options are; for several nodes, its multi-node default where it has one, as the module
+  sets it: settings.multi_node_defaults()), the few set here (host, model directories, tp_size, nnodes), and
+  the fields the module owns (modules/settings-file.nix);
 - environment, state and cache directories, the supervisor's grace: modules/server-process.json;
 - the weights: the model locks (`sglang-eagle3 models lock`), fetched by one init container per model
   into /var/lib/sglang-eagle3/models/<repository name>, as services.sglang-eagle3.models does;
@@ -139,6 +140,9 @@ def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
     if layout.nnodes > 1:
         values["extra_args"] = ["--dist-timeout", str(DIST_TIMEOUT)]
         values["environment"] = dict(MULTI_NODE_ENV)
+        # Settings SGLang keeps to one node (FlashInfer's all-reduce fusion), as services.sglang-eagle3 sets them
+        # for nnodes > 1: preflight refuses the fusion across nodes.
+        values.update(settings.multi_node_defaults())
     # What the launcher will load is valid (several nodes: once LeaderWorkerSet's leader fills dist_init_addr).
     settings.ServerSettings(**{**values, "dist_init_addr": values["dist_init_addr"] or f"leader:{RENDEZVOUS_PORT}"})
     return dict(sorted(values.items()))

@@ -31,6 +31,12 @@ let
   };
   allFields = import ../nix/settings-options.nix { };
   fields = removeAttrs allFields (lib.attrNames ownedFields);
+  # Settings SGLang keeps to one node (the schema's multi_node_default: FlashInfer's all-reduce
+  # fusion, whose workspace is shared over CUDA IPC): their defaults when the model spans hosts.
+  # A value given in `settings` still wins; preflight refuses the fusion with nnodes > 1.
+  multiNodeDefaults = lib.mapAttrs (_: d: d.multiNodeDefault) (
+    lib.filterAttrs (_: d: d ? multiNodeDefault) fields
+  );
 
   typeOf =
     d:
@@ -327,6 +333,12 @@ in
           assertion = !(cfg.settings ? ${field});
           message = "services.sglang-eagle3.settings.${field}: set services.sglang-eagle3.${option} instead (that option owns this field; settings must not give it a second value).";
         }) ownedFields;
+      }
+
+      {
+        services.sglang-eagle3.settings = lib.mkIf (cfg.nnodes > 1) (
+          lib.mapAttrs (_: lib.mkDefault) multiNodeDefaults
+        );
       }
 
       {

@@ -266,6 +266,10 @@ in
         ok = settings.nnodes == 2 && settings.node_rank == 0 && settings.dist_init_addr == "10.0.0.1:50000";
         what = "the multi-host settings reach the launcher";
       }
+      {
+        ok = !settings.enable_flashinfer_allreduce_fusion && settings8.enable_flashinfer_allreduce_fusion;
+        what = "FlashInfer's all-reduce fusion, one node only, is off by default across hosts (on for one)";
+      }
     ];
     verifyHost "module-two-node" twoNode [ "sglang-eagle3.service" ];
 

@@ -4,6 +4,8 @@
 #
 #   { tp_size = { kind = "int"; nullable = false; min = 1; max = null; values = null;
 #                 default = 8; description = "..."; flag = "--tp-size"; }; ... }
+#
+# and multiNodeDefault where the schema gives multi_node_default (enable_flashinfer_allreduce_fusion).
 {
   schema ? builtins.fromJSON (builtins.readFile ../modules/settings-schema.json),
 }:
@@ -40,6 +42,8 @@ let
       default = prop.default or null;
       description = prop.description or name;
       flag = prop.sglang_flag or null;
-    };
+    }
+    # A setting SGLang keeps to one node: its default when the model spans hosts (nnodes > 1).
+    // (if prop ? multi_node_default then { multiNodeDefault = prop.multi_node_default; } else { });
 in
 builtins.mapAttrs describe schema.properties

@@ -326,6 +326,30 @@ def test_each_stacks_sglang_parses_the_leaders_and_a_workers_argv(tree, rank, tm
     assert parsed["host"] == "'0.0.0.0'" and parsed["model_path"] == repr(s.model_path)
 
 
+def test_the_multi_node_manifests_turn_the_fusion_off_and_preflight_passes_them(tree, tmp_path):
+    """FlashInfer's all-reduce fusion works within one node only (preflight's fusion-multi-node rule, quoting each
+    stack's source): the LeaderWorkerSet's leader and worker load it off, the multi-node default the NixOS module
+    applies too (test_the_pods_settings_are_the_units), while the one-node replicas keep the tuned default (on).
+    Each stack's preflight passes the pods' settings; the same settings with the fusion on fail that rule."""
+    from sglang_eagle3.judging import settings_rules
+    from sglang_eagle3.judging.findings import Report, Status
+
+    fusion = "enable_flashinfer_allreduce_fusion"
+    assert settings.multi_node_defaults() == {fusion: False} and settings.default(fusion) is True
+    files = {f: json.loads(one(f, "ConfigMap")["data"]["settings.json"]) for f in ("one-node", "multi-node")}
+    assert files["multi-node"][fusion] is False and files["one-node"][fusion] is True
+    for rank in (0, 1):
+        pod = container_settings("multi-node", rank, tmp_path)
+        assert pod.nnodes == 2 and getattr(pod, fusion) is False
+        for value, status in ((False, Status.OK), (True, Status.FAIL)):
+            report = Report()
+            settings_rules.check_settings_version(report, pod.model_copy(update={fusion: value}), tree)
+            (found,) = report.findings
+            assert found.status is status, found.message
+        assert found.message.startswith(f"{fusion}: FlashInfer's all-reduce fusion ")
+        assert found.message.endswith(f"set {fusion}=false for a multi-node group"), found.message
+
+
 # -- security ------------------------------------------------------------------------------------------------
 
 

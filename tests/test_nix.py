@@ -109,6 +109,8 @@ def test_settings_options_are_derived_from_the_launchers_schema():
     assert (options["port"]["min"], options["port"]["max"]) == (1, 65535)
     assert options["speculative_algorithm"]["kind"] == "enum" and options["speculative_algorithm"]["nullable"]
     assert options["extra_args"]["kind"] == "listOfStr" and options["environment"]["kind"] == "attrsOfStr"
+    multi = {name: o["multiNodeDefault"] for name, o in options.items() if "multiNodeDefault" in o}
+    assert multi == settings.multi_node_defaults() == {"enable_flashinfer_allreduce_fusion": False}
 
 
 def test_committed_schema_is_the_generated_one():
@@ -306,6 +308,22 @@ def test_module_two_node_rank_0(tmp_path):
     settings_file.write_text(json.dumps(out["settings"]))
     loaded = settings.load(settings_file, environ={})
     assert (loaded.nnodes, loaded.node_rank, loaded.dist_init_addr, loaded.tp_size) == (2, 0, "10.0.0.1:50000", 16)
+    assert loaded.enable_flashinfer_allreduce_fusion is False  # one node only: the module's multi-node default
+
+
+@needs_lib
+def test_module_turns_the_fusion_off_across_hosts_unless_settings_say_otherwise():
+    """FlashInfer's all-reduce fusion works within one node only: with nnodes > 1 the module defaults it to false
+    (the schema's multi_node_default, settings.multi_node_defaults()); one host keeps the tuned default, and a value
+    given in `settings` still wins (preflight then refuses it across hosts)."""
+    fusion = "enable_flashinfer_allreduce_fusion"
+    two = REPO / "modules" / "examples" / "two-node.nix"
+    assert settings.multi_node_defaults() == {fusion: False}
+    assert evaluate_module(str(two))["settings"][fusion] is False
+    assert evaluate_module("{ services.sglang-eagle3.enable = true; }")["settings"][fusion] is True
+    given = f"{{ imports = [ {two} ]; services.sglang-eagle3.settings.{fusion} = true; }}"
+    out = evaluate_module(given)
+    assert out["failedAssertions"] == [] and out["settings"][fusion] is True
 
 
 @needs_lib

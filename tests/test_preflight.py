@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
 import pytest
 from sglang_eagle3.host import gpus
-from sglang_eagle3.judging import preflight
+from sglang_eagle3.judging import preflight, settings_rules
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import settings
 from sglang_eagle3.source import sglang_source
@@ -166,3 +167,141 @@ def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_
     found = checks(report)["gpus"]
     assert found.status == "fail" and "/dev has 8 GPU device node(s)" in found.message
     assert "put the driver's nvidia-smi on PATH" in found.message and not report.passed
+
+
+# -- settings judged against the topology: a model over several nodes ----------------------------------------------
+
+MULTI_NODE = {"nnodes": 2, "tp_size": 16, "dist_init_addr": "10.0.0.1:50000"}
+FUSION_FIX = "set enable_flashinfer_allreduce_fusion=false for a multi-node group"
+
+
+def source_lines(tree: sglang_source.SGLangTree, message: str) -> dict[str, str]:
+    """Each `srt/...py:N` a message quotes -> that line of the tree and the two after it (a call spans lines)."""
+    found = {}
+    for rel, number in re.findall(r"(srt/[\w/]+\.py):(\d+)", message):
+        lines = (tree.package / rel).read_text().splitlines()
+        found[f"{rel}:{number}"] = " ".join(s.strip() for s in lines[int(number) - 1 : int(number) + 2])
+    return found
+
+
+def assert_quotes_the_trees_own_lines(tree: sglang_source.SGLangTree, message: str) -> None:
+    """The fusion rule's FAIL quotes the lines of this tree that say the fusion keeps to one node: 0.5.9's comment
+    (flashinfer-ai/flashinfer#2006) and its auto-enable's nnodes == 1; 0.5.23's resolver raise across nodes."""
+    lines = source_lines(tree, message)
+    said = [w for w, text in lines.items() if "only supported in the single node scenario" in text]
+    auto = [w for w, text in lines.items() if "enable_flashinfer_allreduce_fusion = True" in text]
+    raised = [w for w, text in lines.items() if "raise ValueError(" in text and "multi-node" in text]
+    if tree.version == "0.5.9":
+        assert said and said[0].startswith("srt/server_args.py:") and "flashinfer/issues/2006" in lines[said[0]]
+        assert auto and auto[0].startswith("srt/server_args.py:"), lines
+    else:
+        assert raised == [w for w in lines if w.startswith("srt/layers/flashinfer_comm_fusion.py:")], lines
+        assert "does not support multi-node on non-Blackwell systems" in message
+        assert any(w.startswith("srt/arg_groups/overrides.py:") and "return" in t for w, t in lines.items()), lines
+
+
+@pytest.mark.parametrize("fusion", [True, False], ids=["fusion-on", "fusion-off"])
+def test_a_multi_node_settings_file_with_the_fusion_on_fails_preflight_at_the_running_trees_line(
+    tree, run_cli, tmp_path, fusion
+):
+    """FlashInfer's all-reduce fusion works within one node only (its workspace is shared over CUDA IPC across the
+    whole TP group, flashinfer-ai/flashinfer#2006): a settings file for two nodes with it on fails `serve --dry-run`
+    (exit 1, before any load) on each stack, naming the setting, the fix, and the line of the tree that will run;
+    with it off, that rule passes it."""
+    config = tmp_path / "server.toml"
+    config.write_text('nnodes = 2\ntp_size = 16\ndist_init_addr = "10.0.0.1:50000"\n')
+    smi = fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")
+    value = "true" if fusion else "false"
+    result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), "--config", str(config),
+                     "--set", f"enable_flashinfer_allreduce_fusion={value}",
+                     env={"SGLANG_EAGLE3_NVIDIA_SMI": smi})  # fmt: skip
+    assert "Traceback" not in result.stdout + result.stderr
+    line = next((s for s in result.stdout.splitlines() if s[7:].startswith("settings: ")), result.stdout)
+    if not fusion:
+        assert line.startswith("[ OK ] settings: "), result.stdout
+        assert "single node" not in result.stdout and FUSION_FIX not in result.stdout
+        return
+    assert result.returncode == 1, result.stdout
+    assert line.startswith("[FAIL] settings: enable_flashinfer_allreduce_fusion: ") and line.endswith(FUSION_FIX)
+    assert f"SGLang {tree.version}" in line and "nnodes 2" in line
+    assert_quotes_the_trees_own_lines(tree, line)
+
+
+@pytest.mark.parametrize("stack", ["0.5.9", "0.5.23"])
+def test_the_nix_stacks_patched_trees_are_judged_at_their_own_lines(stack, request, tmp_path):
+    """The Nix stacks run their patched trees: preflight quotes those trees' lines (0.5.23's patch 0003 moves the
+    resolver's raise), and passes the fusion off."""
+    patched = sglang_source.locate(request.getfixturevalue("patched_tree" if stack == "0.5.9" else "patched_newest"))
+    pristine = sglang_source.locate(request.getfixturevalue("pristine_tree" if stack == "0.5.9" else "newest_tree"))
+    messages = {}
+    for tree in (patched, pristine):
+        report = run(tmp_path, tree.root, "8x-rtx-pro-6000.csv", **MULTI_NODE)
+        found = checks(report)["settings"]
+        assert found.status == "fail" and found.message.endswith(FUSION_FIX), found.message
+        assert_quotes_the_trees_own_lines(tree, found.message)
+        messages[tree.root] = found.message
+        off = run(tmp_path, tree.root, "8x-rtx-pro-6000.csv", **MULTI_NODE, enable_flashinfer_allreduce_fusion=False)
+        assert checks(off)["settings"].status == "ok", checks(off)["settings"].message
+    if stack == "0.5.23":  # the same rule, another line: the one the running tree has
+        assert messages[patched.root] != messages[pristine.root]
+
+
+def fusion_rule_on(tree, major: int | None, **values) -> str | None:
+    rule = next(r for r in settings_rules.RULES if r.name == "fusion-multi-node")
+    s = settings.ServerSettings(**values)
+    given = settings_rules.given_flags(s, sglang_source.server_flags(tree))
+    return rule.judge(s, given, tree, rule.site(tree), major=major)
+
+
+def test_across_nodes_0523_lets_sm10x_through_its_mnnvl_backend_and_059_no_gpu(tree):
+    """0.5.23 resolves "auto" across nodes to mnnvl on SM10x (srt/layers/flashinfer_comm_fusion.py, and it turns
+    the fusion on by itself there); 0.5.9's TRT-LLM workspace is one node's on any GPU. One node: nothing."""
+    for major in (9, 12):
+        assert fusion_rule_on(tree, major, **MULTI_NODE), major
+    sm100 = fusion_rule_on(tree, 10, **MULTI_NODE)
+    assert (sm100 is None) == (tree.version == "0.5.23"), sm100
+    assert fusion_rule_on(tree, None, **MULTI_NODE) == fusion_rule_on(tree, 12, **MULTI_NODE)  # the tuned host's
+    assert fusion_rule_on(tree, 12) is None and fusion_rule_on(tree, 12, nnodes=1) is None
+
+
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        (["--flashinfer-allreduce-fusion-backend", "trtllm"], "trtllm backend supports single-node only"),
+        (["--flashinfer-allreduce-fusion-backend", "auto"], "does not support multi-node on non-Blackwell"),
+        (["--enforce-disable-flashinfer-allreduce-fusion"], None),
+        (["--enable-deterministic-inference"], None),
+    ],
+)
+def test_0523s_backend_flag_and_its_switches_off_are_judged_as_its_resolution(newest_tree, extra, refused):
+    """0.5.23's own backend flag (extra_args) is judged by its resolver's raise for that backend (trtllm: on no GPU
+    across nodes, SM10x included); the switches its resolution turns the fusion off with pass."""
+    tree = sglang_source.locate(newest_tree)
+    values = {**MULTI_NODE, "enable_flashinfer_allreduce_fusion": extra[0] != "--flashinfer-allreduce-fusion-backend"}
+    for major in (10, 12):
+        problem = fusion_rule_on(tree, major, **values, extra_args=extra)
+        if refused is None or (major == 10 and extra[-1] == "auto"):
+            assert problem is None, problem
+            continue
+        assert problem.startswith("extra_args --flashinfer-allreduce-fusion-backend: ") and refused in problem
+        assert problem.endswith("drop --flashinfer-allreduce-fusion-backend from extra_args for a multi-node group")
+        if extra[-1] == "auto":
+            assert_quotes_the_trees_own_lines(tree, problem)
+
+
+def test_pcie_ipc_all_reduce_across_nodes_is_a_warning_quoting_0523s_module(newest_tree, tmp_path):
+    """0.5.23's PCIe-IPC all-reduce is "for switch-free intra-node machines": across nodes its workspace fails to
+    build and SGLang keeps the reductions on NCCL, so the setting is requested but not active (WARN, not FAIL)."""
+    tree = sglang_source.locate(newest_tree)
+    values = {"nnodes": 2, "tp_size": 8, "dist_init_addr": "10.0.0.1:50000", "pcie_ipc_allreduce": True,
+              "enable_flashinfer_allreduce_fusion": False}  # fmt: skip
+    report = run(tmp_path, newest_tree, "8x-rtx-pro-6000.csv", **values)
+    assert checks(report)["settings"].status == "ok"
+    (ipc,) = [f for f in report.findings if f.name == "optimisations" and "PCIE_IPC" in f.message]
+    assert ipc.status == "warn" and "the tp group spans 2 nodes" in ipc.message, ipc.message
+    assert "unset pcie_ipc_allreduce for a multi-node group" in ipc.message
+    lines = source_lines(tree, ipc.message)
+    assert any("switch-free intra-node machines" in t for t in lines.values()), lines
+    assert any("reductions stay on NCCL" in t for t in lines.values()), lines
+    one = run(tmp_path, newest_tree, "8x-rtx-pro-6000.csv", **{**values, "nnodes": 1, "dist_init_addr": None})
+    assert not any("spans" in f.message for f in one.findings)

@@ -1,5 +1,7 @@
 # Tensor parallelism over two 8-GPU hosts (tp 16). This is rank 0; rank 1 is the same
 # with nodeRank = 1. Rank 0 serves HTTP; both must reach distInitAddr and each other.
+# With nnodes > 1 the module defaults settings.enable_flashinfer_allreduce_fusion to false:
+# FlashInfer's all-reduce fusion works within one node only (preflight refuses it on).
 {
   services.sglang-eagle3 = {
     enable = true;

@@ -215,7 +215,7 @@ def run(
                 f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
                 f"{' and '.join(SGLANG_VERSIONS)}",
             )  # fmt: skip
-        settings_rules.check_settings_version(result, settings, tree)
+        settings_rules.check_settings_version(result, settings, tree, compute_capability)
         check_probe(result, settings, tree, arch, compute_capability, topology)
         if drafts:
             draft_settings.check_draft_path(result, settings, tree, arch)
@@ -263,6 +263,7 @@ def check_probe(
             topology=topology.kind if topology else None,
             topology_how=topology.how if topology else None,
             environment=settings.environment,
+            nnodes=settings.nnodes,
         )
     except SourceLayoutError as err:
         result.add(

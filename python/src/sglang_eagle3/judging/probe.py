@@ -203,6 +203,7 @@ def probe(
     topology: str | None = None,
     environment: dict | None = None,
     topology_how: str | None = None,
+    nnodes: int = settings.default("nnodes"),
 ) -> ProbeResult:
     """Raises ValueError on a bad algorithm or capability."""
     index = SourceIndex(tree)
@@ -229,7 +230,7 @@ def probe(
 
     allreduce = allreduce_gates.effects(
         index, compute_capability, tp_size, torch_symm_mem=torch_symm_mem, allreduce_fusion=allreduce_fusion,
-        pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how,
+        pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how, nnodes=nnodes,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
     return ProbeResult(

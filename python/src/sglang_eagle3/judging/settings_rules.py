@@ -12,8 +12,10 @@ to the reason it cannot be checked before start-up.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,7 +23,7 @@ from .. import SGLANG_VERSIONS
 from ..serving import settings as server_settings
 from ..serving.launch_plan import sglang_args
 from ..serving.settings import ServerSettings, field_flag
-from ..source import environ_values, sglang_source, validation_sites
+from ..source import allreduce_gates, environ_values, sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
 
@@ -131,9 +133,8 @@ class Rule:
     refuses: str  # what SGLang refuses, in a line (docs/draft-checks.md lists them)
     sites: tuple[str, ...]  # key globs; the rule applies to a tree that has a site matching one
     trigger: dict  # ServerSettings values SGLang refuses
-    judge: Callable[[ServerSettings, list[Given], SGLangTree, validation_sites.Site], str | None] = field(
-        compare=False, repr=False
-    )
+    judge: Callable[..., str | None] = field(compare=False, repr=False)  # (settings, given, tree, site) -> problem
+    by_gpu: bool = False  # the judge also takes the GPUs' compute capability major (a keyword, ``major``)
 
     def site(self, tree: SGLangTree) -> validation_sites.Site | None:
         return next((s for s in tree_sites(tree) for g in self.sites if validation_sites.key_matches(g, s.key)), None)
@@ -213,6 +214,152 @@ def _rejection_sampling(settings, given, tree, site) -> str | None:
     )
 
 
+FUSION = "enable_flashinfer_allreduce_fusion"
+FUSION_BACKEND = "flashinfer_allreduce_fusion_backend"  # releases after 0.5.9: the switch becomes backend "auto"
+RESOLVER = ("srt/layers/flashinfer_comm_fusion.py", "_resolve_backend")  # those releases' backend resolver
+
+
+def _fusion_asked(settings: ServerSettings, given: list[Given]) -> tuple[str, str] | None:
+    """(the setting that asks for FlashInfer's all-reduce fusion, the backend it asks for); None: not asked. An
+    explicit backend (0.5.23's flag, in extra_args) wins over the switch, which SGLang makes "auto" only without
+    one (srt/arg_groups/serving_hook.py handle_deprecated_args)."""
+    g = given_value(given, FUSION_BACKEND)
+    if g is not None and g.value is not None:
+        return g.setting, g.value
+    return (FUSION, "auto") if settings.enable_flashinfer_allreduce_fusion else None
+
+
+def _single_node_term(tree: SGLangTree, site: validation_sites.Site) -> tuple[ast.expr, ast.If] | None:
+    """The term of the tests around the auto-enable ``site`` that keeps it to one node (0.5.9's ``self.nnodes ==
+    1``, 0.5.23's ``(view.nnodes == 1 or get_platform().is_sm100)``), and its ``if``; None where the tree has none."""
+    located = validation_sites.locate(tree, site.where)
+    for test in located.tests if located else []:
+        for term in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]:
+            if re.search(r"\.nnodes == 1\b", ast.unparse(term)):
+                statement = next(n for n in ast.walk(located.module.tree) if isinstance(n, ast.If) and n.test is test)
+                return term, statement
+    return None
+
+
+def _comment_above(tree: SGLangTree, rel: str, statement: ast.stmt, words: str) -> tuple[str, str] | None:
+    """(file:line, text) of a comment holding ``words`` in the block of lines just above ``statement`` (up to the
+    blank line before it): 0.5.9's "TODO: currently, it is only supported in the single node scenario"."""
+    lines = (tree.package / rel).read_text(errors="replace").splitlines()
+    number = statement.lineno - 1
+    while number > 0 and lines[number - 1].strip():
+        text = lines[number - 1].strip()
+        if text.startswith("#") and words in text.lower():
+            return f"{rel}:{number}", text.lstrip("# ")
+        number -= 1
+    return None
+
+
+def _call_line(tree: SGLangTree, rel: str, name: str) -> str | None:
+    """file:line of the first call of a function whose name contains ``name`` in ``rel``; None if none."""
+    path = tree.package / rel
+    if not path.is_file():
+        return None
+    for node in ast.walk(sglang_source.parse_source(path)):
+        if isinstance(node, ast.Call) and name in ast.unparse(node.func).rsplit(".", 1)[-1]:
+            return f"{rel}:{node.lineno}"
+    return None
+
+
+def _resolver(tree: SGLangTree) -> ast.FunctionDef | None:
+    path = tree.package / RESOLVER[0]
+    if not path.is_file():
+        return None
+    module = sglang_source.parse_source(path)
+    return next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == RESOLVER[1]), None)
+
+
+def _multi_node_refusal(resolver: ast.FunctionDef, backend: str) -> tuple[int, str, set[int]] | None:
+    """Where the backend resolver refuses ``backend`` across nodes: (line of the raise, its message, the GPU majors
+    it resolves that backend for across nodes instead, from the ifs that return before the raise); None where it
+    does not (a backend it refuses for another reason is not this rule's: SGLang's own run and the probe judge it)."""
+
+    def names_backend(test: ast.expr) -> bool:
+        return any(isinstance(n, ast.Compare) and ast.unparse(n.left) == "backend" and isinstance(n.ops[0], ast.Eq)
+                   and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value == backend
+                   for n in ast.walk(test))  # fmt: skip
+
+    def across_nodes(test: ast.expr) -> bool:  # is_multi_node itself, not handed to a helper
+        calls = {id(a) for n in ast.walk(test) if isinstance(n, ast.Call) for a in ast.walk(n)}
+        return any(isinstance(n, ast.Name) and n.id == "is_multi_node" and id(n) not in calls for n in ast.walk(test))
+
+    def visit(body: list[ast.stmt], tests: list[ast.expr]):
+        for i, node in enumerate(body):
+            if isinstance(node, ast.Raise) and any(map(names_backend, tests)) and any(map(across_nodes, tests)):
+                exc = node.exc
+                first = exc.args[0] if isinstance(exc, ast.Call) and exc.args else None
+                message = first.value if isinstance(first, ast.Constant) else ast.unparse(first or exc)
+                returns = [b.test for b in body[:i] if isinstance(b, ast.If) and any(isinstance(r, ast.Return)
+                                                                                     for r in b.body)]  # fmt: skip
+                instead = {m for test in returns for m in allreduce_gates.sm_majors(test)}
+                return node.lineno, message, instead
+            if isinstance(node, ast.If):
+                found = visit(node.body, [*tests, node.test]) or visit(node.orelse, tests)
+                if found:
+                    return found
+        return None
+
+    return visit(resolver.body, [])
+
+
+def _fusion_turned_off(tree: SGLangTree, given: list[Given]) -> bool:
+    """Whether a switch the settings give makes SGLang drop the fusion backend before start-up (0.5.23's
+    --enforce-disable-flashinfer-allreduce-fusion, --enable-deterministic-inference): the passes that set it to
+    None, and the fields their ifs test."""
+    for site in tree_sites(tree):
+        if site.kind == "set" and site.key.endswith(f"::set {FUSION_BACKEND}") and site.text.endswith("None}"):
+            located = validation_sites.locate(tree, site.where)
+            fields = {n.attr for t in (located.tests if located else []) for n in ast.walk(t)
+                      if isinstance(n, ast.Attribute)} & validation_sites.server_args_fields(tree)  # fmt: skip
+            switches = [given_value(given, f) for f in fields - {FUSION_BACKEND}]
+            if switches and all(g is not None and g.value is None for g in switches):
+                return True
+    return False
+
+
+def _fusion_across_nodes(settings, given, tree, site, major: int | None = None) -> str | None:
+    asked = _fusion_asked(settings, given)
+    single = _single_node_term(tree, site) if settings.nnodes > 1 and asked else None
+    if single is None or _fusion_turned_off(tree, given):
+        return None
+    (setting, backend), (term, statement) = asked, single
+    major = allreduce_gates.capability_major(server_settings.TUNED_COMPUTE_CAPABILITY) if major is None else major
+    fix = (f"set {FUSION}=false for a multi-node group" if setting == FUSION
+           else f"drop {setting.removeprefix('extra_args ')} from extra_args for a multi-node group")  # fmt: skip
+    resolver = _resolver(tree)
+    if resolver is None:  # 0.5.9: a comment says so, and the auto-enable keeps to one node
+        said = _comment_above(tree, site.file, statement, "single node")
+        said = f"SGLang {tree.version} says so at {said[0]} ({said[1]!r}) and" if said else f"SGLang {tree.version}"
+        ipc = _call_line(tree, "srt/layers/flashinfer_comm_fusion.py", "create_ipc_workspace")
+        ipc = f"; its TRT-LLM workspace is shared over CUDA IPC across the whole TP group ({ipc})" if ipc else ""
+        return (
+            f"{setting}: FlashInfer's all-reduce fusion works within one node only, not across nnodes "
+            f"{settings.nnodes}: {said} turns it on by itself only when nnodes == 1 ({site.where}){ipc}; {fix}"
+        )
+    refusal = _multi_node_refusal(resolver, backend)
+    if refusal is None or major in refusal[2]:
+        return None
+    line, message, instead = refusal
+    where = f"{RESOLVER[0]}:{line}"
+    if setting == FUSION:
+        made = next((s.where for s in tree_sites(tree) if s.kind == "set" and s.key.endswith(f"::set {FUSION_BACKEND}")
+                     and "'auto'" in s.text), None)  # fmt: skip
+        asked_as = f"makes {FUSION} the backend 'auto'{f' ({made})' if made else ''}, which"
+    else:
+        asked_as = f"resolves the backend {backend!r}, which"
+    only = f"only on {', '.join(f'SM{m}x' for m in sorted(instead))}" if instead else "on no GPU"
+    return (
+        f"{setting}: FlashInfer's all-reduce fusion cannot span nnodes {settings.nnodes} on SM{major}x: SGLang "
+        f"{tree.version} {asked_as} spans nodes {only} and raises ValueError {message!r} at {where} when it builds "
+        f"the fusion workspaces, after the weights have loaded; it turns the fusion on by itself only when "
+        f"{ast.unparse(term)} ({site.where}); {fix}"
+    )
+
+
 SPEC_ALGORITHM = {name: server_settings.default(name) for name in ("speculative_algorithm", "speculative_num_steps")}
 RULES = (
     Rule(
@@ -271,6 +418,17 @@ RULES = (
         },  # fmt: skip
         _rejection_sampling,
     ),
+    Rule(
+        "fusion-multi-node",
+        "FlashInfer's all-reduce fusion across nodes (nnodes > 1): one node only (0.5.9), SM10x's mnnvl only (0.5.23)",
+        (
+            "*::ServerArgs._handle_model_specific_adjustments::set enable_flashinfer_allreduce_fusion",
+            "*::_flashinfer_allreduce_fusion_auto_enable::set flashinfer_allreduce_fusion_backend",
+        ),
+        {"nnodes": 2, "dist_init_addr": "10.0.0.1:50000", FUSION: True},
+        _fusion_across_nodes,
+        by_gpu=True,
+    ),  # fmt: skip
 )
 # The parser's own rules, applied to every flag: name -> (what it refuses, site globs, trigger).
 PARSER_RULES = {
@@ -286,10 +444,13 @@ PARSER_RULES = {
 KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each kind of parser site
 
 
-def check_settings_version(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
+def check_settings_version(
+    result: Report, settings: ServerSettings, tree: SGLangTree, compute_capability: str | None = None
+) -> None:
     """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
     lacks stops it at start-up, a variable it lacks is silently ignored; every value one its parser takes; and no
-    combination a restated rule of this tree refuses. Read from the tree's own source."""
+    combination a restated rule of this tree refuses. Read from the tree's own source. ``compute_capability``: the
+    GPUs' (None: the tuned host's), for the rules that depend on it."""
     try:
         known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
     except sglang_source.SGLangNotFound as err:
@@ -322,8 +483,12 @@ def check_settings_version(result: Report, settings: ServerSettings, tree: SGLan
     given = given_flags(settings, known)
     problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
     applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
+    try:
+        major = allreduce_gates.capability_major(compute_capability or server_settings.TUNED_COMPUTE_CAPABILITY)
+    except ValueError:  # no NVIDIA GPU's: the probe says so
+        major = None
     for rule, site in applied:
-        problem = rule.judge(settings, given, tree, site)
+        problem = rule.judge(settings, given, tree, site, **({"major": major} if rule.by_gpu else {}))
         problems += [problem] if problem else []
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))

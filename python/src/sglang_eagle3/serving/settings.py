@@ -121,8 +121,11 @@ class ServerSettings(BaseModel):
         True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002)."
     )
     enable_flashinfer_allreduce_fusion: bool = Field(
-        True, description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work)."
-    )
+        True, json_schema_extra={"multi_node_default": False},
+        description="FlashInfer allreduce+RMSNorm fusion (SM120: opt-in patch 0003, may not work). One node only: "
+        "preflight refuses it with nnodes > 1, where the NixOS module and the Kubernetes manifests default it to "
+        "false.",
+    )  # fmt: skip
     pcie_ipc_allreduce: bool = Field(
         False, json_schema_extra={"sglang_flag": None, "sglang_env": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
                                   "sglang_version": "0.5.23", "sglang_where": "srt/environ.py:1539"},
@@ -277,6 +280,14 @@ def field_flag(name: str) -> str | None:
     if "sglang_flag" in _extra(name):
         return None
     return "--" + name.replace("_", "-")
+
+
+def multi_node_defaults() -> dict[str, Any]:
+    """The defaults of a model that spans several hosts (nnodes > 1), where they differ from the one-node ones:
+    settings SGLang keeps to one node (enable_flashinfer_allreduce_fusion). The NixOS module (through the schema's
+    ``multi_node_default``) and kubernetes/generate.py apply them; preflight refuses the one-node value."""
+    return {name: _extra(name)["multi_node_default"] for name in ServerSettings.model_fields
+            if "multi_node_default" in _extra(name)}  # fmt: skip
 
 
 def field_env(name: str) -> str | None:

@@ -309,6 +309,9 @@ def _sm(node: ast.AST) -> set[int]:
     return {int(m.group(1)) // 10 for m in (re.fullmatch(r"_?is_sm(\d+)(?:_supported)?", x) for x in names) if m}
 
 
+sm_majors = _sm  # judging/settings_rules.py reads the majors a resolver lets through the same way
+
+
 def _env_switches(node: ast.AST) -> list[str]:
     """``envs.NAME.get()`` calls in an expression: the SGLang variables it reads."""
     return [
@@ -449,11 +452,14 @@ def _auto_majors(index: SourceIndex) -> tuple[set[int], str | None]:
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 
 
-def pcie_ipc_effect(index: SourceIndex, tp_size: int, requested: bool, topology: str) -> FlagEffect | None:
+def pcie_ipc_effect(
+    index: SourceIndex, tp_size: int, requested: bool, topology: str, nnodes: int = 1
+) -> FlagEffect | None:
     """FlashInfer's PCIe-IPC all-reduce (upstream PR #34528, srt/distributed/device_communicators/pcie_ipc_ar.py):
     built for the tp group when the variable is set (eligible_group), for the world sizes the kernels support, if
     FlashInfer has it; chosen for a reduction after custom all-reduce (parallel_state.py), for bf16 tensors up to
-    the decode-sized workspace. It has no compute capability test."""
+    the decode-sized workspace. It has no compute capability test. It is for one node (the module says so): a tp
+    group over ``nnodes`` > 1 hosts fails to build its workspace, and SGLang keeps the reductions on NCCL."""
     path = index.tree.srt / "distributed" / "device_communicators" / "pcie_ipc_ar.py"
     if not path.is_file():
         if not requested:
@@ -480,6 +486,11 @@ def pcie_ipc_effect(index: SourceIndex, tp_size: int, requested: bool, topology:
         return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, f"world size {tp_size} not in {sorted(sizes)} "
                           f"({index.rel(path)}:{sizes_node.lineno}): the communicator is not built",
                           warning=f"{PCIE_IPC_ENV} is requested but not active at tp {tp_size}: {unset}")  # fmt: skip
+    across = _pcie_ipc_across_nodes(index, path, module, nnodes) if nnodes > 1 else None
+    if across is not None:
+        return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, across,
+                          warning=f"{PCIE_IPC_ENV} is requested but not active across {nnodes} nodes: "
+                          f"{unset} for a multi-node group")  # fmt: skip
     init = index.tree.root / "flashinfer" / "comm" / "__init__.py"
     if init.is_file() and "PcieIpcAllReduceWorkspace" not in init.read_text(errors="replace"):
         return FlagEffect(PCIE_IPC_ENV, True, Effect.DISABLED, "the FlashInfer beside this SGLang has no "
@@ -500,6 +511,35 @@ def pcie_ipc_effect(index: SourceIndex, tp_size: int, requested: bool, topology:
                           f"({order}) and takes the reductions it accepts", warning)  # fmt: skip
     return FlagEffect(PCIE_IPC_ENV, True, Effect.ACTIVE, f"{detail}; custom all-reduce, tried first ({order}), is "
                       f"off on more than two PCIe-only GPUs", warning)  # fmt: skip
+
+
+def _pcie_ipc_across_nodes(index: SourceIndex, path, module: ast.Module, nnodes: int) -> str | None:
+    """Why the PCIe-IPC all-reduce is not built across ``nnodes`` hosts, read from the tree: its module is for
+    intra-node machines (the docstring's first line), and a workspace that fails to build leaves the reductions on
+    NCCL (the warning of the ``except`` around it); FlashInfer, where it sits beside the tree, refuses a group that
+    spans hosts. None where the module does not say it is intra-node."""
+    doc = module.body[0] if module.body and isinstance(module.body[0], ast.Expr) else None
+    first = (ast.get_docstring(module, clean=True) or "").partition("\n")[0]
+    if doc is None or "intra-node" not in first:
+        return None
+    fallback = next(
+        (n.lineno for h in ast.walk(module) if isinstance(h, ast.ExceptHandler) for n in ast.walk(h)
+         if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".warning") and n.args
+         and isinstance(n.args[0], ast.Constant) and "stay on NCCL" in str(n.args[0].value)),
+        None,
+    )  # fmt: skip
+    said = f"{index.rel(path)}:{doc.lineno}: {first!r}"
+    topology = index.tree.root / "flashinfer" / "comm" / "pcie_ipc_topology.py"
+    line = next((n.lineno for n in ast.walk(index.module(topology)) if isinstance(n, ast.Raise)
+                 and "intra-node only" in ast.unparse(n)), None) if topology.is_file() else None  # fmt: skip
+    refused = (
+        f" (FlashInfer refuses a group that spans hosts: flashinfer/comm/pcie_ipc_topology.py:{line})" if line else ""
+    )
+    kept = f"SGLang keeps the reductions on NCCL ({index.rel(path)}:{fallback})" if fallback else "NCCL serves them"
+    return (
+        f"the tp group spans {nnodes} nodes and the PCIe-IPC all-reduce is for one ({said}): its workspace fails to "
+        f"build{refused} and {kept}"
+    )
 
 
 def _pcie_ipc_order(index: SourceIndex) -> str:
@@ -552,14 +592,16 @@ def effects(
     topology: str | None = None,
     environment: dict | None = None,
     topology_how: str | None = None,
+    nnodes: int = 1,
 ) -> AllReduceEffects:
-    """``topology`` None: the tuned host's (PCIe), reported as assumed; ``topology_how``: where it was read."""
+    """``topology`` None: the tuned host's (PCIe), reported as assumed; ``topology_how``: where it was read;
+    ``nnodes``: the hosts the tp group spans."""
     major = capability_major(compute_capability)
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
     symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_effect(index, major, allreduce_fusion, environment)
-    ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie")
+    ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie", nnodes)
     return AllReduceEffects(
         compute_capability, tp_size, symm, fusion, ipc, topology or "pcie", topology is None, topology_how
     )
