@@ -67,6 +67,8 @@ CONFIG_DIR = str(Path(SETTINGS_FILE).parent)
 LOCKS_DIR = "/etc/sglang-eagle3-locks"
 SECRETS_DIR = "/run/secrets/sglang-eagle3"  # the Secret, as Kubernetes mounts it (group-readable)
 CREDENTIALS_DIR = "/run/credentials/sglang-eagle3"  # the key copied private to the server's user
+DNS_PORTS = (53, 5353)  # the DNS pods' ports a NetworkPolicy sees (kube-dns/CoreDNS 53; OpenShift's DNS 5353)
+NODE_LOCAL_DNS = "169.254.20.10/32"  # NodeLocal DNSCache's default listen address (the node's, not a pod's)
 WEIGHTS_SIZE = "1200Gi"  # Kimi-K2.5 NVFP4 (~600 GB) and the draft, with room for a second revision
 SHM_SIZE = "32Gi"
 PROBE_PERIOD = 30  # seconds between startup probes
@@ -507,10 +509,11 @@ def network_policies() -> list[dict]:
     the model fetch (the hub and its CDN)."""
     server, router_pods = labels("server"), labels("router")
     prometheus = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
-    dns = {
-        "to": [{"namespaceSelector": {}}],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
+    # DNS: the cluster's DNS pods (a policy sees the pod's own port: 53, or 5353 where the DNS pods listen there
+    # behind the Service's 53, as OpenShift's do) and NodeLocal DNSCache, which answers on a link-local address
+    # of the node itself (no pod: only an ipBlock admits it).
+    dns_ports = [{"protocol": p, "port": n} for n in DNS_PORTS for p in ("UDP", "TCP")]
+    dns = {"to": [{"namespaceSelector": {}}, {"ipBlock": {"cidr": NODE_LOCAL_DNS}}], "ports": dns_ports}
     from_servers = {"from": [{"podSelector": {"matchLabels": server}}]}
     to_servers = {"to": [{"podSelector": {"matchLabels": server}}]}
     return [

@@ -461,3 +461,20 @@ def test_the_service_monitors_produce_every_job_the_alerts_select():
         for s in chosen:
             ports = {p["name"] for p in s["spec"]["ports"]}
             assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+
+
+def test_both_network_policies_let_the_pods_reach_every_kind_of_cluster_dns():
+    """The cluster's DNS pods, on the port a policy sees (53; 5353 where the pods listen there behind the Service,
+    as OpenShift's do), and NodeLocal DNSCache, which answers on the node's link-local address: no pod selector
+    matches it, only an ipBlock."""
+    import yaml
+
+    policies = list(yaml.safe_load_all((REPO / "kubernetes" / "base" / "network-policy.yaml").read_text()))
+    assert [p["kind"] for p in policies] == ["NetworkPolicy", "NetworkPolicy"]
+    for policy in policies:
+        (dns,) = [r for r in policy["spec"]["egress"] if {"protocol": "UDP", "port": 53} in r.get("ports", [])]
+        assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {
+            (u, n) for u in ("UDP", "TCP") for n in (53, 5353)
+        }
+        assert {"namespaceSelector": {}} in dns["to"], "every namespace's DNS pods"
+        assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"], "NodeLocal DNSCache"
