@@ -278,7 +278,8 @@ def server_container(layout: Layout, values: dict, leader: bool) -> dict:
         # Rank 0 serves HTTP. Startup: a first start loads 600 GB, JIT-compiles kernels and captures CUDA graphs.
         # Readiness: a token can be generated (takes seconds under load). Liveness: the HTTP server answers
         # (/health is 503 while starting, which the startup probe covers). Workers (rank > 0) answer both
-        # paths with a dummy 200 whatever their state (sgl-project/sglang #32949): they get no HTTP probe;
+        # paths with a dummy 200 whatever their state
+        # (launch_dummy_health_check_server: 0.5.9 srt/utils/common.py:2656-2677, 0.5.23 :3624): they get no HTTP probe;
         # RecreateGroupOnPodRestart restarts the group when any pod of it fails.
         container["startupProbe"] = {**http_get(health), "periodSeconds": PROBE_PERIOD, "timeoutSeconds": 10,
                                      "failureThreshold": math.ceil(startup_budget(values) / PROBE_PERIOD)}  # fmt: skip
