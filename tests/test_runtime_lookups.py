@@ -24,12 +24,15 @@ Refresh the data after changing a uv.lock: python nix/scripts/audit-runtime-look
 from __future__ import annotations
 
 import copy
+import fnmatch
+import functools
 import hashlib
 import importlib.util
 import json
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 import zlib
 from pathlib import Path
@@ -304,6 +307,218 @@ def test_no_wheel_ships_a_cuda_library_torch_would_preload(version):
     assert set(found) == {cudnn} and all("/libcudnn" in f for f in found[cudnn]), found
     reason = answer(version, "torch", "library <dynamic> lib_path")[1]
     assert "_preload_cuda" in reason and cudnn in reason, reason
+
+
+# deep_ep's compiled _C and torch, stood in for: its import-time checks read torch's CUDA version
+DEEP_EP_STANDINS = {
+    "torch/__init__.py": "class version:\n    cuda = '13.0'\n\n\n"
+    "class cuda:\n    is_available = staticmethod(lambda: True)\n\n\nclass Tensor:\n    pass\n",
+    "deep_ep/_C.py": "class EventHandle:\n    pass\n\n\nclass Config:\n    pass\n\n\ntopk_idx_t = int\n\n\n"
+    "def init_jit(*args):\n    raise SystemExit('init_jit reached')\n",
+}
+DEEP_EP_IMPORT = """
+import glob, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+ran = []
+for module, name in ((subprocess, "run"), (subprocess, "check_output"), (subprocess, "Popen"), (glob, "glob")):
+    setattr(module, name, lambda *a, _real=getattr(module, name), _name=name, **k: ran.append(_name) or _real(*a, **k))
+try:
+    import deep_ep
+except AssertionError as err:
+    print(f"AssertionError: {err}; ran {ran}")
+"""
+
+
+def test_deep_ep_stops_importing_before_its_lookups(tmp_path):
+    """The reason of sgl-deep-ep's lookups (0.5.23's "deep-ep"): SGLang imports deep_ep on every MoE start, and
+    on this closure deep_ep's import raises at find_nccl_root, before it runs a program or globs a path: no
+    wheel of the closure is a Python distribution named nvidia-nccl*, and the environment sets neither
+    EP_NCCL_ROOT_DIR nor NCCL_DIR. deep_ep's own Python, from the real wheel, without site-packages (as the
+    closure, no nvidia-nccl distribution); with NCCL_DIR set it would go on to glob that directory."""
+    assert not [name for name in CLOSURE["0.5.23"] if name.startswith("nvidia-nccl")]
+    assert not {"EP_NCCL_ROOT_DIR", "NCCL_DIR", "EP_SUPPRESS_NCCL_CHECK"} & {
+        name for section in ("environment", "caches") for name in ENV["0.5.23"][section]
+    }
+    with zipfile.ZipFile(wheel_path("0.5.23", "sgl-deep-ep")) as archive:
+        sources = {name: archive.read(name) for name in archive.namelist() if name.endswith(".py")}
+    for name, text in {**sources, **{n: t.encode() for n, t in DEEP_EP_STANDINS.items()}}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(text)
+
+    def imported(**env):
+        command = [sys.executable, "-S", "-E", "-c", DEEP_EP_IMPORT, str(tmp_path)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert imported() == "AssertionError: Cannot find package: nccl; ran []"
+    assert imported(NCCL_DIR="/nowhere") == "AssertionError: No libnccl.so found in /nowhere/lib/; ran ['glob']"
+    reason = answer("0.5.23", "sgl-deep-ep", "path /lib/libnccl.so*")[1]
+    assert "Cannot find package: nccl" in reason and "never selects" in reason
+
+
+# -- every file a reason cites is in that stack's wheels, at lines the file has ---------------------
+
+# path/file.py:123, file.py:12-34, cpp/extension.py:163-190, numa_utils.py:516-518,601-611, "0.5.9's
+# srt/x.py" (another stack's file), "(:172-176)" (more lines of the file cited just before)
+CITATION = re.compile(
+    r"(?:(?P<stack>\d+\.\d+\.\d+)'s )?(?<![\w./-])(?P<file>(?:[\w.-]+/)*[\w-][\w.-]*\.(?:py|pyx|pxd|pxi))(?!\w)"
+    r"(?::(?P<lines>\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*))?"
+    r"|\(:(?P<more>\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)"
+)
+OWN_FILES = ("nix/", "tests/", "python/")  # this repository's files, cited by path from its root
+
+
+@functools.cache
+def wheel_files(version: str) -> dict[str, list[tuple[str, Path]]]:
+    """Path inside a wheel -> [(package, wheel)] over the stack's closure: each zip listing read once."""
+    files: dict[str, list[tuple[str, Path]]] = {}
+    for name in CLOSURE[version]:
+        path = wheel_path(version, name)
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                files.setdefault(member, []).append((name, path))
+    return files
+
+
+@functools.cache
+def line_count(wheel: Path | None, member: str) -> int:
+    """Lines of a file of a wheel (None: of this repository), read once."""
+    if wheel is None:
+        return len((REPO / member).read_bytes().splitlines())
+    with zipfile.ZipFile(wheel) as archive:
+        return len(archive.read(member).splitlines())
+
+
+@functools.cache
+def reason_packages(version: str) -> dict[str, frozenset[str]]:
+    """Reason id -> the packages whose lookups it disposes of (through notNeeded or a rule): where its
+    citations are looked for first."""
+    policy, found = POLICY[version], {}
+    for package, record in DATA[version]["packages"].items():
+        for key, lookup in record["lookups"].items():
+            value = policy["notNeeded"].get(f"{package} {key}")
+            if isinstance(value, str):
+                ids = {value}
+            elif f"{package} {key}" in policy["provided"] or value is not None:
+                ids = set()
+            else:
+                ids = {policy["rules"][r] for loc in lookup["locations"] for r in policy["rules"]
+                       if fnmatch.fnmatch(loc.rsplit(":", 1)[0], r)}  # fmt: skip
+            for reason_id in ids:
+                found.setdefault(reason_id, set()).add(package)
+    return {reason_id: frozenset(packages) for reason_id, packages in found.items()}
+
+
+def policy_reasons(version: str):
+    """(where, packages, text) of every reason the stack's policy gives: its named reasons and every
+    notNeeded text; packages are those whose lookups the reason disposes of."""
+    policy = POLICY[version]
+    for name, value in policy["reasons"].items():
+        yield f"reasons.{name}", reason_packages(version).get(name, frozenset()), audit.reason(value, policy)[0]
+    for key, value in policy["notNeeded"].items():
+        if not (isinstance(value, str) and value in policy["reasons"]):
+            yield f"notNeeded[{key}]", frozenset({key.split()[0]}), audit.reason(value, policy)[0]
+
+
+def resolve_citation(version: str, cited: str, packages: frozenset[str]) -> tuple[list[tuple[Path | None, str]], str]:
+    """([(wheel, member)], why not): the file of the stack's wheels whose path is cited or ends in /cited,
+    looked for among the files of the packages the reason is for, then in the whole closure; among
+    several, the one at exactly that path (at that path in several of the reason's own wheels: each of
+    them). A bare file name (no directory) is read as a file of the reason's own packages: another
+    package's file is cited with its directory."""
+    if cited.startswith(OWN_FILES):
+        return ([(None, cited)], "") if (REPO / cited).is_file() else ([], "not a file of this repository")
+    if version not in STACKS:
+        return [], f"no stack {version} in nix/pins.json"
+    files = wheel_files(version)
+    found = [(package, wheel, member) for member in files if member == cited or member.endswith("/" + cited)
+             for package, wheel in files[member]]  # fmt: skip
+    if not found:
+        return [], f"in no wheel of the {version} closure"
+    ours = [f for f in found if f[0] in packages]
+    if not ours and "/" not in cited and packages:
+        owners = ", ".join(sorted({p for p, _, _ in found}))
+        return [], f"a bare name is read as the reason's own package's file; this is {owners}'s: cite its directory"
+    candidates = ours or found
+    exact = [f for f in candidates if f[2] == cited]
+    if len(candidates) == 1 or len(exact) == 1 or (exact and ours):
+        return [(wheel, member) for _, wheel, member in (candidates if len(candidates) == 1 else exact)], ""
+    members = sorted({m for _, _, m in candidates})
+    return (
+        [],
+        f"ambiguous in the {version} closure ({len(members)} files: {', '.join(members[:4])}); cite more of its path",
+    )
+
+
+def citation_problems(version: str, reasons) -> tuple[int, list[str]]:
+    """(citations checked, problems) over (where, packages, text): each cited file is one file of the
+    stack's wheels (or of another stack's, when the text says whose) and each cited line is in it."""
+    checked, found = 0, []
+    for where, packages, text in reasons:
+        last: list[tuple[Path | None, str]] | None = None  # the files of the citation before
+        for match in CITATION.finditer(text):
+            if match["more"] is not None:
+                if last is None:
+                    found.append(f"{version} {where}: (:{match['more']}) follows no cited file")
+                if not last:
+                    continue
+                files, lines, cited = last, match["more"], f"{last[0][1]}:{match['more']}"
+            else:
+                cited = match["file"] + (f":{match['lines']}" if match["lines"] else "")
+                files, why = resolve_citation(match["stack"] or version, match["file"], packages)
+                last, lines = files, match["lines"]
+                if not files:
+                    found.append(f"{version} {where}: {cited}: {why}")
+                    continue
+            checked += 1
+            for span in lines.split(",") if lines else []:
+                first, _, end = span.partition("-")
+                for file in files:
+                    count = line_count(*file)
+                    if not 1 <= int(first) <= int(end or first) <= count:
+                        found.append(f"{version} {where}: {cited}: {file[1]} has {count} lines, not {span}")
+    return checked, found
+
+
+@pytest.mark.parametrize("version", STACKS)
+def test_every_citation_in_a_reason_is_in_the_stacks_wheels(version):
+    """A reason's file:line is where the reader checks it: each is a file of this stack's closure (the
+    one its path names) and has those lines, so a reason copied from the other stack or left behind
+    by an upgrade that moved the file or shortened it is caught."""
+    checked, found = citation_problems(version, policy_reasons(version))
+    assert checked > 100, "the reasons cite files; the pattern finds them"
+    assert found == [], f"{len(found)} citations that are not in the {version} wheels:\n" + "\n".join(found)
+
+
+def test_a_wrong_citation_fails_the_check():
+    """Reasons fed to the same check: a line past a file's end, a file no wheel has, a name many files
+    end in, another stack's file, another package's file named bare; and 0.5.23's own hub reason as it
+    was (huggingface_hub 1.x has neither repository.py nor commands/lfs.py: the one repository.py of
+    the closure is ModelScope's)."""
+    torch = frozenset({"torch"})
+    reasons = [
+        ("a", torch, "as torch/__init__.py:348 says (torch/__init__.py:426-448)"),  # right for 0.5.23
+        ("b", torch, "torch/__init__.py:99999"),  # past the end of the file
+        ("c", torch, "torch/_inductor/no_such_file.py:10"),  # in no wheel
+        ("d", torch, "utils.py:12"),  # dozens of torch's files end so
+        ("e", torch, "torch/__init__.py:348 and then (:1-99999)"),  # more lines of it, past its end
+        ("f", torch, "0.5.9's jit_kernel/utils.py:156-175, which 0.5.23 does not ship (jit_kernel/utils.py)"),
+        ("g", torch, "tests/test_runtime_lookups.py:1, nix/no-such-script.py"),
+        ("h", torch, "mixed_comm.py:86, (:1) of nothing"),  # FlashInfer's file named as if it were torch's
+        ("i", torch, "comm/mixed_comm.py:86 names it; (:70-86) more of it"),  # with its directory: found
+        ("j", frozenset({"huggingface-hub"}), "git-lfs CLI helpers (repository.py, cli/lfs.py, commands/lfs.py)"),
+    ]
+    checked, found = citation_problems("0.5.23", reasons)
+    assert [p.split(":")[0] for p in found] == [f"0.5.23 {w}" for w in "bcdefghjj"]
+    assert "not 99999" in found[0]
+    assert "in no wheel of the 0.5.23 closure" in found[1]
+    assert "ambiguous" in found[2] and "cite more of its path" in found[2]
+    assert "not 1-99999" in found[3]
+    assert found[4].endswith("jit_kernel/utils.py: in no wheel of the 0.5.23 closure")
+    assert "not a file of this repository" in found[5]
+    assert "this is flashinfer-python's: cite its directory" in found[6]
+    assert "repository.py: a bare name" in found[7] and "this is modelscope's" in found[7]
+    assert found[8].endswith("commands/lfs.py: in no wheel of the 0.5.23 closure")
+    assert checked == 10  # the citations that resolve: a (2), b, e (2), f, g, i (2), j's cli/lfs.py
 
 
 # -- the scanner finds each kind of lookup ---------------------------------------------------------
