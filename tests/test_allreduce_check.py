@@ -255,6 +255,9 @@ def test_the_wrapper_variables_are_every_one_of_runtime_env_json():
     assert by_name["CUDA_HOME"]["how"] == "left unset: no bin/nvcc under /nonexistent/cuda"
     assert "CUDA_HOME" not in environ
     assert by_name["TORCH_CUDA_ARCH_LIST"]["how"].startswith("left unset: only when capabilities are chosen")
+    # A plain value is set as it is, as the wrapper's --set-default does (nix/runtime-env.nix).
+    assert by_name["FLASHINFER_NO_DOWNLOAD"] == {"name": "FLASHINFER_NO_DOWNLOAD", "value": "1",
+                                                 "how": "set from nix/runtime-env.json, as it is"}  # fmt: skip
     for r in record:  # what was set is in the environment the ranks load FlashInfer with
         assert (r["value"] is None) is (r["name"] not in environ) or r["how"] == "already set"
 

@@ -158,7 +158,7 @@ def runtime_spec(path: Path) -> dict:
         raise ValueError('has no "environment" object (nix/runtime-env.json of this repository has)')
     for name, entry in environment.items():
         kind = entry.get("value") if isinstance(entry, dict) else None
-        if kind not in HOST_VALUE_KINDS:
+        if kind not in HOST_VALUE_KINDS and not is_literal(kind):
             raise ValueError(
                 f"{name}: value {kind!r} has no host equivalent here (known: {', '.join(HOST_VALUE_KINDS)})"
             )
@@ -317,6 +317,12 @@ def gpu_runtime_check():
 HOST_VALUE_KINDS = ("cuda:toolkit", "cuda:stubs", "cc", "cxx", "driver:rpath", "capabilities:torch")
 
 
+def is_literal(value) -> bool:
+    """A value nix/runtime-env.nix sets as it is (FLASHINFER_NO_DOWNLOAD's "1"): a string that names no kind and
+    no provider (a provider reads `<source>:<what>`)."""
+    return isinstance(value, str) and value not in HOST_VALUE_KINDS and ":" not in value
+
+
 def wrapper_environment(spec: dict, cuda_home: str, environ) -> list[dict]:
     """Set nix/runtime-env.json's variables where unset (makeWrapper --set-default), from this host: the values
     runtime-env.nix gives them are Nix store paths, so each provider is looked up here. Returns the record."""
@@ -334,6 +340,8 @@ def wrapper_environment(spec: dict, cuda_home: str, environ) -> list[dict]:
     }
     record = []
     for name, entry in spec["environment"].items():
+        if is_literal(entry["value"]):
+            host[entry["value"]] = (entry["value"], "nix/runtime-env.json, as it is", "")
         if entry["value"] not in host:
             raise ValueError(f"{name}: value {entry['value']!r} of nix/runtime-env.json has no host equivalent here")
         value, source, none = host[entry["value"]]
