@@ -21,7 +21,9 @@ evaluated NixOS unit on argv, environment and probes):
 - the router: services.sglang-router's defaults (its command line, environment and stop grace).
 
 Layout (kustomize base and overlays; every file is plain YAML, `kubectl apply -k kubernetes/one-node`):
-  base/        model locks, monitoring (ServiceMonitor, PrometheusRule), NetworkPolicy
+  base/        model locks, NetworkPolicy
+  monitoring/  a kustomize Component: ServiceMonitors and the PrometheusRule (needs the Prometheus Operator's CRDs;
+               add it with `components: [../monitoring]` in a kustomization of yours, docs/kubernetes.md)
   one-node/    settings, a StatefulSet of one-node replicas (8 GPUs each), the router in front
   multi-node/  settings, a LeaderWorkerSet (two 8-GPU nodes per replica, tp 16), the router in front
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +54,18 @@ EXAMPLE_LOCKS = {
 }
 
 NAME = "sglang-eagle3"
+# The oldest release of each controller whose CRD takes every field the manifests use, read from the projects' own
+# tags (tests/test_kubernetes.py validates against these and shows the release before each refuses them):
+# LeaderWorkerSet's leaderWorkerTemplate.volumeClaimTemplates is in its CRD from v0.8.0 on (v0.7.0's refuses it);
+# the ServiceMonitor's fallbackScrapeProtocol from prometheus-operator v0.80.0 on (v0.79.0's lacks it).
+MINIMUM_VERSIONS = {
+    "lws": {"repo": "kubernetes-sigs/lws", "minimum": "v0.8.0", "before": "v0.7.0"},
+    "prometheus-operator": {
+        "repo": "prometheus-operator/prometheus-operator",
+        "minimum": "v0.80.0",
+        "before": "v0.79.0",
+    },
+}
 ROUTER = "sglang-router"
 # The images nix/image.nix builds (`nix build .#image`, `.#router-image`): name and tag. Retag them for your
 # registry with kustomize (`images:`) and pin a digest once pushed.
@@ -61,7 +76,12 @@ GPUS_PER_NODE = 8
 HTTP_PORT = settings.default("port")
 ROUTER_METRICS_PORT = 29000  # services.sglang-router.metrics.port's default
 RENDEZVOUS_PORT = 20000  # rank 0's torch.distributed rendezvous (LeaderWorkerSet's SGLang example)
-DIST_TIMEOUT = 1800  # SGLang --dist-timeout: ranks wait this long for each other while 600 GB load
+# SGLang --dist-timeout: how long torch.distributed's rendezvous waits for the other ranks (0.5.9
+# srt/model_executor/model_runner.py:804-811, init_distributed_environment's timeout). It does not cover the fetch:
+# a pod starts SGLang once every member of its group has verified weights (GROUP_GATE), so the ranks start
+# within seconds of each other. Once loading, SGLang fails when ranks finish more than 480 s apart (:245
+# UNBALANCED_MODEL_LOADING_TIMEOUT_S, its monitored_barrier at :1072): each rank reads its own disk.
+DIST_TIMEOUT = 1800
 SETTINGS_FILE = PROCESS["settingsFile"]  # where the image looks for its settings (nix/image.nix)
 CONFIG_DIR = str(Path(SETTINGS_FILE).parent)
 LOCKS_DIR = "/etc/sglang-eagle3-locks"
@@ -72,6 +92,115 @@ NODE_LOCAL_DNS = "169.254.20.10/32"  # NodeLocal DNSCache's default listen addre
 WEIGHTS_SIZE = "1200Gi"  # Kimi-K2.5 NVFP4 (~600 GB) and the draft, with room for a second revision
 SHM_SIZE = "32Gi"
 PROBE_PERIOD = 30  # seconds between startup probes
+# A LeaderWorkerSet group starts SGLang only when every member's weights are verified: each pod's
+# `weights-verified` sidecar (an init container that keeps running, Kubernetes >= 1.29) starts only after its fetch
+# containers have hashed every file against the lock, and answers on this port; `wait-for-group` waits until every
+# member's does. gawk and bash are in the image's /bin (nix/image.nix `tools`).
+GROUP_GATE_PORT = 20001
+GROUP_GATE_LISTEN = (
+    f'BEGIN {{ while (1) {{ s = "/inet/tcp/{GROUP_GATE_PORT}/0/0"; print "verified" |& s; close(s) }} }}'
+)
+# The members: the leader (LWS_LEADER_ADDRESS, `<set>-<group>.<subdomain>.<namespace>`: kubernetes-sigs/lws v0.8.0
+# pkg/utils/pod/pod_utils.go:143-146) and workers 1..size-1, each `<leader>-<index>` in the leader's subdomain
+# (pkg/utils/accelerators/tpu.go:158); LeaderWorkerSet's headless Service publishes pods before they are ready
+# (PublishNotReadyAddresses: pkg/utils/controller/controller_utils.go:50).
+GROUP_GATE_WAIT = f"""\
+leader=${{LWS_LEADER_ADDRESS%%.*}} domain=${{LWS_LEADER_ADDRESS#*.}}
+members=("$LWS_LEADER_ADDRESS")
+for ((i = 1; i < LWS_GROUP_SIZE; i++)); do members+=("$leader-$i.$domain"); done
+for member in "${{members[@]}}"; do
+  echo "waiting for $member's weights to be verified"
+  until (exec 3<>"/dev/tcp/$member/{GROUP_GATE_PORT}") 2>/dev/null; do sleep 5; done
+  echo "$member: weights verified"
+done
+"""
+FETCH_JOBS = 8  # `models fetch --jobs`: files fetched and hashed at once, one core each
+
+
+# -- the cluster: what the GPU nodes have (each field an option of this script; defaults: the tuned host) -------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the operator's GPU nodes have, in the NVIDIA GPU Operator's words. The defaults are the tuned host's:
+    8x NVIDIA RTX PRO 6000 Blackwell (96 GB, SM120, PCIe) per node, the GPU Operator's own names."""
+
+    # GPU Feature Discovery's `nvidia.com/gpu.product` label: NVML's device name, spaces turned into '-' and any
+    # character outside [A-Za-z0-9-_. ] dropped (NVIDIA/k8s-device-plugin internal/lm/resource.go, getProductName
+    # and sanitise, commit aaccdfd2). The RTX PRO 6000 Blackwell editions' names; `kubectl get nodes
+    # -L nvidia.com/gpu.product` shows what your nodes carry.
+    gpu_products: tuple[str, ...] = (
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",
+    )
+    # `nvidia.com/gpu.memory`: one GPU's total memory in MiB as NVML reports it (same file, GetTotalMemoryMB).
+    # Kimi-K2.5 NVFP4 is ~600 GB over 8 GPUs (75 GB each before the KV cache and the draft): the 96 GB cards pass,
+    # 80 GB-class cards do not, so a pod cannot land on them and fail after hours of fetching.
+    min_gpu_memory_mib: int = 90000
+    # The taint GPU nodes carry; the GPU Operator's own daemonsets tolerate `nvidia.com/gpu` (Exists, NoSchedule)
+    # (NVIDIA/gpu-operator deployments/gpu-operator/values.yaml, daemonsets.tolerations, commit d7413be9).
+    gpu_taint: str = "nvidia.com/gpu"
+    # The RuntimeClass the GPU Operator creates (values.yaml operator.runtimeClass: nvidia, same commit). Needed
+    # where nvidia is not containerd's default runtime (CDI mode); "" leaves runtimeClassName out (a cluster
+    # without that RuntimeClass refuses pods naming it).
+    runtime_class: str = "nvidia"
+    # Host memory one scheduler process (one per GPU) holds besides the GPU's: the CUDA context, torch and its
+    # libraries, NCCL's pinned buffers. An estimate, not a measurement: compare with `kubectl top pod` and set it.
+    host_memory_per_gpu_gib: int = 12
+    # kube-prometheus-stack's default selectors pick ServiceMonitors and PrometheusRules labelled
+    # `release: <its Helm release name>`: the monitoring component's objects carry it.
+    prometheus_release: str = "kube-prometheus-stack"
+
+    def check(self) -> None:
+        """Refuse values Kubernetes would refuse later, or that place nothing, with the option to change."""
+        label_value = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+        dns_label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+        problems = [f"--gpu-product {p!r} is not a label value" for p in self.gpu_products if not label_value.match(p)]
+        if not self.gpu_products:
+            problems.append("--gpu-product: name at least one GPU product")
+        if self.min_gpu_memory_mib <= 0 or self.host_memory_per_gpu_gib <= 0:
+            problems.append("--min-gpu-memory-mib and --host-memory-per-gpu-gib must be positive")
+        if self.runtime_class and not dns_label.match(self.runtime_class):
+            problems.append(f'--runtime-class {self.runtime_class!r} is not a RuntimeClass name (or "" for none)')
+        if not label_value.match(self.prometheus_release):
+            problems.append(f"--prometheus-release {self.prometheus_release!r} is not a label value")
+        if problems:
+            raise SystemExit("kubernetes/generate.py: " + "; ".join(problems))
+
+
+def server_resources(cluster: Cluster) -> dict:
+    """What a server pod asks of its node. No CPU or memory limit: one reached during a two-hour load would throttle
+    or kill it. How the requests are sized:
+    - CPU: one SGLang scheduler process per GPU, each polling its queues on one core unless --sleep-on-idle (off by
+      default: 0.5.9 srt/server_args.py:366, srt/managers/scheduler.py:449), plus the tokenizer and the
+      detokenizer;
+    - memory: the /dev/shm tmpfs (a Memory emptyDir counts against the pod's memory) and, per GPU, the scheduler
+      process's host memory (Cluster.host_memory_per_gpu_gib)."""
+    shm_gib = int(SHM_SIZE.removesuffix("Gi"))
+    memory = shm_gib + GPUS_PER_NODE * cluster.host_memory_per_gpu_gib
+    return {
+        "requests": {"cpu": str(GPUS_PER_NODE + 2), "memory": f"{memory}Gi"},
+        "limits": {"nvidia.com/gpu": GPUS_PER_NODE},
+    }
+
+
+def placement(cluster: Cluster) -> dict:
+    """Where a server pod may run: nodes whose GPUs are the product and size the settings are tuned for (GPU Feature
+    Discovery's labels), tainted for GPUs, with the GPU Operator's runtime."""
+    terms = [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": list(cluster.gpu_products)},
+        {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": [str(cluster.min_gpu_memory_mib)]},
+    ]
+    spec = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": terms}]}}},
+        "tolerations": [{"key": cluster.gpu_taint, "operator": "Exists", "effect": "NoSchedule"}],
+    }  # fmt: skip
+    if cluster.runtime_class:
+        spec["runtimeClassName"] = cluster.runtime_class
+    return spec
+
 
 # Fields services.sglang-eagle3 sets through options of its own (modules/sglang-eagle3.nix ownedFields):
 # settings-file.nix adds nnodes, node_rank, dist_init_addr, extra_args and ready_timeout; the secrets' files
@@ -237,8 +366,19 @@ def fetch_init(role: str, lock: Path) -> dict:
         "name": f"fetch-{role}",
         "image": IMAGE,
         "command": ["sglang-eagle3"],
-        "args": ["models", "fetch", "--lock", f"{LOCKS_DIR}/{role}.lock.json", "--dir", model_dir(lock), "--jobs", "8"],
+        "args": [
+            "models",
+            "fetch",
+            "--lock",
+            f"{LOCKS_DIR}/{role}.lock.json",
+            "--dir",
+            model_dir(lock),
+            "--jobs",
+            str(FETCH_JOBS),
+        ],
         "env": env_list(PROCESS["modelsEnvironment"]),
+        # one core per file being fetched and hashed; its buffers are small (streamed to disk)
+        "resources": {"requests": {"cpu": str(FETCH_JOBS), "memory": "2Gi"}},
         "securityContext": security_context(),
         "volumeMounts": [
             mount("model-locks", LOCKS_DIR, True),
@@ -249,7 +389,7 @@ def fetch_init(role: str, lock: Path) -> dict:
     }
 
 
-def server_container(layout: Layout, values: dict, leader: bool) -> dict:
+def server_container(layout: Layout, values: dict, leader: bool, cluster: Cluster) -> dict:
     args = ["--config", SETTINGS_FILE]
     if layout.nnodes > 1:
         args += ["--set", f"nnodes={LWS_SIZE}", "--set", f"node_rank={LWS_INDEX}",
@@ -262,7 +402,7 @@ def server_container(layout: Layout, values: dict, leader: bool) -> dict:
         "env": env_list(server_env()),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}]
         + ([{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}] if layout.nnodes > 1 else []),
-        "resources": {"limits": {"nvidia.com/gpu": GPUS_PER_NODE}},
+        "resources": server_resources(cluster),
         "securityContext": security_context(),
         "volumeMounts": [
             mount("settings", CONFIG_DIR, True),
@@ -290,7 +430,29 @@ def server_container(layout: Layout, values: dict, leader: bool) -> dict:
     return container
 
 
-def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: bool) -> dict:
+def group_gate() -> list[dict]:
+    """The init containers that hold a LeaderWorkerSet pod until every member of its group has verified weights."""
+    small = {"requests": {"cpu": "10m", "memory": "16Mi"}}
+    sidecar = {
+        "name": "weights-verified",
+        "image": IMAGE,
+        "command": ["gawk", GROUP_GATE_LISTEN],
+        "restartPolicy": "Always",  # a sidecar: started after the fetches, kept running beside the server
+        "ports": [{"name": "weights", "containerPort": GROUP_GATE_PORT}],
+        "resources": small,
+        "securityContext": security_context(),
+    }
+    wait = {
+        "name": "wait-for-group",
+        "image": IMAGE,
+        "command": ["bash", "-c", GROUP_GATE_WAIT],
+        "resources": small,
+        "securityContext": security_context(),
+    }
+    return [sidecar, wait]
+
+
+def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: bool, cluster: Cluster) -> dict:
     """A server pod; its `weights` volume is the claim of the StatefulSet's or LeaderWorkerSet's template."""
     volumes = [
         {"name": "settings", "configMap": {"name": f"{NAME}-settings"}},
@@ -309,9 +471,12 @@ def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: boo
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": stop_grace(values),
-            "initContainers": [credentials_init()] + [fetch_init(role, lock) for role, lock in locks.items()],
-            "containers": [server_container(layout, values, leader)],
+            "initContainers": [credentials_init()]
+            + [fetch_init(role, lock) for role, lock in locks.items()]
+            + (group_gate() if layout.nnodes > 1 else []),
+            "containers": [server_container(layout, values, leader, cluster)],
             "volumes": volumes,
+            **placement(cluster),
         },
     }
 
@@ -347,9 +512,9 @@ def server_service(name: str, selector: dict) -> dict:
     }
 
 
-def one_node(locks: dict[str, Path]) -> list[dict]:
+def one_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
     values = settings_file(ONE_NODE, locks)
-    pod = server_pod(ONE_NODE, values, locks, leader=True)
+    pod = server_pod(ONE_NODE, values, locks, leader=True, cluster=cluster)
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -366,7 +531,7 @@ def one_node(locks: dict[str, Path]) -> list[dict]:
     return [settings_configmap(values), statefulset, server_service(NAME, labels("server"))]
 
 
-def multi_node(locks: dict[str, Path]) -> list[dict]:
+def multi_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
     layout = MULTI_NODE
     values = settings_file(layout, locks)
     lws = {
@@ -380,8 +545,8 @@ def multi_node(locks: dict[str, Path]) -> list[dict]:
                 "size": layout.nnodes,
                 # rank 0 stays up when another rank dies (sgl-project/sglang #3099): restart the whole group
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": server_pod(layout, values, locks, leader=True),
-                "workerTemplate": server_pod(layout, values, locks, leader=False),
+                "leaderTemplate": server_pod(layout, values, locks, leader=True, cluster=cluster),
+                "workerTemplate": server_pod(layout, values, locks, leader=False, cluster=cluster),
                 # each pod's own weights, kept when the group is recreated (as a StatefulSet's claims)
                 "volumeClaimTemplates": [weights_claim()],
             },
@@ -469,11 +634,11 @@ def relabel_job(job: str) -> list[dict]:
     return [{"targetLabel": "job", "replacement": job, "action": "replace"}]
 
 
-def service_monitor(name: str, component: str, endpoints: list[dict], **spec) -> dict:
+def service_monitor(name: str, component: str, release: dict, endpoints: list[dict], **spec) -> dict:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": name, "labels": labels(component)},
+        "metadata": {"name": name, "labels": {**labels(component), **release}},
         "spec": {"selector": {"matchLabels": labels(component)}, **spec, "endpoints": endpoints},
     }
 
@@ -482,23 +647,26 @@ def scrape(port: str, path: str, job: str, **extra) -> dict:
     return {"port": port, "path": path, "interval": "15s", **extra, "relabelings": relabel_job(job)}
 
 
-def monitoring() -> list[dict]:
+def monitoring(cluster: Cluster) -> list[dict]:
+    """The monitoring component (kubernetes/monitoring/, a kustomize Component, not in the overlays: its kinds
+    need the Prometheus Operator's CRDs, from MINIMUM_VERSIONS["prometheus-operator"] on)."""
+    release = {"release": cluster.prometheus_release}  # kube-prometheus-stack's default selectors ask for it
     server = service_monitor(
-        NAME, "server",
+        NAME, "server", release,
         [scrape("http", "/metrics", NAME),
          # /health_generate as a target: `up` is 0 while it fails (SGLangServerNotReady)
          scrape("http", "/health_generate", f"{NAME}-health", scrapeTimeout="10s")],
         # /health_generate answers with an empty body and no Content-Type (the module's scrape config too)
         fallbackScrapeProtocol="PrometheusText0.0.4",
     )  # fmt: skip
-    router_monitor = service_monitor(ROUTER, "router", [scrape("metrics", "/metrics", ROUTER)])
+    router_monitor = service_monitor(ROUTER, "router", release, [scrape("metrics", "/metrics", ROUTER)])
     groups = []
     for rules in ("sglang-eagle3-alerts.yml", "sglang-eagle3-thresholds.yml"):
         groups += yaml.safe_load((MONITORING / rules).read_text())["groups"]
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": NAME, "labels": labels("server")},
+        "metadata": {"name": NAME, "labels": {**labels("server"), **release}},
         "spec": {"groups": groups},
     }
     return [server, router_monitor, rule]
@@ -554,6 +722,11 @@ def kustomization(resources: list[str]) -> dict:
     return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": resources}
 
 
+def component(resources: list[str]) -> dict:
+    """A kustomize Component: added to an overlay by `components:` (kustomize v3.7.0 and later; kubectl's own)."""
+    return {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "resources": resources}
+
+
 # -- files ---------------------------------------------------------------------------------------------------
 
 HEADER = "# Generated by kubernetes/generate.py; do not edit (change the definitions it reads, then run it).\n"
@@ -575,22 +748,25 @@ def render(objects: list[dict]) -> str:
     return HEADER + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=120) for o in objects)
 
 
-def manifests(locks: dict[str, Path] | None = None) -> dict[str, str]:
+def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = None) -> dict[str, str]:
     """Every file of this folder: relative path -> content."""
     locks = locks or EXAMPLE_LOCKS
+    cluster = cluster or Cluster()
+    cluster.check()
     files = {
         "base/model-locks.yaml": [model_locks(locks)],
-        "base/monitoring.yaml": monitoring(),
+        "monitoring/monitoring.yaml": monitoring(cluster),
         "base/network-policy.yaml": network_policies(),
-        "one-node/server.yaml": one_node(locks),
+        "one-node/server.yaml": one_node(locks, cluster),
         "one-node/router.yaml": router(ONE_NODE),
-        "multi-node/server.yaml": multi_node(locks),
+        "multi-node/server.yaml": multi_node(locks, cluster),
         "multi-node/router.yaml": router(MULTI_NODE),
     }
     out = {path: render(objects) for path, objects in files.items()}
     for folder in ("base", "one-node", "multi-node"):
         own = sorted(Path(p).name for p in files if p.startswith(f"{folder}/"))
         out[f"{folder}/kustomization.yaml"] = render([kustomization(([] if folder == "base" else ["../base"]) + own)])
+    out["monitoring/kustomization.yaml"] = render([component(["monitoring.yaml"])])
     return out
 
 
@@ -600,8 +776,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-lock", type=Path, default=EXAMPLE_LOCKS["target"])
     parser.add_argument("--draft-lock", type=Path, default=EXAMPLE_LOCKS["draft"])
     parser.add_argument("--output", type=Path, default=HERE)
+    default = Cluster()
+    nodes = parser.add_argument_group("the GPU nodes (defaults: the tuned host, 8x RTX PRO 6000 Blackwell 96 GB)")
+    nodes.add_argument(
+        "--gpu-product",
+        action="append",
+        dest="gpu_products",
+        metavar="LABEL",
+        help=f"a nvidia.com/gpu.product value to accept (repeat; default: {', '.join(default.gpu_products)})",
+    )
+    nodes.add_argument(
+        "--min-gpu-memory-mib",
+        type=int,
+        default=default.min_gpu_memory_mib,
+        help="nvidia.com/gpu.memory must exceed this (MiB per GPU; default %(default)s)",
+    )
+    nodes.add_argument("--gpu-taint", default=default.gpu_taint, help="the GPU nodes' taint key (default %(default)s)")
+    nodes.add_argument(
+        "--runtime-class",
+        default=default.runtime_class,
+        help='the GPU Operator\'s RuntimeClass ("" for none; default %(default)s)',
+    )
+    nodes.add_argument(
+        "--host-memory-per-gpu-gib",
+        type=int,
+        default=default.host_memory_per_gpu_gib,
+        help="host memory requested per GPU's scheduler process (default %(default)s)",
+    )
+    nodes.add_argument(
+        "--prometheus-release",
+        default=default.prometheus_release,
+        help="the `release` label kube-prometheus-stack selects on (default %(default)s)",
+    )
     args = parser.parse_args(argv)
-    wanted = manifests({"target": args.target_lock, "draft": args.draft_lock})
+    cluster = Cluster(
+        gpu_products=tuple(args.gpu_products or default.gpu_products), min_gpu_memory_mib=args.min_gpu_memory_mib,
+        gpu_taint=args.gpu_taint, runtime_class=args.runtime_class,
+        host_memory_per_gpu_gib=args.host_memory_per_gpu_gib, prometheus_release=args.prometheus_release,
+    )  # fmt: skip
+    wanted = manifests({"target": args.target_lock, "draft": args.draft_lock}, cluster)
     stale = [
         p for p, text in wanted.items() if not (args.output / p).is_file() or (args.output / p).read_text() != text
     ]

@@ -102,10 +102,11 @@ def test_the_committed_manifests_are_what_the_generator_writes(tmp_path):
 
 
 def test_each_kustomization_lists_its_folders_files_over_the_base():
-    for folder in ("base", "one-node", "multi-node"):
+    for folder in ("base", "one-node", "multi-node", "monitoring"):
         kustomization = yaml.safe_load((FOLDER / folder / "kustomization.yaml").read_text())
         own = sorted(p.name for p in (FOLDER / folder).glob("*.yaml") if p.name != "kustomization.yaml")
-        assert kustomization["resources"] == ([] if folder == "base" else ["../base"]) + own
+        assert kustomization["resources"] == ([] if folder in ("base", "monitoring") else ["../base"]) + own
+        assert kustomization["kind"] == ("Component" if folder == "monitoring" else "Kustomization")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -391,7 +392,7 @@ def test_the_api_key_comes_from_a_secret_volume_only():
         for c in spec["containers"] + spec.get("initContainers", []):
             assert not any("valueFrom" in e for e in c.get("env", [])), "no variable from a Secret"
             assert not [e for e in c.get("env", []) if any(w in e["name"] for w in credentials.SECRET_WORDS)]
-            mounted = {m["name"] for m in c["volumeMounts"]}
+            mounted = {m["name"] for m in c.get("volumeMounts", [])}
             assert ("api-key" in mounted) == (c["name"] == "credentials"), c["name"]
         copy = next(c for c in spec["initContainers"] if c["name"] == "credentials")
         # the Secret is group-readable (fsGroup); the copy is the user's alone, as the launcher requires
@@ -420,12 +421,78 @@ def test_weights_are_fetched_by_one_init_container_per_model_and_mounted_read_on
         assert json.loads(locks[f"{role}.lock.json"]) == json.loads(path.read_text())
 
 
-def test_the_server_gets_eight_gpus_and_a_memory_backed_shm():
-    for spec in every_pod_spec():
-        if "initContainers" in spec and any(c["name"] == "server" for c in spec["containers"]):
-            assert container({"spec": spec})["resources"]["limits"] == {"nvidia.com/gpu": 8}
-            shm = next(v for v in spec["volumes"] if v["name"] == "shm")
-            assert shm["emptyDir"]["medium"] == "Memory"
+def server_pod_specs() -> list[dict]:
+    specs = [s for s in every_pod_spec() if any(c["name"] == "server" for c in s["containers"])]
+    assert len(specs) == 3  # the StatefulSet's, the leader's, the worker's
+    return specs
+
+
+def gib(quantity: str) -> int:
+    assert quantity.endswith("Gi"), quantity
+    return int(quantity.removesuffix("Gi"))
+
+
+def test_the_server_gets_eight_gpus_a_memory_backed_shm_and_requests_for_what_it_uses():
+    cluster = generate.Cluster()
+    for spec in server_pod_specs():
+        resources = container({"spec": spec})["resources"]
+        assert resources["limits"] == {"nvidia.com/gpu": 8}, "no CPU or memory limit: none may stop a 2-hour load"
+        shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        # memory: the tmpfs (charged to the pod) plus each GPU's scheduler process; CPU: a core per scheduler
+        # process, the tokenizer and the detokenizer
+        requests = resources["requests"]
+        assert gib(requests["memory"]) == gib(shm["emptyDir"]["sizeLimit"]) + 8 * cluster.host_memory_per_gpu_gib
+        assert requests["cpu"] == "10"
+        for fetch in [c for c in spec["initContainers"] if c["name"].startswith("fetch-")]:
+            jobs = fetch["args"][fetch["args"].index("--jobs") + 1]
+            assert fetch["resources"]["requests"]["cpu"] == jobs == str(generate.FETCH_JOBS)
+        # not BestEffort: every container of the pod asks for CPU and memory, or the pod's QoS is Burstable anyway
+        assert all("requests" in c.get("resources", {}) for c in spec["containers"])
+    lws = one("multi-node", "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    assert lws["restartPolicy"] == "RecreateGroupOnPodRestart" and lws["size"] == 2
+
+
+def test_server_pods_land_only_on_nodes_with_the_gpus_they_are_tuned_for():
+    cluster = generate.Cluster()
+    for spec in server_pod_specs():
+        (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        by_key = {e["key"]: e for e in term["matchExpressions"]}
+        assert by_key["nvidia.com/gpu.product"] == {
+            "key": "nvidia.com/gpu.product", "operator": "In", "values": list(cluster.gpu_products)}  # fmt: skip
+        assert by_key["nvidia.com/gpu.memory"]["operator"] == "Gt"
+        assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert spec["runtimeClassName"] == "nvidia"
+    # an 80 GB-class GPU fails the memory term (80 GiB or 80 GB, in MiB), a 96 GB card passes (96 GB or 96 GiB)
+    assert 80 * 1024 < cluster.min_gpu_memory_mib < 96 * 10**9 // 2**20 < 96 * 1024
+    router = one("one-node", "Deployment")["spec"]["template"]["spec"]
+    assert not {"affinity", "tolerations", "runtimeClassName"} & set(router), "the router needs no GPU node"
+
+
+def test_every_placement_default_is_an_option_and_bad_values_are_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--output", str(out), "--gpu-product", "NVIDIA-H200", "--min-gpu-memory-mib", "140000",
+            "--runtime-class", "", "--gpu-taint", "gpu", "--host-memory-per-gpu-gib", "20",
+            "--prometheus-release", "monitoring"]  # fmt: skip
+    assert generate.main(argv) == 0
+    (statefulset,) = [d for d in yaml.safe_load_all((out / "one-node/server.yaml").read_text())
+                      if d["kind"] == "StatefulSet"]  # fmt: skip
+    spec = statefulset["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["NVIDIA-H200"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][1]["values"] == ["140000"]
+    assert "runtimeClassName" not in spec and spec["tolerations"][0]["key"] == "gpu"
+    assert container({"spec": spec})["resources"]["requests"]["memory"] == f"{32 + 8 * 20}Gi"
+    for doc in yaml.safe_load_all((out / "monitoring/monitoring.yaml").read_text()):
+        assert doc["metadata"]["labels"]["release"] == "monitoring"
+    for bad, why in ((["--runtime-class", "Not_A_Name"], "--runtime-class"),
+                     (["--gpu-product", "RTX PRO 6000"], "--gpu-product"),
+                     (["--min-gpu-memory-mib", "0"], "must be positive")):  # fmt: skip
+        with pytest.raises(SystemExit) as refused:
+            generate.main(["--output", str(tmp_path / "bad"), *bad])
+        assert why in str(refused.value) and not (tmp_path / "bad").exists()
     lws = one("multi-node", "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     assert lws["restartPolicy"] == "RecreateGroupOnPodRestart" and lws["size"] == 2
 
@@ -434,7 +501,7 @@ def test_the_server_gets_eight_gpus_and_a_memory_backed_shm():
 
 
 def test_the_prometheus_rule_holds_the_monitoring_modules_rules():
-    rule = one("base", "PrometheusRule")
+    rule = one("monitoring", "PrometheusRule")
     files = ("sglang-eagle3-alerts.yml", "sglang-eagle3-thresholds.yml")
     expected = [g for f in files for g in yaml.safe_load((REPO / "modules/monitoring" / f).read_text())["groups"]]
     assert rule["spec"]["groups"] == expected
@@ -445,7 +512,7 @@ def test_the_service_monitors_produce_every_job_the_alerts_select():
     selected = set(re.findall(r'job="([\w-]+)"', alerts))
     produced = {
         r["replacement"]
-        for monitor in objects("base", "ServiceMonitor")
+        for monitor in objects("monitoring", "ServiceMonitor")
         for endpoint in monitor["spec"]["endpoints"]
         for r in endpoint["relabelings"]
         if r["targetLabel"] == "job"
@@ -453,7 +520,7 @@ def test_the_service_monitors_produce_every_job_the_alerts_select():
     assert selected == produced == {"sglang-eagle3", "sglang-eagle3-health", "sglang-router"}
     # each monitor selects a Service that exists, on a port that Service has
     services = [doc for _, doc in OBJECTS if doc["kind"] == "Service"]
-    for monitor in objects("base", "ServiceMonitor"):
+    for monitor in objects("monitoring", "ServiceMonitor"):
         chosen = [
             s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
         ]
