@@ -59,13 +59,15 @@ NAME = "sglang-eagle3"
 # LeaderWorkerSet's leaderWorkerTemplate.volumeClaimTemplates is in its CRD from v0.8.0 on (v0.7.0's refuses it);
 # the ServiceMonitor's fallbackScrapeProtocol from prometheus-operator v0.80.0 on (v0.79.0's lacks it).
 MINIMUM_VERSIONS = {
-    "lws": {"repo": "kubernetes-sigs/lws", "minimum": "v0.8.0", "before": "v0.7.0"},
-    "prometheus-operator": {
-        "repo": "prometheus-operator/prometheus-operator",
-        "minimum": "v0.80.0",
-        "before": "v0.79.0",
+    "lws": {
+        "repo": "kubernetes-sigs/lws", "minimum": "v0.8.0", "before": "v0.7.0",
+        "kinds": ["LeaderWorkerSet"], "field": "volumeClaimTemplates",
     },
-}
+    "prometheus-operator": {
+        "repo": "prometheus-operator/prometheus-operator", "minimum": "v0.80.0", "before": "v0.79.0",
+        "kinds": ["ServiceMonitor", "PrometheusRule"], "field": "fallbackScrapeProtocol",
+    },
+}  # fmt: skip
 ROUTER = "sglang-router"
 # The images nix/image.nix builds (`nix build .#image`, `.#router-image`): name and tag. Retag them for your
 # registry with kustomize (`images:`) and pin a digest once pushed.

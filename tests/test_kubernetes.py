@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -163,6 +164,120 @@ def test_custom_resources_validate_against_their_crd_schemas(crd_schemas, kind, 
     wrong = {**found[0], "spec": {**found[0]["spec"], "restartPolicyy": "Never"}}
     result = check_jsonschema(crd_schemas[(found[0]["apiVersion"], kind)], wrong, tmp_path)
     assert result.returncode == 1 and "restartPolicyy" in result.stdout
+
+
+@pytest.mark.parametrize("project", sorted(generate.MINIMUM_VERSIONS))
+def test_the_stated_minimum_releases_take_the_manifests_and_the_release_before_refuses_them(project, tmp_path):
+    """docs/kubernetes.md states the oldest LeaderWorkerSet and Prometheus Operator releases the manifests need: their
+    CRDs, read from the projects' tags, take every object; the release before refuses the field that needs it."""
+    release = generate.MINIMUM_VERSIONS[project]
+    found = {tag: k8s_crds.release_schemas(release["repo"], release[tag]) for tag in ("minimum", "before")}
+    for tag, schemas in found.items():
+        if schemas is None:
+            pytest.skip(f"{release['repo']} {release[tag]}'s CRDs are not staged: "
+                        f"{k8s_crds.how_to_stage_release(release['repo'], release[tag])}")  # fmt: skip
+    docs = [doc for _, doc in OBJECTS if doc["kind"] in release["kinds"]]
+    assert {doc["kind"] for doc in docs} == set(release["kinds"])
+    for doc in docs:
+        result = check_jsonschema(found["minimum"][(doc["apiVersion"], doc["kind"])], doc, tmp_path)
+        assert result.returncode == 0, f"{release['minimum']}: " + result.stdout + result.stderr
+    refused = [check_jsonschema(found["before"][(d["apiVersion"], d["kind"])], d, tmp_path) for d in docs]
+    assert any(r.returncode == 1 and repr(release["field"]) in r.stdout for r in refused), [r.stdout for r in refused]
+    assert release["minimum"] in (REPO / "docs" / "kubernetes.md").read_text()
+
+
+# -- what `kubectl apply -k` gets ------------------------------------------------------------------------------
+
+
+def kustomize(folder: Path) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it): the overlays were NOT rendered")
+    result = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return list(yaml.safe_load_all(result.stdout))
+
+
+def needs_a_crd(doc: dict) -> bool:
+    try:
+        kubernetes_validate.validate(doc, VERSIONS[-1], strict=True)
+    except kubernetes_validate.utils.SchemaNotFoundError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("overlay", ["one-node", "multi-node"])
+def test_each_overlay_without_the_monitoring_component_needs_no_crd_but_leaderworkersets(overlay, tmp_path):
+    rendered = kustomize(FOLDER / overlay)
+    custom = {doc["kind"] for doc in rendered if needs_a_crd(doc)}
+    assert custom == ({"LeaderWorkerSet"} if overlay == "multi-node" else set())
+    workload = "StatefulSet" if overlay == "one-node" else "LeaderWorkerSet"
+    assert {workload, "Deployment", "NetworkPolicy"} <= {d["kind"] for d in rendered}
+    # the component, added as an operator adds it, brings the monitors with kube-prometheus-stack's label
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(FOLDER / overlay, tmp_path)],
+        "components": [os.path.relpath(FOLDER / "monitoring", tmp_path)],
+    }))  # fmt: skip
+    monitored = kustomize(tmp_path)
+    added = [doc for doc in monitored if doc not in rendered]
+    assert sorted(doc["kind"] for doc in added) == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    assert all(doc["metadata"]["labels"]["release"] == generate.Cluster().prometheus_release for doc in added)
+
+
+# -- a LeaderWorkerSet group starts together -----------------------------------------------------------------
+
+
+def run_group_gate(tmp_path: Path, hosts: dict[str, str], listen_after: float | None, wait_s: float):
+    """Run the worker template's wait-for-group script as a pod would, in a network namespace of its own whose
+    /etc/hosts names the group's members; `weights-verified`'s own command starts listening after `listen_after`
+    seconds (never if None). Returns (the waiter's exit status, or None if it still waits after wait_s; its log)."""
+    for tool in ("bash", "gawk", "unshare", "ip"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (.ci/run installs it): the group gate was NOT run")
+    init = {c["name"]: c for c in pod_templates("multi-node")["worker"]["spec"]["initContainers"]}
+    (tmp_path / "hosts").write_text("".join(f"{address} {name}\n" for name, address in hosts.items()))
+    listen = "" if listen_after is None else f'sleep {listen_after}; gawk "$LISTEN" & listener=$!'
+    driver = f"""
+        ip link set lo up && mount --bind {tmp_path}/hosts /etc/hosts || exit 99
+        bash -c "$WAIT" > {tmp_path}/wait.log 2>&1 & waiter=$!
+        {listen}
+        for _ in $(seq {int(wait_s * 10)}); do kill -0 $waiter 2>/dev/null || break; sleep 0.1; done
+        if kill -0 $waiter 2>/dev/null; then status=waiting; kill $waiter; else wait $waiter; status=$?; fi
+        [ -n "$listener" ] && kill $listener 2>/dev/null; echo "$status"
+    """
+    env = {**os.environ, "WAIT": init["wait-for-group"]["command"][2], "LISTEN": init["weights-verified"]["command"][1],
+           **lws_values(1)}  # fmt: skip
+    result = subprocess.run(["unshare", "-rmn", "bash", "-c", driver], capture_output=True, text=True, env=env,
+                            timeout=wait_s + 30)  # fmt: skip
+    assert result.stdout.strip(), result.stderr
+    status = result.stdout.strip().splitlines()[-1]
+    return (None if status == "waiting" else int(status)), (tmp_path / "wait.log").read_text()
+
+
+def test_a_leaderworkerset_pod_starts_sglang_only_once_every_members_weights_are_verified(tmp_path):
+    spec = pod_templates("multi-node")["worker"]["spec"]
+    init = spec["initContainers"]
+    # the order Kubernetes runs them in: the key, both fetches (each file hashed against its lock), then the
+    # sidecar that says so (started only after the fetches succeeded, kept running), then the wait for the others
+    assert [c["name"] for c in init] == ["credentials", "fetch-target", "fetch-draft", "weights-verified",
+                                         "wait-for-group"]  # fmt: skip
+    assert init[3]["restartPolicy"] == "Always" and "restartPolicy" not in init[4]
+    assert [p["containerPort"] for p in init[3]["ports"]] == [generate.GROUP_GATE_PORT]
+    assert pod_templates("multi-node")["leader"]["spec"]["initContainers"] == init
+    one_node = {c["name"] for c in one("one-node", "StatefulSet")["spec"]["template"]["spec"]["initContainers"]}
+    assert not {"weights-verified", "wait-for-group"} & one_node, "one node: nothing to wait for"
+    leader = LWS_LEADER
+    worker = f"{generate.NAME}-0-1.{generate.NAME}.default"  # LeaderWorkerSet's name for worker 1 of group 0
+    # the leader's weights are verified, the worker's are not (nothing answers for it): the pod keeps waiting
+    status, log = run_group_gate(tmp_path, {leader: "127.0.0.1", worker: "192.0.2.1"}, listen_after=0, wait_s=8)
+    assert status is None, log
+    assert f"{leader}: weights verified" in log and f"waiting for {worker}'s weights" in log
+    assert f"{worker}: weights verified" not in log
+    # no member verified yet: it waits; once every member's sidecar answers, it ends and SGLang may start
+    status, log = run_group_gate(tmp_path, {leader: "127.0.0.1", worker: "127.0.0.1"}, listen_after=3, wait_s=20)
+    assert status == 0, log
+    assert log.index(f"{leader}: weights verified") < log.index(f"{worker}: weights verified")
 
 
 # -- agreement with the NixOS unit ---------------------------------------------------------------------------
