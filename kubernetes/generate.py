@@ -71,7 +71,7 @@ MINIMUM_VERSIONS = {
 ROUTER = "sglang-router"
 # The images nix/image.nix builds (`nix build .#image`, `.#router-image`): name and tag. Retag them for your
 # registry with kustomize (`images:`) and pin a digest once pushed.
-IMAGE = "sglang-eagle3:0.1.0-sglang-0.5.9"
+IMAGE = "sglang-eagle3:0.1.0-sglang-{sglang}"
 ROUTER_IMAGE = "sglang-eagle3-router:0.1.0"
 USER = 1000  # the images' user (nix/image.nix)
 GPUS_PER_NODE = 8
@@ -94,6 +94,25 @@ NODE_LOCAL_DNS = "169.254.20.10/32"  # NodeLocal DNSCache's default listen addre
 WEIGHTS_SIZE = "1200Gi"  # Kimi-K2.5 NVFP4 (~600 GB) and the draft, with room for a second revision
 SHM_SIZE = "32Gi"
 PROBE_PERIOD = 30  # seconds between startup probes
+# SGLang's health handlers, per stack. On both, /health and /health_generate are one handler: 503 while starting or
+# stopping, otherwise it sends a one-token request and answers 200 as soon as anything comes back from the
+# scheduler, or 503 after SGLANG_HEALTH_CHECK_TIMEOUT seconds (default 20). A probe's timeout must exceed that
+# wait, or a slow but healthy server fails it before SGLang has answered. A forward batch that hangs is ended by
+# SGLang's own watchdog (--watchdog-timeout, default 300 s), which says why: liveness allows longer than that.
+# (0.5.23 also has /ready, which generates nothing, but answers 503 while generation is paused by an operator.)
+STACKS = {
+    "0.5.9": {
+        "health_handler": "srt/entrypoints/http_server.py:464-540",
+        "health_check_timeout": ("srt/entrypoints/http_server.py:166", 20),
+        "watchdog_timeout": ("srt/server_args.py:359", 300),
+    },
+    "0.5.23": {
+        "health_handler": "srt/entrypoints/http_server.py:721-799",
+        "health_check_timeout": ("srt/entrypoints/http_server.py:218", 20),
+        "watchdog_timeout": ("srt/arg_groups/fields/device.py:66-69", 300),
+    },
+}
+LIVENESS_PERIOD = 60
 # A LeaderWorkerSet group starts SGLang only when every member's weights are verified: each pod's
 # `weights-verified` sidecar (an init container that keeps running, Kubernetes >= 1.29) starts only after its fetch
 # containers have hashed every file against the lock, and answers on this port; `wait-for-group` waits until every
@@ -150,6 +169,9 @@ class Cluster:
     # Host memory one scheduler process (one per GPU) holds besides the GPU's: the CUDA context, torch and its
     # libraries, NCCL's pinned buffers. An estimate, not a measurement: compare with `kubectl top pod` and set it.
     host_memory_per_gpu_gib: int = 12
+    # The SGLang stack of the image (nix/image.nix: `.#image` is 0.5.9, `.#image-0_5_23` 0.5.23): its image and
+    # the probes its health handler calls for (STACKS).
+    sglang: str = "0.5.9"
     # kube-prometheus-stack's default selectors pick ServiceMonitors and PrometheusRules labelled
     # `release: <its Helm release name>`: the monitoring component's objects carry it.
     prometheus_release: str = "kube-prometheus-stack"
@@ -165,10 +187,35 @@ class Cluster:
             problems.append("--min-gpu-memory-mib and --host-memory-per-gpu-gib must be positive")
         if self.runtime_class and not dns_label.match(self.runtime_class):
             problems.append(f'--runtime-class {self.runtime_class!r} is not a RuntimeClass name (or "" for none)')
+        if self.sglang not in STACKS:
+            problems.append(f"--sglang {self.sglang!r}: one of {', '.join(STACKS)}")
         if not label_value.match(self.prometheus_release):
             problems.append(f"--prometheus-release {self.prometheus_release!r} is not a label value")
         if problems:
             raise SystemExit("kubernetes/generate.py: " + "; ".join(problems))
+
+
+def server_image(cluster: Cluster) -> str:
+    return IMAGE.format(sglang=cluster.sglang)
+
+
+def probes(cluster: Cluster, values: dict, health: str) -> dict:
+    """rank 0's probes, from its stack's health handler (STACKS): startup and readiness ask /health_generate (a token
+    can be generated, as the launcher waits for), liveness /health (the same handler)."""
+    stack = STACKS[cluster.sglang]
+    # the settings' environment may change SGLang's wait (SGLANG_HEALTH_CHECK_TIMEOUT, read by the handler's module)
+    wait = int(values["environment"].get("SGLANG_HEALTH_CHECK_TIMEOUT", stack["health_check_timeout"][1]))
+    timeout = wait + 5  # SGLang's own verdict (200, or 503 after `wait`) arrives before the kubelet gives up
+    watchdog = stack["watchdog_timeout"][1]
+    return {
+        # a first start loads 600 GB, JIT-compiles kernels and captures CUDA graphs: as long as the unit waits
+        "startupProbe": {**http_get(health), "periodSeconds": PROBE_PERIOD, "timeoutSeconds": timeout,
+                         "failureThreshold": math.ceil(startup_budget(values) / PROBE_PERIOD)},
+        "readinessProbe": {**http_get(health), "periodSeconds": 15, "timeoutSeconds": timeout, "failureThreshold": 3},
+        # restarted only after SGLang's watchdog would have ended a hung batch, and then some
+        "livenessProbe": {**http_get("/health"), "periodSeconds": LIVENESS_PERIOD, "timeoutSeconds": timeout,
+                          "failureThreshold": math.ceil(2 * watchdog / LIVENESS_PERIOD)},
+    }  # fmt: skip
 
 
 def server_resources(cluster: Cluster) -> dict:
@@ -350,23 +397,23 @@ def mount(name: str, path: str, read_only: bool = False) -> dict:
     return {"name": name, "mountPath": path, **({"readOnly": True} if read_only else {})}
 
 
-def credentials_init() -> dict:
+def credentials_init(image: str) -> dict:
     """systemd's LoadCredential, the Kubernetes way: the Secret (mounted group-readable) copied into a memory
     volume, private to the server's user, where the launcher finds it ($CREDENTIALS_DIRECTORY/api-key)."""
     return {
         "name": "credentials",
-        "image": IMAGE,
+        "image": image,
         "command": ["install", "-m", "0400", f"{SECRETS_DIR}/api-key", f"{CREDENTIALS_DIR}/api-key"],
         "securityContext": security_context(),
         "volumeMounts": [mount("api-key", SECRETS_DIR, True), mount("credentials", CREDENTIALS_DIR)],
     }
 
 
-def fetch_init(role: str, lock: Path) -> dict:
+def fetch_init(role: str, lock: Path, image: str) -> dict:
     """`sglang-eagle3 models fetch` against the lock: every file hashed against it before it is put in place."""
     return {
         "name": f"fetch-{role}",
-        "image": IMAGE,
+        "image": image,
         "command": ["sglang-eagle3"],
         "args": [
             "models",
@@ -399,7 +446,7 @@ def server_container(layout: Layout, values: dict, leader: bool, cluster: Cluste
     health = urlparse(launch_plan.health_url(settings.ServerSettings(**{**values, "nnodes": 1}))).path
     container = {
         "name": "server",
-        "image": IMAGE,
+        "image": server_image(cluster),
         "args": args,
         "env": env_list(server_env()),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}]
@@ -417,27 +464,20 @@ def server_container(layout: Layout, values: dict, leader: bool, cluster: Cluste
         ],
     }
     if leader:
-        # Rank 0 serves HTTP. Startup: a first start loads 600 GB, JIT-compiles kernels and captures CUDA graphs.
-        # Readiness: a token can be generated (takes seconds under load). Liveness: the HTTP server answers
-        # (/health is 503 while starting, which the startup probe covers). Workers (rank > 0) answer both
+        # Rank 0 serves HTTP (probes: STACKS, probes()). Workers (rank > 0) answer both
         # paths with a dummy 200 whatever their state
         # (launch_dummy_health_check_server: 0.5.9 srt/utils/common.py:2656-2677, 0.5.23 :3624): they get no HTTP probe;
         # RecreateGroupOnPodRestart restarts the group when any pod of it fails.
-        container["startupProbe"] = {**http_get(health), "periodSeconds": PROBE_PERIOD, "timeoutSeconds": 10,
-                                     "failureThreshold": math.ceil(startup_budget(values) / PROBE_PERIOD)}  # fmt: skip
-        container["readinessProbe"] = {**http_get(health), "periodSeconds": 15, "timeoutSeconds": 10,
-                                       "failureThreshold": 3}  # fmt: skip
-        container["livenessProbe"] = {**http_get("/health"), "periodSeconds": 30, "timeoutSeconds": 10,
-                                      "failureThreshold": 6}  # fmt: skip
+        container.update(probes(cluster, values, health))
     return container
 
 
-def group_gate() -> list[dict]:
+def group_gate(image: str) -> list[dict]:
     """The init containers that hold a LeaderWorkerSet pod until every member of its group has verified weights."""
     small = {"requests": {"cpu": "10m", "memory": "16Mi"}}
     sidecar = {
         "name": "weights-verified",
-        "image": IMAGE,
+        "image": image,
         "command": ["gawk", GROUP_GATE_LISTEN],
         "restartPolicy": "Always",  # a sidecar: started after the fetches, kept running beside the server
         "ports": [{"name": "weights", "containerPort": GROUP_GATE_PORT}],
@@ -446,7 +486,7 @@ def group_gate() -> list[dict]:
     }
     wait = {
         "name": "wait-for-group",
-        "image": IMAGE,
+        "image": image,
         "command": ["bash", "-c", GROUP_GATE_WAIT],
         "resources": small,
         "securityContext": security_context(),
@@ -473,9 +513,9 @@ def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: boo
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": stop_grace(values),
-            "initContainers": [credentials_init()]
-            + [fetch_init(role, lock) for role, lock in locks.items()]
-            + (group_gate() if layout.nnodes > 1 else []),
+            "initContainers": [credentials_init(server_image(cluster))]
+            + [fetch_init(role, lock, server_image(cluster)) for role, lock in locks.items()]
+            + (group_gate(server_image(cluster)) if layout.nnodes > 1 else []),
             "containers": [server_container(layout, values, leader, cluster)],
             "volumes": volumes,
             **placement(cluster),
@@ -514,6 +554,17 @@ def server_service(name: str, selector: dict) -> dict:
     }
 
 
+def disruption_budget() -> dict:
+    """At most one server pod evicted at a time (a node drain, an upgrade): with the two one-node replicas, one keeps
+    serving; a LeaderWorkerSet group loses one pod and is recreated whole. Not 0: that would block every drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": NAME, "labels": labels("server")},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels("server")}},
+    }
+
+
 def one_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
     values = settings_file(ONE_NODE, locks)
     pod = server_pod(ONE_NODE, values, locks, leader=True, cluster=cluster)
@@ -530,7 +581,7 @@ def one_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
             "volumeClaimTemplates": [weights_claim()],
         },
     }
-    return [settings_configmap(values), statefulset, server_service(NAME, labels("server"))]
+    return [settings_configmap(values), statefulset, server_service(NAME, labels("server")), disruption_budget()]
 
 
 def multi_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
@@ -557,12 +608,12 @@ def multi_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
     # The LeaderWorkerSet's own headless Service (named after it) gives the pods their DNS names; this one
     # selects the leaders, for Prometheus.
     leaders = {**labels("server"), f"{NAME}/rank": "0"}
-    return [settings_configmap(values), lws, server_service(f"{NAME}-leaders", leaders)]
+    return [settings_configmap(values), lws, server_service(f"{NAME}-leaders", leaders), disruption_budget()]
 
 
 def router(layout: Layout) -> list[dict]:
     env = {"HOME": ROUTER_CACHE, "HF_HOME": f"{ROUTER_CACHE}/huggingface", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
-    init = {**credentials_init(), "image": ROUTER_IMAGE}
+    init = credentials_init(ROUTER_IMAGE)
     container = {
         "name": "router",
         "image": ROUTER_IMAGE,
@@ -806,6 +857,12 @@ def main(argv: list[str] | None = None) -> int:
         help="host memory requested per GPU's scheduler process (default %(default)s)",
     )
     nodes.add_argument(
+        "--sglang",
+        choices=sorted(STACKS),
+        default=default.sglang,
+        help="the image's SGLang stack: its image and probes (default %(default)s)",
+    )
+    nodes.add_argument(
         "--prometheus-release",
         default=default.prometheus_release,
         help="the `release` label kube-prometheus-stack selects on (default %(default)s)",
@@ -815,6 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_products=tuple(args.gpu_products or default.gpu_products), min_gpu_memory_mib=args.min_gpu_memory_mib,
         gpu_taint=args.gpu_taint, runtime_class=args.runtime_class,
         host_memory_per_gpu_gib=args.host_memory_per_gpu_gib, prometheus_release=args.prometheus_release,
+        sglang=args.sglang,
     )  # fmt: skip
     wanted = manifests({"target": args.target_lock, "draft": args.draft_lock}, cluster)
     stale = [

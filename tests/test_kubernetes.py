@@ -442,6 +442,58 @@ def test_each_stacks_sglang_parses_the_leaders_and_a_workers_argv(tree, rank, tm
     assert parsed["host"] == "'0.0.0.0'" and parsed["model_path"] == repr(s.model_path)
 
 
+def cited_lines(root: Path, cite: str) -> list[str]:
+    """The lines a citation `path:first-last` (or `path:line`) names, in the tree's sglang package."""
+    path, _, span = cite.partition(":")
+    first, _, last = span.partition("-")
+    lines = (root / "sglang" / path).read_text().splitlines()
+    return lines[int(first) - 1 : int(last or first)]
+
+
+def test_the_probes_are_chosen_from_each_stacks_own_health_handler(tree, tmp_path):
+    """Both stacks: /health and /health_generate are one handler that generates a token and waits
+    SGLANG_HEALTH_CHECK_TIMEOUT for it; the probes wait longer than SGLang does, and liveness longer than SGLang's own
+    watchdog, each read from that stack's source at the lines generate.py cites."""
+    stack = generate.STACKS[tree.version]
+    handler = cited_lines(tree.root, stack["health_handler"])
+    assert handler[:3] == ['@app.get("/health")', '@app.get("/health_generate")',
+                           "async def health_generate(request: Request) -> Response:"]  # fmt: skip
+    body = "\n".join(handler)
+    assert "max_new_tokens" in body and "HEALTH_CHECK_TIMEOUT" in body and "status_code=503" in body
+    assert handler[-1].strip() == "return Response(status_code=503)"  # the whole handler, up to its last answer
+    cite, wait = stack["health_check_timeout"]
+    assert cited_lines(tree.root, cite) == [
+        f'HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", {wait}))'
+    ]
+    cite, watchdog = stack["watchdog_timeout"]
+    field = cited_lines(tree.root, cite)  # a dataclass field with its default: one line, or an Annotated block
+    assert field[0].strip().startswith("watchdog_timeout:") and field[-1].endswith(f"= {watchdog}"), field
+    assert generate.main(["--output", str(tmp_path), "--sglang", tree.version]) == 0
+    (statefulset,) = [d for d in yaml.safe_load_all((tmp_path / "one-node/server.yaml").read_text())
+                      if d["kind"] == "StatefulSet"]  # fmt: skip
+    server = container(statefulset["spec"]["template"])
+    assert server["image"] == f"sglang-eagle3:0.1.0-sglang-{tree.version}"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert server[probe]["timeoutSeconds"] > wait, f"{probe} gives up before SGLang answers"
+    liveness = server["livenessProbe"]
+    assert liveness["httpGet"]["path"] == "/health"
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] > watchdog
+    # a wait set in the settings' environment moves the probes with it
+    values = {"environment": {"SGLANG_HEALTH_CHECK_TIMEOUT": "60"}, "ready_timeout": 7200}
+    moved = generate.probes(generate.Cluster(sglang=tree.version), values, "/health_generate")
+    assert all(moved[p]["timeoutSeconds"] > 60 for p in moved)
+
+
+@pytest.mark.parametrize("folder", ["one-node", "multi-node"])
+def test_a_disruption_budget_lets_one_server_pod_go_at_a_time(folder):
+    budget = one(folder, "PodDisruptionBudget")["spec"]
+    assert budget["maxUnavailable"] == 1, "one at a time, and never 0, which would block every drain"
+    for template in pod_templates(folder).values():
+        assert budget["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    router = one(folder, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not budget["selector"]["matchLabels"].items() <= router.items()
+
+
 def test_the_multi_node_manifests_turn_the_fusion_off_and_preflight_passes_them(tree, tmp_path):
     """FlashInfer's all-reduce fusion works within one node only (preflight's fusion-multi-node rule, quoting each
     stack's source): the LeaderWorkerSet's leader and worker load it off, the multi-node default the NixOS module
