@@ -69,10 +69,14 @@ MINIMUM_VERSIONS = {
     },
 }  # fmt: skip
 ROUTER = "sglang-router"
-# The images nix/image.nix builds (`nix build .#image`, `.#router-image`): name and tag. Retag them for your
-# registry with kustomize (`images:`) and pin a digest once pushed.
-IMAGE = "sglang-eagle3:0.1.0-sglang-{sglang}"
-ROUTER_IMAGE = "sglang-eagle3-router:0.1.0"
+# The images nix/image.nix builds (`nix build .#image`, `.#image-0_5_23`, `.#router-image`). Their tags are
+# the hash of their content (`nix eval --raw .#image.imageTag`): a new patch series is a new tag. The manifests
+# name them with a tag that is no image's, so that a pod never starts an image nobody chose: set the real one with
+# kustomize `images:` (newName: your registry, newTag: the imageTag, or digest once pushed), or with
+# generate.py --image / --router-image. A tag names one content, so IfNotPresent is the right pull policy.
+IMAGE_UNSET = "sglang-eagle3:unset-sglang-{sglang}-set-by-kustomize-images"
+ROUTER_IMAGE_UNSET = "sglang-eagle3-router:unset-set-by-kustomize-images"
+PULL_POLICY = "IfNotPresent"
 USER = 1000  # the images' user (nix/image.nix)
 GPUS_PER_NODE = 8
 HTTP_PORT = settings.default("port")
@@ -169,6 +173,9 @@ class Cluster:
     # Host memory one scheduler process (one per GPU) holds besides the GPU's: the CUDA context, torch and its
     # libraries, NCCL's pinned buffers. An estimate, not a measurement: compare with `kubectl top pod` and set it.
     host_memory_per_gpu_gib: int = 12
+    # Where the images are: registry/name:tag or @digest ("": a placeholder for kustomize `images:`, above).
+    image: str = ""
+    router_image: str = ""
     # The SGLang stack of the image (nix/image.nix: `.#image` is 0.5.9, `.#image-0_5_23` 0.5.23): its image and
     # the probes its health handler calls for (STACKS).
     sglang: str = "0.5.9"
@@ -187,6 +194,9 @@ class Cluster:
             problems.append("--min-gpu-memory-mib and --host-memory-per-gpu-gib must be positive")
         if self.runtime_class and not dns_label.match(self.runtime_class):
             problems.append(f'--runtime-class {self.runtime_class!r} is not a RuntimeClass name (or "" for none)')
+        for option, ref in (("--image", self.image), ("--router-image", self.router_image)):
+            if ref and not re.search(r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$", ref.rsplit("/", 1)[-1]):
+                problems.append(f"{option} {ref!r} names no tag or digest (it would mean :latest)")
         if self.sglang not in STACKS:
             problems.append(f"--sglang {self.sglang!r}: one of {', '.join(STACKS)}")
         if not label_value.match(self.prometheus_release):
@@ -196,7 +206,11 @@ class Cluster:
 
 
 def server_image(cluster: Cluster) -> str:
-    return IMAGE.format(sglang=cluster.sglang)
+    return cluster.image or IMAGE_UNSET.format(sglang=cluster.sglang)
+
+
+def router_image(cluster: Cluster) -> str:
+    return cluster.router_image or ROUTER_IMAGE_UNSET
 
 
 def probes(cluster: Cluster, values: dict, health: str) -> dict:
@@ -403,6 +417,7 @@ def credentials_init(image: str) -> dict:
     return {
         "name": "credentials",
         "image": image,
+        "imagePullPolicy": PULL_POLICY,
         "command": ["install", "-m", "0400", f"{SECRETS_DIR}/api-key", f"{CREDENTIALS_DIR}/api-key"],
         "securityContext": security_context(),
         "volumeMounts": [mount("api-key", SECRETS_DIR, True), mount("credentials", CREDENTIALS_DIR)],
@@ -414,6 +429,7 @@ def fetch_init(role: str, lock: Path, image: str) -> dict:
     return {
         "name": f"fetch-{role}",
         "image": image,
+        "imagePullPolicy": PULL_POLICY,
         "command": ["sglang-eagle3"],
         "args": [
             "models",
@@ -447,6 +463,7 @@ def server_container(layout: Layout, values: dict, leader: bool, cluster: Cluste
     container = {
         "name": "server",
         "image": server_image(cluster),
+        "imagePullPolicy": PULL_POLICY,
         "args": args,
         "env": env_list(server_env()),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}]
@@ -478,6 +495,7 @@ def group_gate(image: str) -> list[dict]:
     sidecar = {
         "name": "weights-verified",
         "image": image,
+        "imagePullPolicy": PULL_POLICY,
         "command": ["gawk", GROUP_GATE_LISTEN],
         "restartPolicy": "Always",  # a sidecar: started after the fetches, kept running beside the server
         "ports": [{"name": "weights", "containerPort": GROUP_GATE_PORT}],
@@ -487,6 +505,7 @@ def group_gate(image: str) -> list[dict]:
     wait = {
         "name": "wait-for-group",
         "image": image,
+        "imagePullPolicy": PULL_POLICY,
         "command": ["bash", "-c", GROUP_GATE_WAIT],
         "resources": small,
         "securityContext": security_context(),
@@ -611,12 +630,13 @@ def multi_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
     return [settings_configmap(values), lws, server_service(f"{NAME}-leaders", leaders), disruption_budget()]
 
 
-def router(layout: Layout) -> list[dict]:
+def router(layout: Layout, cluster: Cluster) -> list[dict]:
     env = {"HOME": ROUTER_CACHE, "HF_HOME": f"{ROUTER_CACHE}/huggingface", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
-    init = credentials_init(ROUTER_IMAGE)
+    init = credentials_init(router_image(cluster))
     container = {
         "name": "router",
-        "image": ROUTER_IMAGE,
+        "image": router_image(cluster),
+        "imagePullPolicy": PULL_POLICY,
         "args": [*ROUTER_ARGS, "--worker-urls", *layout.worker_urls()],
         "env": env_list(env),
         "ports": [
@@ -811,9 +831,9 @@ def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = No
         "monitoring/monitoring.yaml": monitoring(cluster),
         "base/network-policy.yaml": network_policies(),
         "one-node/server.yaml": one_node(locks, cluster),
-        "one-node/router.yaml": router(ONE_NODE),
+        "one-node/router.yaml": router(ONE_NODE, cluster),
         "multi-node/server.yaml": multi_node(locks, cluster),
-        "multi-node/router.yaml": router(MULTI_NODE),
+        "multi-node/router.yaml": router(MULTI_NODE, cluster),
     }
     out = {path: render(objects) for path, objects in files.items()}
     for folder in ("base", "one-node", "multi-node"):
@@ -863,6 +883,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the image's SGLang stack: its image and probes (default %(default)s)",
     )
     nodes.add_argument(
+        "--image",
+        default="",
+        help="the server image (registry/name:tag or @sha256:...; default: a placeholder tag for kustomize images:)",
+    )
+    nodes.add_argument("--router-image", default="", help="the router image (default: a placeholder, as --image)")
+    nodes.add_argument(
         "--prometheus-release",
         default=default.prometheus_release,
         help="the `release` label kube-prometheus-stack selects on (default %(default)s)",
@@ -872,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_products=tuple(args.gpu_products or default.gpu_products), min_gpu_memory_mib=args.min_gpu_memory_mib,
         gpu_taint=args.gpu_taint, runtime_class=args.runtime_class,
         host_memory_per_gpu_gib=args.host_memory_per_gpu_gib, prometheus_release=args.prometheus_release,
-        sglang=args.sglang,
+        sglang=args.sglang, image=args.image, router_image=args.router_image,
     )  # fmt: skip
     wanted = manifests({"target": args.target_lock, "draft": args.draft_lock}, cluster)
     stale = [

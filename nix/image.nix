@@ -34,7 +34,6 @@ let
   image =
     {
       name,
-      tag,
       entrypoint,
       cmd ? [ ],
       environment,
@@ -59,7 +58,14 @@ let
       };
     in
     pkgs.dockerTools.streamLayeredImage {
-      inherit name tag config;
+      inherit name config;
+      # No tag of our own: given none, streamLayeredImage tags the image with the hash of its conf.json's store
+      # path (nixpkgs pkgs/build-support/docker/default.nix, passthru.imageTag; the stand-in
+      # tests/nix/nixpkgs/pkgs/docker/default.nix mirrors it), and conf.json names every layer's store path and
+      # the config. So any change to what is in the image (a patch, a lock, a label) gives a new tag, and a
+      # node never keeps an old image under a name it already has. `nix eval --raw .#image.imageTag` prints it;
+      # docs/kubernetes.md shows how the manifests get it (kustomize `images:`).
+      tag = null;
       # Fixed: the same inputs give the same image, byte for byte, whenever it is built.
       created = "1970-01-01T00:00:01Z";
       extraCommands = ''
@@ -74,7 +80,6 @@ in
 {
   server = image {
     name = "sglang-eagle3";
-    tag = "${version}-sglang-${stack.version}";
     entrypoint = [
       server
       "serve"
@@ -110,7 +115,6 @@ in
     in
     image {
       name = "sglang-eagle3-router";
-      tag = version;
       entrypoint = [ router ];
       # services.sglang-router's environment (modules/sglang-router.nix)
       environment = {

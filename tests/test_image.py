@@ -68,7 +68,7 @@ def ws(tmp_path_factory) -> Workspace:
 def test_each_stacks_image_evaluates_with_its_package_series_and_labels(ws, attribute, version):
     image = f"packages.{SYSTEM}.{attribute}"
     assert ws.eval(f"{image}.name") == "stream-sglang-eagle3"
-    assert ws.eval(f"{image}.imageTag") == f"{VERSION}-sglang-{version}"
+    assert_content_tag(ws, image)
     config = ws.eval(f"{image}.passthru.config")
     package = "default" if version == "0.5.9" else f"sglang-eagle3-{version.replace('.', '_')}"
     exe = ws.eval(f"packages.{SYSTEM}.{package}", apply='p: p.outPath + "/bin/sglang-eagle3"')
@@ -82,10 +82,10 @@ def test_each_stacks_image_evaluates_with_its_package_series_and_labels(ws, attr
     assert labels["sglang-eagle3.patch-series"].split() == series(version)
     assert labels["org.opencontainers.image.revision"] == "unknown"  # a path: flake has neither rev nor dirtyRev
     assert ws.eval(f"{image}.drvPath").endswith(".drv"), "the whole image derivation evaluates"
-    # the tag the Kubernetes manifests name
+    # the name the Kubernetes manifests give it (its tag is set there by kustomize `images:`)
     if version == "0.5.9":
         server = (REPO / "kubernetes" / "one-node" / "server.yaml").read_text()
-        assert f"image: sglang-eagle3:{VERSION}-sglang-{version}" in server
+        assert "image: sglang-eagle3:unset-sglang-0.5.9-set-by-kustomize-images" in server
 
 
 def test_the_image_derivation_calls_the_tested_root_script(ws):
@@ -106,8 +106,17 @@ def test_the_router_image_runs_the_router_launcher(ws):
     config = ws.eval(f"{image}.passthru.config")
     router = ws.eval(f"packages.{SYSTEM}.sglang-router", apply='p: p.outPath + "/bin/sglang-eagle3-router"')
     assert config["Entrypoint"] == [router] and config["User"] == "1000:1000"
-    assert ws.eval(f"{image}.imageTag") == VERSION
-    assert f"image: sglang-eagle3-router:{VERSION}" in (REPO / "kubernetes" / "one-node" / "router.yaml").read_text()
+    assert_content_tag(ws, image)
+    router_yaml = (REPO / "kubernetes" / "one-node" / "router.yaml").read_text()
+    assert "image: sglang-eagle3-router:unset-set-by-kustomize-images" in router_yaml
+
+
+def assert_content_tag(ws: Workspace, image: str) -> None:
+    """nix/image.nix gives no tag: streamLayeredImage tags the image by the hash of its conf.json, which names every
+    layer and the config, so the tag changes whenever the content does."""
+    tag = ws.eval(f"{image}.imageTag")
+    assert re.fullmatch(r"[0-9a-df-np-sv-z]{32}", tag), tag
+    assert ws.eval(f"{image}.passthru.conf.outPath").split("/")[-1].startswith(tag + "-")
 
 
 # -- the same image code around a stand-in stack, built here -------------------------------------------------
@@ -246,6 +255,9 @@ def test_a_patch_change_rebuilds_only_the_layers_it_touches(images):
     assert list(before) == list(after), "the same layers, in the same order"
     changed = {name for name in before if before[name][0] != after[name][0]}
     assert changed == TOUCHED_BY_A_PATCH
+    # and the image's tag changes with them (nix/image.nix: the content's hash), so nodes pull the new image
+    tags = [image.manifest["RepoTags"] for image in (images["0.5.9"], images["0.5.9-revised"])]
+    assert tags[0] != tags[1] and all(t[0].startswith("sglang-eagle3:") for t in tags), tags
     shared, total = shared_bytes(images["0.5.9"], images["0.5.9-revised"])
     print(f"\nstand-in image, two patch revisions: {shared} of {total} bytes shared ({shared / total:.0%})")
 

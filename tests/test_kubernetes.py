@@ -225,6 +225,39 @@ def test_each_overlay_without_the_monitoring_component_needs_no_crd_but_leaderwo
     assert all(doc["metadata"]["labels"]["release"] == generate.Cluster().prometheus_release for doc in added)
 
 
+def test_images_are_set_by_kustomize_and_a_tag_is_pulled_once(tmp_path):
+    """The manifests name no image anybody built (nix/image.nix tags each by its content): kustomize `images:`
+    points every container at the registry and the built tag; each tag is one content, so IfNotPresent."""
+    containers = [c for spec in every_pod_spec() for c in spec["containers"] + spec.get("initContainers", [])]
+    assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
+    assert {c["image"] for c in containers} == {generate.IMAGE_UNSET.format(sglang="0.5.9"),
+                                               generate.ROUTER_IMAGE_UNSET}  # fmt: skip
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(FOLDER / "multi-node", tmp_path)],
+        "images": [{"name": "sglang-eagle3", "newName": "registry.example.org/sglang-eagle3", "newTag": "0123abc"},
+                   {"name": "sglang-eagle3-router", "newName": "registry.example.org/router",
+                    "digest": "sha256:" + "0" * 64}],
+    }))  # fmt: skip
+    rendered = kustomize(tmp_path)
+    lws = next(d for d in rendered if d["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    router = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]
+    set_images = {
+        c["image"]
+        for template in (lws["leaderTemplate"], lws["workerTemplate"], router)
+        for c in template["spec"]["containers"] + template["spec"]["initContainers"]
+    }
+    assert set_images == {
+        "registry.example.org/sglang-eagle3:0123abc",
+        "registry.example.org/router@sha256:" + "0" * 64,
+    }
+    # or generate.py writes them; a reference without a tag or digest (:latest) is refused
+    assert generate.main(["--output", str(tmp_path / "out"), "--image", "r.example/sglang-eagle3:0123abc"]) == 0
+    assert "image: r.example/sglang-eagle3:0123abc" in (tmp_path / "out/one-node/server.yaml").read_text()
+    with pytest.raises(SystemExit, match="names no tag or digest"):
+        generate.main(["--output", str(tmp_path / "bad"), "--image", "registry.example.org:5000/sglang-eagle3"])
+
+
 # -- a LeaderWorkerSet group starts together -----------------------------------------------------------------
 
 
@@ -472,7 +505,7 @@ def test_the_probes_are_chosen_from_each_stacks_own_health_handler(tree, tmp_pat
     (statefulset,) = [d for d in yaml.safe_load_all((tmp_path / "one-node/server.yaml").read_text())
                       if d["kind"] == "StatefulSet"]  # fmt: skip
     server = container(statefulset["spec"]["template"])
-    assert server["image"] == f"sglang-eagle3:0.1.0-sglang-{tree.version}"
+    assert server["image"] == f"sglang-eagle3:unset-sglang-{tree.version}-set-by-kustomize-images"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert server[probe]["timeoutSeconds"] > wait, f"{probe} gives up before SGLang answers"
     liveness = server["livenessProbe"]
@@ -712,3 +745,4 @@ def test_both_network_policies_let_the_pods_reach_every_kind_of_cluster_dns():
         }
         assert {"namespaceSelector": {}} in dns["to"], "every namespace's DNS pods"
         assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"], "NodeLocal DNSCache"
+
