@@ -746,3 +746,80 @@ def test_both_network_policies_let_the_pods_reach_every_kind_of_cluster_dns():
         assert {"namespaceSelector": {}} in dns["to"], "every namespace's DNS pods"
         assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"], "NodeLocal DNSCache"
 
+
+# -- NUMA memory policy under the runtime's default seccomp profile ------------------------------------------
+
+# A stand-in for RuntimeDefault as it treats these pods: mbind, set_mempolicy and get_mempolicy refused with EPERM
+# (containerd's default profile has no rule for them, contrib/seccomp/seccomp_default.go at 96929a5d; Docker's
+# admits them only with CAP_SYS_NICE, which the pods do not get). A classic-BPF filter, then exec.
+DENY_MEMPOLICY_C = r"""
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define DENY(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1), \
+                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+int main(int argc, char **argv) {
+  struct sock_filter filter[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    DENY(SYS_mbind), DENY(SYS_set_mempolicy), DENY(SYS_get_mempolicy),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+  if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+    return 125;
+  execv(argv[1], argv + 1);
+  return 126;
+}
+"""
+# 0.5.23's own functions, compiled from its numa_utils.py, with the real ctypes and libnuma.
+NUMA_DRIVER = r"""
+import ast, ctypes, json, logging, sys
+source = open(sys.argv[1]).read()
+wanted = {"get_libnuma", "_can_set_mempolicy", "_strip_memory_args"}
+functions = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+namespace = {"ctypes": ctypes, "logger": logging.getLogger("numa")}
+exec(compile(ast.Module(functions, []), sys.argv[1], "exec"), namespace)
+can = namespace["_can_set_mempolicy"]()
+args = "--cpunodebind=0 --membind=0"  # what _numactl_cpu_mem_args gives for node 0
+print(json.dumps({"can_set_mempolicy": can, "numactl": args if can else namespace["_strip_memory_args"](args)}))
+"""
+
+
+def test_no_memory_binding_in_containers_sglang_keeps_only_the_cpu_binding(newest_tree, tmp_path):
+    """The pods get no CAP_SYS_NICE, so the runtime's default seccomp profile refuses the NUMA memory-policy calls
+    the NixOS unit allows (@resources). Decided: no --membind in containers. SGLang 0.5.23 binds by default
+    (SGLANG_AUTO_NUMA_BIND) and asks get_mempolicy first; its own code, run under such a filter, drops --membind
+    and keeps the CPU binding (sched_setaffinity, which the profile allows). 0.5.9 binds only with --numa-node,
+    which the settings leave unset."""
+    for tool in ("cc",):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (.ci/run installs it): the seccomp filter was NOT built")
+    if not Path("/usr/lib/x86_64-linux-gnu/libnuma.so.1").is_file():
+        pytest.skip("needs a real libnuma to load (Debian's libnuma1)")
+    for spec in server_pod_specs():
+        for c in spec["containers"] + spec["initContainers"]:
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c["name"]
+    for folder in ("one-node", "multi-node"):
+        values = json.loads(one(folder, "ConfigMap")["data"]["settings.json"])
+        assert "--numa-node" not in values.get("extra_args", []) and "numa_node" not in values
+    (tmp_path / "deny.c").write_text(DENY_MEMPOLICY_C)
+    subprocess.run(["cc", "-O", "-o", str(tmp_path / "deny"), str(tmp_path / "deny.c")], check=True)
+    numa_utils = newest_tree / "sglang" / "srt" / "utils" / "numa_utils.py"
+    command = [sys.executable, "-c", NUMA_DRIVER, str(numa_utils)]
+    free = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    denied = json.loads(subprocess.run([str(tmp_path / "deny"), *command], capture_output=True, text=True,
+                                       check=True).stdout)  # fmt: skip
+    if not free["can_set_mempolicy"]:
+        pytest.skip("this machine refuses get_mempolicy already: the filter's effect cannot be told apart")
+    assert free == {"can_set_mempolicy": True, "numactl": "--cpunodebind=0 --membind=0"}
+    assert denied == {"can_set_mempolicy": False, "numactl": "--cpunodebind=0"}
+    # the decision is written where the unit's sandbox is mapped
+    assert "--membind" in generate.HARDENING["systemd"]["SystemCallFilter"]["why"]
