@@ -288,6 +288,23 @@ ROUTER_ARGS = [
     "--retry-jitter-factor", "0.200000", "--cb-failure-threshold", "10", "--cb-success-threshold", "3",
     "--cb-timeout-duration-secs", "60", "--cb-window-duration-secs", "120",
 ]  # fmt: skip
+# The router finds its servers itself (sglang-router's Kubernetes service discovery, sglang_router/router_args.py:48-51
+# in 0.3.2): it lists and watches the pods of its namespace, keeps those whose labels match the selector (each
+# replica's rank 0), and adds one as http://<pod IP>:<port> once the pod is Running and Ready (its readiness probe:
+# the model is loaded), removes it once the pod is being deleted (sgl-project/sglang
+# sgl-router/src/service_discovery.rs, PodInfo::is_healthy and handle_pod_deletion, commit 008d83eb). A replica
+# that loads for hours is added when it is ready, not given up on. Without a namespace it would watch the whole
+# cluster (a ClusterRole): it is given its own, from the Downward API.
+ROUTER_SELECTOR = {**{"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "server"}, f"{NAME}/rank": "0"}
+ROUTER_DISCOVERY = [
+    "--service-discovery", "--selector", *[f"{k}={v}" for k, v in ROUTER_SELECTOR.items()],
+    "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)",
+]  # fmt: skip
+# What the discovery needs of the API, and nothing more: get, list and watch on pods, in its namespace.
+ROUTER_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+# The API server as a NetworkPolicy sees it: the `kubernetes` Service's port (443) and, where the CNI applies the
+# policy after the Service's translation, the API server's own (6443, kubeadm's default).
+API_SERVER_PORTS = (443, 6443)
 ROUTER_CACHE = "/var/cache/sglang-router"
 ROUTER_STOP_GRACE = 180 + 15  # the unit's TimeoutStopSec: shutdownGracePeriodSec + 15
 
@@ -301,10 +318,6 @@ class Layout:
     @property
     def tp_size(self) -> int:
         return GPUS_PER_NODE * self.nnodes
-
-    def worker_urls(self) -> list[str]:
-        """Each replica's rank 0 by its DNS name: a StatefulSet's pods, or each LeaderWorkerSet group's leader."""
-        return [f"http://{NAME}-{i}.{NAME}:{HTTP_PORT}" for i in range(self.replicas)]
 
 
 ONE_NODE = Layout("one-node", nnodes=1, replicas=2)
@@ -637,8 +650,10 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
         "name": "router",
         "image": router_image(cluster),
         "imagePullPolicy": PULL_POLICY,
-        "args": [*ROUTER_ARGS, "--worker-urls", *layout.worker_urls()],
-        "env": env_list(env),
+        "args": [*ROUTER_ARGS, *ROUTER_DISCOVERY],
+        # $(POD_NAMESPACE) in the args: the pod's own namespace (Downward API)
+        "env": env_list(env)
+        + [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT},
             {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
@@ -663,7 +678,8 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
                 "metadata": {"labels": labels("router")},
                 "spec": {
                     "securityContext": pod_security(),
-                    "automountServiceAccountToken": False,
+                    "serviceAccountName": ROUTER,
+                    "automountServiceAccountToken": True,  # the discovery's client reads the token
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": ROUTER_STOP_GRACE,
                     "initContainers": [init],
@@ -690,7 +706,26 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
             ],  # fmt: skip
         },
     }
-    return [deployment, service]
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "automountServiceAccountToken": False,
+    }  # only the router's pod mounts it, which asks for it
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "rules": ROUTER_RULES,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROUTER},
+        # the namespace is required; kustomize's `namespace:` rewrites it with the objects' (docs/kubernetes.md)
+        "subjects": [{"kind": "ServiceAccount", "name": ROUTER, "namespace": "default"}],
+    }  # fmt: skip
+    return [deployment, service, account, role, binding]
 
 
 def model_locks(locks: dict[str, Path]) -> dict:
@@ -768,7 +803,7 @@ def network_policies() -> list[dict]:
         network_policy(
             ROUTER, router_pods,
             ingress=[{"ports": [tcp(HTTP_PORT)]}, {"from": [prometheus], "ports": [tcp(ROUTER_METRICS_PORT)]}],
-            egress=[dns, {**to_servers, "ports": [tcp(HTTP_PORT)]}],
+            egress=[dns, {**to_servers, "ports": [tcp(HTTP_PORT)]}, {"ports": [tcp(p) for p in API_SERVER_PORTS]}],
         ),
     ]  # fmt: skip
 

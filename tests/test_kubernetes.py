@@ -67,7 +67,8 @@ def container(template: dict, name: str = "server") -> dict:
 
 
 def env_of(c: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c.get("env", [])}
+    """The container's plain variables (not those the Downward API fills)."""
+    return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
 
 
 def lws_values(rank: int) -> dict[str, str]:
@@ -422,26 +423,56 @@ def urlparse_path(url: str) -> str:
 
 
 def test_the_router_is_the_router_units(tmp_path):
+    """The router's command line is services.sglang-router's at its defaults, but for where the workers come from:
+    the unit is given their URLs, the pod finds them itself (sglang-router's Kubernetes service discovery)."""
     if not (nix_harness.NIX and nix_harness.NIXPKGS_LIB):
         pytest.skip(f"needs nixpkgs' lib/: {nix_harness.flake_eval.HOW_TO_STAGE}")
-    for folder, layout in (("one-node", generate.ONE_NODE), ("multi-node", generate.MULTI_NODE)):
-        workers = " ".join(f'"{u}"' for u in layout.worker_urls())
-        unit = nix_harness.evaluate_module(
-            f'{{ services.sglang-router = {{ enable = true; host = "0.0.0.0"; metrics.host = "0.0.0.0"; '
-            f'workers = [ {workers} ]; apiKeyFile = "/run/secrets/sglang-api-key"; }}; }}'
-        )["services"]["sglang-router"]
+    unit = nix_harness.evaluate_module(
+        '{ services.sglang-router = { enable = true; host = "0.0.0.0"; metrics.host = "0.0.0.0"; '
+        'workers = [ "http://gpu-host:30000" ]; apiKeyFile = "/run/secrets/sglang-api-key"; }; }'
+    )["services"]["sglang-router"]
+    exe, *argv = unit["serviceConfig"]["ExecStart"].split()
+    assert exe.endswith("/bin/sglang-eagle3-router")
+    assert argv[argv.index("--worker-urls") :] == ["--worker-urls", "http://gpu-host:30000"]
+    for folder in ("one-node", "multi-node"):
         deployment = one(folder, "Deployment")
         pod = container(deployment["spec"]["template"], "router")
-        exe, *argv = unit["serviceConfig"]["ExecStart"].split()
-        assert exe.endswith("/bin/sglang-eagle3-router") and pod["args"] == argv
+        assert pod["args"] == argv[: argv.index("--worker-urls")] + generate.ROUTER_DISCOVERY
         unit_env = {k: v for k, v in unit["environment"].items() if k != "PATH"}  # PATH: the unit's programs
         assert {k: v for k, v in env_of(pod).items() if k != "CREDENTIALS_DIRECTORY"} == unit_env
         assert (
             deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
             == unit["serviceConfig"]["TimeoutStopSec"]
         )
-        # the router's workers are rank 0 of each replica, by the DNS names its Service gives them
-        assert argv[argv.index("--worker-urls") + 1 :] == layout.worker_urls()
+
+
+def test_the_router_may_read_pods_in_its_namespace_and_nothing_more():
+    for folder in ("one-node", "multi-node"):
+        role, binding = one(folder, "Role"), one(folder, "RoleBinding")
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sglang-router"}
+        account = one(folder, "ServiceAccount")["metadata"]["name"]
+        assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", account)]
+        spec = one(folder, "Deployment")["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == account
+        router = container({"spec": spec}, "router")
+        args = router["args"]
+        # the selector picks each replica's rank 0 (the one-node pods, the LeaderWorkerSet's leaders), not workers
+        selector = dict(
+            a.split("=", 1) for a in args[args.index("--selector") + 1 : args.index("--service-discovery-port")]
+        )
+        leaders = [t for role_, t in pod_templates(folder).items() if role_ == "leader"]
+        workers = [t for role_, t in pod_templates(folder).items() if role_ == "worker"]
+        assert all(selector.items() <= t["metadata"]["labels"].items() for t in leaders)
+        assert not any(selector.items() <= t["metadata"]["labels"].items() for t in workers)
+        assert args[args.index("--service-discovery-port") + 1] == str(generate.HTTP_PORT)
+        # its own namespace, or it would watch the whole cluster, which a Role does not allow
+        assert args[args.index("--service-discovery-namespace") + 1] == "$(POD_NAMESPACE)"
+        assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in router[
+            "env"
+        ]
+    policy = next(d for _, d in OBJECTS if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "sglang-router")
+    assert {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]} in policy["spec"]["egress"]
 
 
 # -- each stack's SGLang parses the leader's and a worker's command line -------------------------------------
@@ -582,7 +613,8 @@ def test_every_hardening_setting_is_mapped_and_what_is_expressed_is_everywhere()
         for c in spec["containers"] + spec.get("initContainers", []):
             assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                             "readOnlyRootFilesystem": True}, c["name"]  # fmt: skip
-        assert spec["automountServiceAccountToken"] is False
+        # only the router talks to the API (its service discovery); no server pod gets a token
+        assert spec["automountServiceAccountToken"] is ("serviceAccountName" in spec)
 
 
 def test_the_api_key_comes_from_a_secret_volume_only():
@@ -590,7 +622,7 @@ def test_the_api_key_comes_from_a_secret_volume_only():
         secrets = [v for v in spec["volumes"] if "secret" in v]
         assert [v["secret"]["secretName"] for v in secrets] == [f"{generate.NAME}-api-key"]
         for c in spec["containers"] + spec.get("initContainers", []):
-            assert not any("valueFrom" in e for e in c.get("env", [])), "no variable from a Secret"
+            assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in c.get("env", [])), "none from a Secret"
             assert not [e for e in c.get("env", []) if any(w in e["name"] for w in credentials.SECRET_WORDS)]
             mounted = {m["name"] for m in c.get("volumeMounts", [])}
             assert ("api-key" in mounted) == (c["name"] == "credentials"), c["name"]
