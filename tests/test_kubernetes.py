@@ -304,7 +304,7 @@ def test_a_leaderworkerset_pod_starts_sglang_only_once_every_members_weights_are
     leader = LWS_LEADER
     worker = f"{generate.NAME}-0-1.{generate.NAME}.default"  # LeaderWorkerSet's name for worker 1 of group 0
     # the leader's weights are verified, the worker's are not (nothing answers for it): the pod keeps waiting
-    status, log = run_group_gate(tmp_path, {leader: "127.0.0.1", worker: "192.0.2.1"}, listen_after=0, wait_s=4)
+    status, log = run_group_gate(tmp_path, {leader: "127.0.0.1", worker: "192.0.2.1"}, listen_after=0, wait_s=8)
     assert status is None, log
     assert f"{leader}: weights verified" in log and f"waiting for {worker}'s weights" in log
     assert f"{worker}: weights verified" not in log
