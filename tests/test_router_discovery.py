@@ -1,7 +1,8 @@
 """The router of the Kubernetes manifests finds its servers itself: the real sglang-router 0.3.2 binary, started
 with the manifests' own arguments, against a stand-in Kubernetes API on loopback (TLS, a service account's bearer
-token; tests/support/k8s_api.py) and stand-in SGLang servers (tests/support/router_fixtures.py), each on its own
-loopback address as each pod has its own IP, all on the one port the discovery uses.
+token and CA where a pod has them, or a kubeconfig naming them; tests/support/k8s_api.py) and stand-in SGLang
+servers (tests/support/router_fixtures.py), each on its own loopback address as each pod has its own IP, all on
+the one port the discovery uses.
 
 Pods appear, become ready, go away and come back while a client sends requests without pause: once a server is
 ready, no request fails, and the router asks the API for nothing but the pods of its namespace.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -97,14 +99,35 @@ class Traffic:
         self.thread.join(60)
 
 
-def test_the_router_adds_ready_pods_drops_deleted_ones_and_no_request_fails(tmp_path):
-    if subprocess.run(["openssl", "version"], capture_output=True).returncode != 0:
-        pytest.skip("openssl is not installed: the stand-in API's certificate cannot be made")
+# Where a pod's service account is (kube-rs's in-cluster configuration reads these, with KUBERNETES_SERVICE_HOST
+# and KUBERNETES_SERVICE_PORT); /var/run is /run.
+SERVICE_ACCOUNT = "/run/secrets/kubernetes.io/serviceaccount"
+
+
+def in_a_pod(account: Path, argv: list[str]) -> list[str]:
+    """argv run as in a pod: in a mount namespace of its own whose /run holds the service account's token, CA and
+    namespace at the fixed paths Kubernetes mounts them."""
+    script = (
+        f'mount -t tmpfs pod-run /run && mkdir -p {SERVICE_ACCOUNT} && cp {account}/* {SERVICE_ACCOUNT}/ && exec "$@"'
+    )
+    return ["unshare", "-rm", "sh", "-c", script, "sh", *argv]
+
+
+@pytest.mark.parametrize("client", ["in-cluster", "kubeconfig"])
+def test_the_router_adds_ready_pods_drops_deleted_ones_and_no_request_fails(tmp_path, client):
+    """client: how kube::Client::try_default() finds the API: the pod's service account (in-cluster), or a
+    kubeconfig naming the same CA and token file."""
+    for tool in ("openssl", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (.ci/run installs it): the router's discovery was NOT run")
     ca, cert, key = k8s_api.make_certificates(tmp_path)
     api = k8s_api.Cluster(namespace=NAMESPACE, token=TOKEN)
     server, api_port = k8s_api.serve(api, cert, key)
-    (tmp_path / "token").write_text(TOKEN)
-    config = k8s_api.kubeconfig(tmp_path / "kubeconfig", api_port, ca, tmp_path / "token", NAMESPACE)
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(TOKEN)
+    (account / "ca.crt").write_bytes(ca.read_bytes())
+    (account / "namespace").write_text(NAMESPACE)
     (tmp_path / "key").write_text(KEY)
     (tmp_path / "key").chmod(0o400)
     credentials = tmp_path / "credentials"
@@ -131,8 +154,15 @@ def test_the_router_adds_ready_pods_drops_deleted_ones_and_no_request_fails(tmp_
     # The pod's environment (the key by CREDENTIALS_DIRECTORY, as the manifest's init container leaves it), no
     # proxy (sglang-router's Kubernetes client refuses one, docs/kubernetes.md), the hub unreachable.
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(PYTHONPATH=str(SOURCE), KUBECONFIG=str(config), CREDENTIALS_DIRECTORY=str(credentials),
+    env.update(PYTHONPATH=str(SOURCE), CREDENTIALS_DIRECTORY=str(credentials),
                HF_ENDPOINT=f"http://127.0.0.1:{free_port()}", HOME=str(tmp_path))  # fmt: skip
+    env.pop("KUBECONFIG", None)
+    command = [sys.executable, "-m", "sglang_eagle3.serving.router_main", *argv]
+    if client == "in-cluster":
+        env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(api_port))
+        command = in_a_pod(account, command)
+    else:
+        env["KUBECONFIG"] = str(k8s_api.kubeconfig(tmp_path / "kubeconfig", api_port, ca, account / "token", NAMESPACE))
     log = tmp_path / "router.log"
     servers = {
         "a": PodServer(tmp_path, "a", "127.0.0.2", port, API_KEY_FILE=str(tmp_path / "key"), RATE="400"),
@@ -157,8 +187,8 @@ def test_the_router_adds_ready_pods_drops_deleted_ones_and_no_request_fails(tmp_
         api.add_pod("sglang-eagle3-0", "127.0.0.2", selector, ready=False)
         api.add_pod("sglang-eagle3-1-1", "127.0.0.9", {**selector, "sglang-eagle3/rank": "1"}, ready=True)
         api.add_pod("other", "127.0.0.8", {"app.kubernetes.io/name": "other"}, ready=True)
-        router = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.serving.router_main", *argv], env=env,
-                                  stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        router = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                  start_new_session=True)  # fmt: skip
         wait_until(lambda: any(r[2].get("watch") == "true" for r in api.requests), 30, "the router's pod watch")
         time.sleep(1)
         assert workers() == {}, "a pod that is not ready is not a worker"
