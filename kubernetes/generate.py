@@ -15,10 +15,13 @@ evaluated NixOS unit on argv, environment and probes):
   into /var/lib/sglang-eagle3/models/<repository name>, as services.sglang-eagle3.models does;
 - the API key: a Secret, copied by an init container into a memory volume that CREDENTIALS_DIRECTORY
   names, as systemd's LoadCredential hands it to the unit (the launcher reads it the same way);
-- probes: the launcher's readiness URL (/health_generate) and ready_timeout, SGLang's /health;
+- probes: the launcher's readiness URL (/health_generate) and ready_timeout, SGLang's /health, timed from each stack's
+  health handler (STACKS);
 - alert rules: modules/monitoring (the same files the monitoring module loads);
 - securityContext: modules/hardening.nix, key by key as kubernetes/hardening.json maps it;
-- the router: services.sglang-router's defaults (its command line, environment and stop grace).
+- the router: services.sglang-router's defaults (its command line, environment and stop grace), but for its
+  servers, which it finds itself (sglang-router's Kubernetes service discovery, ROUTER_DISCOVERY);
+- the GPU nodes (placement, requests, images, the Prometheus release): Cluster, every field an option of this script.
 
 Layout (kustomize base and overlays; every file is plain YAML, `kubectl apply -k kubernetes/one-node`):
   base/        model locks, NetworkPolicy
@@ -758,7 +761,11 @@ def scrape(port: str, path: str, job: str, **extra) -> dict:
 def monitoring(cluster: Cluster) -> list[dict]:
     """The monitoring component (kubernetes/monitoring/, a kustomize Component, not in the overlays: its kinds
     need the Prometheus Operator's CRDs, from MINIMUM_VERSIONS["prometheus-operator"] on)."""
-    release = {"release": cluster.prometheus_release}  # kube-prometheus-stack's default selectors ask for it
+    # kube-prometheus-stack's default selectors ask for `release: <its release name>`
+    # (prometheus-community/helm-charts charts/kube-prometheus-stack/templates/prometheus/prometheus.yaml,
+    # serviceMonitorSelector and ruleSelector with ...NilUsesHelmValues, commit 1514b965); that version's
+    # ruleSelector also asks for `app: <the chart's name>`, kube-prometheus-stack unless renamed.
+    release = {"release": cluster.prometheus_release}
     server = service_monitor(
         NAME, "server", release,
         [scrape("http", "/metrics", NAME),
@@ -774,7 +781,7 @@ def monitoring(cluster: Cluster) -> list[dict]:
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": NAME, "labels": {**labels("server"), **release}},
+        "metadata": {"name": NAME, "labels": {**labels("server"), **release, "app": "kube-prometheus-stack"}},
         "spec": {"groups": groups},
     }
     return [server, router_monitor, rule]

@@ -224,6 +224,8 @@ def test_each_overlay_without_the_monitoring_component_needs_no_crd_but_leaderwo
     added = [doc for doc in monitored if doc not in rendered]
     assert sorted(doc["kind"] for doc in added) == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
     assert all(doc["metadata"]["labels"]["release"] == generate.Cluster().prometheus_release for doc in added)
+    (rule,) = [doc for doc in added if doc["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["labels"]["app"] == "kube-prometheus-stack"  # older charts' ruleSelector asks for it
 
 
 def test_images_are_set_by_kustomize_and_a_tag_is_pulled_once(tmp_path):
