@@ -121,9 +121,11 @@ STACKS = {
 }
 LIVENESS_PERIOD = 60
 # A LeaderWorkerSet group starts SGLang only when every member's weights are verified: each pod's
-# `weights-verified` sidecar (an init container that keeps running, Kubernetes >= 1.29) starts only after its fetch
-# containers have hashed every file against the lock, and answers on this port; `wait-for-group` waits until every
-# member's does. gawk and bash are in the image's /bin (nix/image.nix `tools`).
+# `weights-verified` sidecar starts only after its fetch containers have hashed every file against the lock, and
+# answers on this port; `wait-for-group`, the next init container, waits until every member's does. The sidecar is
+# an init container with restartPolicy Always, active by default from Kubernetes 1.29; the kubelet starts the
+# next init container once it runs (kubernetes.io/docs/concepts/workloads/pods/sidecar-containers). gawk and
+# bash are in the image's /bin (nix/image.nix `tools`).
 GROUP_GATE_PORT = 20001
 GROUP_GATE_LISTEN = (
     f'BEGIN {{ while (1) {{ s = "/inet/tcp/{GROUP_GATE_PORT}/0/0"; print "verified" |& s; close(s) }} }}'
@@ -838,7 +840,8 @@ def kustomization(resources: list[str]) -> dict:
 
 
 def component(resources: list[str]) -> dict:
-    """A kustomize Component: added to an overlay by `components:` (kustomize v3.7.0 and later; kubectl's own)."""
+    """A kustomize Component: added to an overlay by `components:` (kustomize v3.7.0 and later:
+    kubectl.docs.kubernetes.io/guides/config_management/components)."""
     return {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "resources": resources}
 
 
