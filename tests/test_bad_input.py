@@ -324,3 +324,17 @@ def test_bench_run_output_that_cannot_be_written(tmp_path, run_cli):
             result = run_cli("bench", "run", "--url", server.url, "--output", str(output), "--requests", "1")
             assert result.returncode == ExitStatus.BAD_INPUT
             clean(result)
+
+
+# -- issue 36 (6): environment names, refused the same way by every command -----------------------------------
+
+
+@pytest.mark.parametrize("name", ["A=B", "", "1ST", "A B", "\x1b[31m"])
+@pytest.mark.parametrize("command", [["settings", "show"], ["serve", "--dry-run"], ["serve", "--dry-run", "--json"]])
+def test_an_environment_variable_name_that_cannot_be_one_is_refused_by_every_command(run_cli, command, name):
+    result = run_cli(*command, "--set", "environment=" + json.dumps({name: "secret-value-4711"}))
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
+    text = clean(result)
+    assert "is not an environment variable name; use letters, digits and _" in result.stderr
+    assert "secret-value-4711" not in text and "env: =" not in text and "\x1b" not in text
+

@@ -14,9 +14,20 @@ Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 
 from __future__ import annotations
 
+import reprlib
 import sys
 
 from .exit_status import ExitStatus
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = 80  # a 100,000-character value is shown as its first and last characters
+
+
+def shown(value: object) -> str:
+    """A user's value as a message quotes it: in quotes, control characters escaped (``\\x1b``, ``\\n``), at most
+    80 characters (longer ones keep their start and end around ``...``). Every message that echoes what a user
+    typed or a file held goes through here; a secret is never given to it."""
+    return _SHOWN.repr(value)
 
 
 class Eagle3Error(Exception):

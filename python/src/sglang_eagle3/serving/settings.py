@@ -24,14 +24,24 @@ import difflib
 import functools
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .. import SGLANG_VERSION
-from ..errors import BadInput
+from ..errors import BadInput, shown
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
@@ -46,6 +56,9 @@ TUNED_COMPUTE_CAPABILITY = "12.0"
 # tracebacks (cli_common.py). The tests' own variables are EAGLE3_TESTS_*, a prefix this loader does not read
 # (tests/support/harness_env.py).
 NOT_SETTINGS = {"config", "patches", "nvidia_smi", "libcuda", "traceback"}
+# A variable name every consumer of `environment` takes: the process environment (no "=", not empty), systemd's
+# Environment= (the NixOS module) and Kubernetes' env (the manifests). POSIX's portable names.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SettingsError(BadInput):
@@ -174,6 +187,18 @@ class ServerSettings(BaseModel):
         60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,
         description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
     )  # fmt: skip
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_names(cls, environment: dict[str, str]) -> dict[str, str]:
+        # The name only: the value may be a secret. Every command loads settings here, so all refuse it alike.
+        for name in environment:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{shown(name)} is not an environment variable name; use letters, digits and _, not starting "
+                    "with a digit (e.g. MY_VARIABLE)"
+                )
+        return environment
 
     @model_validator(mode="before")
     @classmethod
