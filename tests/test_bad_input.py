@@ -278,7 +278,7 @@ def test_interrupted_apply_leaves_the_tree_and_no_staging_directory(tmp_path, pr
     proc = start_apply(tree, slow_patch(tmp_path))
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert proc.returncode == (ExitStatus.TERMINATED if sig == signal.SIGTERM else ExitStatus.INTERRUPTED), err
     assert f"interrupted by {signal.Signals(sig).name}; the tree was left unchanged" in err
     assert staging_dirs(tree) == [] and snapshot(tree) == before
 
@@ -338,3 +338,121 @@ def test_an_environment_variable_name_that_cannot_be_one_is_refused_by_every_com
     assert "is not an environment variable name; use letters, digits and _" in result.stderr
     assert "secret-value-4711" not in text and "env: =" not in text and "\x1b" not in text
 
+
+# -- issue 36 (7): statuses --------------------------------------------------------------------------------
+
+
+def test_a_repo_id_too_long_for_the_hub_is_bad_input_shown_once_and_short(run_cli, tmp_path):
+    spec = "owner/" + "a" * 5000
+    result = run_cli("models", "lock", spec, "--output", str(tmp_path / "x.lock.json"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "expected REPO[@REVISION]" in text and "at most 96 characters" in text
+    assert "a" * 100 not in text and len(text) < 600 and not (tmp_path / "x.lock.json").exists()
+
+
+def test_a_missing_api_key_file_is_bad_input_in_serve_and_bench_alike(run_cli, tmp_path):
+    missing = tmp_path / "no-such.key"
+    serve = run_cli("serve", "--dry-run", "--set", f"api_key_file={missing}")
+    bench = run_cli("bench", "run", "--url", "http://127.0.0.1:1", "--api-key-file", str(missing),
+                    "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
+    for result in (serve, bench):
+        assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
+        assert f"{missing} does not exist; write the key into that file" in clean(result)
+
+
+def program(*args: str) -> list[str]:
+    """The installed program's way in (`sglang-eagle3` runs sglang_eagle3.__main__)."""
+    return [sys.executable, "-m", "sglang_eagle3", *args]
+
+
+@pytest.mark.parametrize(
+    "sig, status", [(signal.SIGINT, ExitStatus.INTERRUPTED), (signal.SIGTERM, ExitStatus.TERMINATED)]
+)
+def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status):
+    """`timeout -s TERM 0.2 sglang-eagle3 patch apply` ended silently with 143, a Ctrl-C in the first quarter second
+    printed a KeyboardInterrupt traceback from the imports. Now: one line, 128 + the signal."""
+    proc = subprocess.Popen(program("patch", "apply", "--sglang", "/nonexistent"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not catches_sigterm(proc.pid):  # the program has begun: its first lines answer signals
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(sig)  # the commands take a few hundred milliseconds to load: the signal comes meanwhile
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("Error: ") and signal.Signals(sig).name in err and "while starting" in err
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_sigterm_during_a_command_is_one_line_and_143(tmp_path):
+    """SIGTERM while a command works (here `bench run` against a server that never answers): one line, 143."""
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen(program("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"),
+                                        "--requests", "1", "--warmup", "0", "--no-plot"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        silent.settimeout(60)
+        connection, _ = silent.accept()  # the run has started: it asks the server what it serves
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        connection.close()
+    assert proc.returncode == ExitStatus.TERMINATED == 143, err
+    assert "Traceback" not in err and "SIGTERM" in err
+
+
+APPLY_THEN_SIGINT = """
+import os, signal, sys
+import click
+from sglang_eagle3 import cli
+
+echo = click.echo
+def echo_after_a_signal(*args, **kwargs):  # Ctrl-C as the finished apply reports what it did
+    os.kill(os.getpid(), signal.SIGINT)
+    echo(*args, **kwargs)
+click.echo = echo_after_a_signal
+sys.argv = ["sglang-eagle3", "patch", "apply", "--sglang", sys.argv[1]]
+cli.main()
+"""
+
+
+def test_a_signal_after_apply_has_finished_does_not_undo_its_status(pristine_tree, tree_copy):
+    tree = tree_copy(pristine_tree)
+    result = subprocess.run([sys.executable, "-c", APPLY_THEN_SIGINT, str(tree)], capture_output=True, text=True)
+    assert result.returncode == ExitStatus.OK, result.stderr
+    assert "now carries the whole patch set" in clean(result)
+    verify = subprocess.run(program("patch", "verify", "--sglang", str(tree)), capture_output=True, text=True)
+    assert verify.returncode == ExitStatus.OK, verify.stdout + verify.stderr
+
+
+def test_the_hub_clients_debug_log_has_no_tracebacks(capfd):
+    """HF_DEBUG=1 makes huggingface_hub log at DEBUG; a record carrying an exception printed its traceback among the
+    models commands' output. It is one line now; the client's other debug lines are left as they are."""
+    import logging
+
+    from sglang_eagle3.models import hub
+
+    hub._quiet_client()
+    log = logging.getLogger("huggingface_hub.file_download")
+    try:
+        raise ConnectionError("refused")
+    except ConnectionError:
+        log.warning("while requesting HEAD http://hub/x", exc_info=True)
+    log.warning("Retrying in 1s [Retry 1/5].")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "while requesting HEAD http://hub/x: ConnectionError: refused\nRetrying in 1s [Retry 1/5].\n" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import click
 
 from . import SGLANG_VERSION, __version__, options
 from .bench.cli import bench_group
-from .cli_common import TopLevelGroup, load_settings
+from .cli_common import TopLevelGroup, check_key_files, load_settings
 from .errors import BadInput, CheckFailed
 from .exit_status import ExitStatus, help_text
 from .host import gpus
@@ -87,6 +88,9 @@ def patch_apply(sglang: str | None) -> None:
         if tree.version != series.sglang_version and err.status is ExitStatus.CHECK_FAILED:
             raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
         raise  # its own status: a conflict, a tree not writable, an interruption
+    # Done: the tree carries the series. A signal from here on cannot undo it; the report is all that is left.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -313,6 +317,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     Python imports, and the output says so when the two differ.
     """
     s = load_settings(config, assignments, profile)
+    check_key_files(s)
     tree = sglang_release.resolve(sglang) if sglang is not None else None
     plan = launch_plan.build(s)
     checks = preflight.run(s, tree)

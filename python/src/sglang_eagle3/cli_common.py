@@ -11,7 +11,7 @@ import click
 from . import errors
 from .errors import BadInput, Eagle3Error
 from .exit_status import ExitStatus
-from .serving import settings
+from .serving import credentials, settings
 
 TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
 
@@ -27,14 +27,17 @@ class TopLevelGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context):
+        errors.on_sigterm()  # SIGTERM: one line and ExitStatus.TERMINATED, as Ctrl-C gets one and INTERRUPTED
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's usage errors (exit 2) and the commands' verdicts (their exit status)
         except Eagle3Error as err:
             ctx.exit(errors.report(err))
+        except errors.Terminated:
+            ctx.exit(errors.report(errors.Interrupted("terminated by SIGTERM", ExitStatus.TERMINATED)))
         except KeyboardInterrupt:
-            ctx.exit(errors.report(errors.Interrupted("interrupted")))
+            ctx.exit(errors.report(errors.Interrupted("interrupted by Ctrl-C (SIGINT)")))
         except Exception as err:
             if os.environ.get(TRACEBACK_ENV):
                 raise
@@ -87,3 +90,13 @@ def writable_file(path: Path) -> Path:
 
 def load_settings(config, assignments, profile) -> settings.ServerSettings:
     return settings.load(config, list(assignments), profile=profile)  # SettingsError is BadInput
+
+
+def check_key_files(loaded: settings.ServerSettings) -> None:
+    """Every key file the settings name (or systemd hands over) is usable; else KeyFileError, bad input as a bad
+    --api-key-file is in `bench run`: a file named that cannot be used is bad input (exit 2) in every command,
+    reported before anything runs (never the key)."""
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(loaded, secret.setting), os.environ)
+        if path is not None:
+            credentials.read_key(path, secret.setting)

@@ -15,6 +15,7 @@ Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 from __future__ import annotations
 
 import reprlib
+import signal
 import sys
 
 from .exit_status import ExitStatus
@@ -64,6 +65,25 @@ class Interrupted(Eagle3Error):
     """Stopped by a signal (Ctrl-C, or SIGTERM where a command handles it); the message says what was kept."""
 
     status = ExitStatus.INTERRUPTED
+
+
+class Terminated(KeyboardInterrupt):  # noqa: N818 (a signal, as KeyboardInterrupt is)
+    """SIGTERM, raised in the main thread by the handler ``on_sigterm`` installs: a BaseException like
+    KeyboardInterrupt, so the code a command has for Ctrl-C (keeping what was written) runs for it too, and no
+    ``except Exception`` swallows it. The top-level group reports it with ExitStatus.TERMINATED."""
+
+
+def _raise_terminated(_signum, _frame):
+    raise Terminated("terminated by SIGTERM")
+
+
+def on_sigterm() -> None:
+    """From now on SIGTERM raises Terminated in the main thread (a command that handles it itself, such as serve
+    or models fetch, installs its own handler over this one). Elsewhere than the main thread: nothing."""
+    try:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:
+        pass
 
 
 def report(err: Eagle3Error, prog: str | None = None) -> ExitStatus:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
 from .. import options
-from ..cli_common import load_settings, writable_file
+from ..cli_common import check_key_files, load_settings, writable_file
 from ..errors import CheckFailed, Interrupted
-from ..exit_status import ExitStatus
+from ..exit_status import ExitStatus, for_signal
 from ..judging import draft_settings, preflight
 from ..judging.findings import Status
 from ..serving import credentials, launch_plan
@@ -113,7 +114,12 @@ def bench_run(
     if output.exists():
         _finish(output, plot)
     if outcome.interrupted:
-        raise Interrupted(f"interrupted: {outcome.finished} finished requests are kept in {output}")
+        how = (
+            "interrupted" if outcome.signal == signal.SIGINT else f"terminated by {signal.Signals(outcome.signal).name}"
+        )
+        raise Interrupted(
+            f"{how}: {outcome.finished} finished requests are kept in {output}", for_signal(outcome.signal)
+        )
     if outcome.aborted:
         raise CheckFailed(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept")
     if outcome.failed:
@@ -140,8 +146,13 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
         click.echo(f"measuring {label} at {config.url} -> {output}")
         outcome = run(config)
         if outcome.interrupted:
-            raise Interrupted(f"interrupted while measuring {label}: {outcome.finished} finished requests are "
-                              f"kept in {output}")  # fmt: skip
+            how = (
+                "interrupted"
+                if outcome.signal == signal.SIGINT
+                else f"terminated by {signal.Signals(outcome.signal).name}"
+            )
+            raise Interrupted(f"{how} while measuring {label}: {outcome.finished} finished requests are kept in "
+                              f"{output}", for_signal(outcome.signal))  # fmt: skip
         return report.load(output)
     return report.load(Path(source))
 
@@ -265,6 +276,7 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     from .runner import RunConfig
 
     base = load_settings(config, assignments, profile)
+    check_key_files(base)
     grid = _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None
     writable_file(output_dir / "sweep.jsonl")
     drafts = list(drafts) or [base.speculative_draft_model_path]

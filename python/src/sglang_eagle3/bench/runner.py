@@ -92,6 +92,7 @@ class RunOutcome:
     failed: int = 0
     interrupted: bool = False
     aborted: str | None = None  # why the run stopped early (server gone)
+    signal: int = signal.SIGINT  # what interrupted it: SIGINT or SIGTERM (exit_status.for_signal)
 
 
 class ResultWriter:
@@ -207,17 +208,29 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
 
 
 def run(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:
-    """Run to completion, or until SIGINT: then the requests in flight are dropped and the rest kept."""
+    """Run to completion, or until SIGINT or SIGTERM: then the requests in flight are dropped and the rest kept."""
+
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        task.cancel()
 
     async def main():
+        nonlocal task
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, task.cancel)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop, signum)
         try:
-            return await run_async(config, on_result, on_level)
+            outcome = await run_async(config, on_result, on_level)
         except asyncio.CancelledError:
-            return RunOutcome(interrupted=True)
+            outcome = RunOutcome(interrupted=True)
+        outcome.signal = received[0] if received else signal.SIGINT
+        return outcome
+
+    task = None
 
     return asyncio.run(main())
 
