@@ -456,3 +456,127 @@ def test_the_hub_clients_debug_log_has_no_tracebacks(capfd):
     err = capfd.readouterr().err
     assert "Traceback" not in err
     assert "while requesting HEAD http://hub/x: ConnectionError: refused\nRetrying in 1s [Retry 1/5].\n" in err
+
+
+# -- issue 36 (9): silences ----------------------------------------------------------------------------------
+
+
+def test_a_tls_key_password_file_on_0_5_9_fails_the_dry_run(run_cli, patched_tree, tmp_path):
+    """0.5.9 has no --ssl-keyfile-password: it refused the file only at launch, after a dry run that said OK."""
+    password = tmp_path / "password"
+    password.write_text("pw")
+    password.chmod(0o600)
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set",
+                     f"ssl_keyfile_password_file={password}", env=env)  # fmt: skip
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    (line,) = [x for x in clean(result).splitlines() if x.startswith("[FAIL] settings:")]
+    assert "ssl_keyfile_password_file: SGLang 0.5.9 has no flag --ssl-keyfile-password" in line
+
+
+def test_patch_check_takes_one_format(run_cli):
+    result = run_cli("patch", "check", "--sglang", "/nonexistent", "--json", "--markdown")
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "--json and --markdown are two formats of one report: give one of them" in clean(result)
+
+
+def test_a_sweep_names_a_draft_directory_that_is_not_there(run_cli, tmp_path):
+    result = run_cli("bench", "sweep", "--draft", "/nonexistent/draft", "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "'/nonexistent/draft' is no directory" in clean(result) and "--draft" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["models", "verify", "--lock", "x", "--dir", "y", "--progress-interval", "nan"], "not a finite number"),
+        (["models", "verify", "--lock", "x", "--dir", "y", "--progress-interval", "0.01"], "must be >= 0.1"),
+        (["bench", "sweep", "--steps", "1,,2"], "expected comma-separated integers"),
+        (["bench", "sweep", "--steps", "3", "--topk", "1,"], "expected comma-separated integers"),
+    ],
+)
+def test_numbers_and_lists_out_of_their_range_are_refused(run_cli, tmp_path, args, message):
+    result = run_cli(*args, "--output-dir", str(tmp_path / "out")) if args[0] == "bench" else run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert message in clean(result)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("s.json", '{"tp_size": 4, "tp_size": 8}', "setting 'tp_size' is given twice; keep one (TOML refuses it too)"),
+        ("s.yaml", "tp_size: 4\n", "YAML is not read; write it as JSON or TOML"),
+        ("s.yml", "tp_size: 4\n", "YAML is not read"),
+        ("s.conf", "tp_size = 4\n", "the file name's extension picks the format: .toml is read as TOML"),
+    ],
+)
+def test_settings_files_say_what_their_format_is(run_cli, tmp_path, name, content, message):
+    (tmp_path / name).write_text(content)
+    result = run_cli("settings", "show", "--config", str(tmp_path / name))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert message in clean(result)
+
+
+def test_bench_ab_names_its_own_option(run_cli, tmp_path):
+    for option in ("--a-set", "--b-set"):
+        result = run_cli("bench", "ab", "--a", "true", "--b", "true", option, "foo",
+                         "--output-dir", str(tmp_path / "ab"))  # fmt: skip
+        assert result.returncode == ExitStatus.BAD_INPUT
+        assert f"{option} expects field=value, e.g. {option} tp_size=4" in clean(result)
+        assert "--set expects" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["probe", "--sglang", "/nonexistent", "--json"],
+        ["patch", "verify", "--sglang", "/nonexistent", "--json"],
+        ["patch", "check", "--sglang", "/nonexistent", "--json"],
+        ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
+        ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+    ],
+)
+def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
+    result = run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    clean(result)
+    data = json.loads(result.stdout)  # one object, nothing else on stdout
+    assert data["ok"] is False and data["error"]["kind"] and data["error"]["message"].strip()
+    assert data["error"]["message"] in result.stderr or data["error"]["message"].split(":")[0] in result.stderr
+
+
+def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
+    sweep = run_cli("bench", "sweep", "--set", "tp_size=0", "--output-dir", str(tmp_path / "sweep"))
+    assert sweep.returncode == ExitStatus.BAD_INPUT
+    preflight = run_cli("bench", "sweep", "--sglang", "/nonexistent", "--output-dir", str(tmp_path / "sweep"),
+                        env={"SGLANG_EAGLE3_NVIDIA_SMI": "/nonexistent/nvidia-smi"})  # fmt: skip
+    assert preflight.returncode != ExitStatus.OK
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp_path):
+    result = subprocess.run(program("bench", "compare", "http://127.0.0.1:1", "http://127.0.0.1:1"), cwd=tmp_path,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode != ExitStatus.OK and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["settings", "show", "--set", "port=" + "9" * 100_000],
+        ["settings", "show", "--set", "host=x", "--set", "port=" + "x" * 100_000],
+        ["settings", "show", "--set", "port=\x1b[31mred\x07"],
+        ["settings", "show", "--set", "no_such_\x1b[2J=1"],
+        ["bench", "run", "--url", "http://" + "a" * 100_000],
+        ["bench", "run", "--url", "http://\x1b[31mhost\x1b[0m:99999"],
+        ["probe", "--sglang", "/nonexistent", "--compute-capability", "1" * 100_000],
+        ["models", "lock", "\x1b[31m/x", "--output", "/nonexistent/x.json"],
+    ],
+)
+def test_values_are_shown_short_and_escaped(run_cli, args):
+    result = run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
+    text = clean(result)
+    assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]

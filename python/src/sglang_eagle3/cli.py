@@ -116,6 +116,8 @@ def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, mar
     Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
     still needed there or conflicts, i.e. the series needs work for that version.
     """
+    if as_json and markdown:
+        raise click.UsageError("--json and --markdown are two formats of one report: give one of them")
     tree = sglang_release.resolve(sglang)
     series = _series(series_dir, tree.version)
     report = patch_check.check(series, tree)

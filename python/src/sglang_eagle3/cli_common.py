@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -9,11 +10,15 @@ from pathlib import Path
 import click
 
 from . import errors
-from .errors import BadInput, Eagle3Error
+from .errors import BadInput, Eagle3Error, shown
 from .exit_status import ExitStatus
 from .serving import credentials, settings
 
 TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
+# ctx.meta keys (meta is shared by every context of one invocation): --json was given, so a failure is also a JSON
+# object on stdout (options.json_output sets it); a command printed its own JSON failure already (models).
+JSON_ERRORS = "sglang_eagle3.json"
+JSON_PRINTED = "sglang_eagle3.json_printed"
 
 
 class TopLevelGroup(click.Group):
@@ -33,18 +38,26 @@ class TopLevelGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's usage errors (exit 2) and the commands' verdicts (their exit status)
         except Eagle3Error as err:
-            ctx.exit(errors.report(err))
+            self._fail(ctx, err)
         except errors.Terminated:
-            ctx.exit(errors.report(errors.Interrupted("terminated by SIGTERM", ExitStatus.TERMINATED)))
+            self._fail(ctx, errors.Interrupted("terminated by SIGTERM", ExitStatus.TERMINATED))
         except KeyboardInterrupt:
-            ctx.exit(errors.report(errors.Interrupted("interrupted by Ctrl-C (SIGINT)")))
+            self._fail(ctx, errors.Interrupted("interrupted by Ctrl-C (SIGINT)"))
         except Exception as err:
             if os.environ.get(TRACEBACK_ENV):
                 raise
             if isinstance(err, (OSError, UnicodeError)):
-                ctx.exit(errors.report(BadInput(_describe_os_error(err))))
+                self._fail(ctx, BadInput(_describe_os_error(err)))
             unexpected = f"unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)"
-            ctx.exit(errors.report(Eagle3Error(unexpected, ExitStatus.UNEXPECTED)))
+            self._fail(ctx, Eagle3Error(unexpected, ExitStatus.UNEXPECTED))
+
+    @staticmethod
+    def _fail(ctx: click.Context, err: Eagle3Error):
+        """The error on stderr and its status; with --json, also as JSON on stdout, the same for every command."""
+        if ctx.meta.get(JSON_ERRORS) and not ctx.meta.get(JSON_PRINTED):
+            kind = getattr(err, "kind", None) or err.status.name.lower()
+            click.echo(json.dumps({"ok": False, "error": {"kind": kind, "message": str(err)}}, indent=2))
+        ctx.exit(errors.report(err))
 
 
 def _describe_os_error(err: OSError | UnicodeError) -> str:
@@ -66,24 +79,27 @@ class FiniteFloat(click.ParamType):
         try:
             number = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
+            self.fail(f"{shown(value)} is not a number", param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
+            self.fail(f"{shown(value)} is not a finite number", param, ctx)
         if number < self.minimum or (number == self.minimum and not self.inclusive):
             bound = ">=" if self.inclusive else ">"
-            self.fail(f"{value!r} must be {bound} {self.minimum:g}", param, ctx)
+            self.fail(f"{shown(value)} must be {bound} {self.minimum:g}", param, ctx)
         return number
 
 
 def writable_file(path: Path) -> Path:
-    """``path`` if a results file can be written there (its directory is created); else BadInput."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise BadInput(f"cannot create the directory {path.parent} for {path}: {err.strerror}") from None
+    """``path`` if a results file can be written there; else BadInput. Nothing is created: a command that fails
+    before it writes leaves no empty directory behind (the writers create the directory when they write)."""
     if path.is_dir():
         raise BadInput(f"{path} is a directory; give a file name for the results")
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
+    try:
+        existing = next(d for d in (path.parent, *path.parent.parents) if d.exists() or d.is_symlink())
+    except StopIteration:  # a relative path with no existing part: the working directory
+        existing = Path(".")
+    if not existing.is_dir():
+        raise BadInput(f"cannot create the directory {path.parent} for {path}: {existing} is not a directory")
+    if not os.access(path if path.exists() else existing, os.W_OK | (0 if path.exists() else os.X_OK)):
         raise BadInput(f"cannot write {path}: permission denied; choose another --output")
     return path
 

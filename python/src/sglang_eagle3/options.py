@@ -11,11 +11,21 @@ from pathlib import Path
 
 import click
 
-from .cli_common import FiniteFloat
+from .cli_common import JSON_ERRORS, FiniteFloat
 from .serving import settings
 from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
-json_output = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+def _remember_json(ctx: click.Context, _param, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_ERRORS] = True  # meta is shared by every context of the invocation: the group reads it
+    return value
+
+
+json_output = click.option(
+    "--json", "as_json", is_flag=True, callback=_remember_json,
+    help='Machine-readable output on stdout; a failure is {"ok": false, "error": {"kind": ..., "message": ...}}.',
+)  # fmt: skip
 
 # -- SGLang's source ---------------------------------------------------------------------------
 
@@ -119,6 +129,6 @@ token_file = click.option(
     f"$CREDENTIALS_DIRECTORY/{HUB_TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
 )  # fmt: skip
 progress_interval = click.option(
-    "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+    "--progress-interval", type=FiniteFloat(0.1, inclusive=True), default=30.0, show_default=True,
     help="Seconds between progress lines when stderr is not a terminal (logs); a terminal gets a bar.",
 )  # fmt: skip

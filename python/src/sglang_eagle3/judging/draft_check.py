@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..errors import shown
 from ..serving import settings
 from ..source import draft_inputs, eagle3_source, patchset
 from ..source.draft_inputs import DraftInputError, Fields
@@ -274,7 +275,7 @@ def _check_field_types(config: Fields) -> None:
     """Every field the draft's class reads has the type it needs (see DRAFT_CONFIG_FIELDS), else DraftInputError."""
     config.integer("hidden_size", required=True)
     wrong = [
-        f"{name} must be {expected}, not {config.data[name]!r} ({why})"
+        f"{name} must be {expected}, not {shown(config.data[name])} ({why})"
         for name, (expected, ok, why) in DRAFT_CONFIG_FIELDS.items()
         if name in config.data and not ok(config.data[name])
     ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import SGLANG_VERSION, SGLANG_VERSIONS
+from ..errors import shown
 from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
@@ -49,7 +50,7 @@ def check_driver(result: Report, nvidia_smi: str | None, environ) -> None:
         path, version = host_driver.driver_cuda_version(given)
     except OSError:
         capabilities = environ.get("NVIDIA_DRIVER_CAPABILITIES")
-        here = f" (it is {capabilities!r} here)" if capabilities is not None else " (it is unset here)"
+        here = f" (it is {shown(capabilities)} here)" if capabilities is not None else " (it is unset here)"
         result.add(
             "driver", Status.FAIL,
             "libcuda.so.1, the CUDA driver library, is not found: CUDA cannot start. In a container, set "
@@ -98,7 +99,7 @@ def check_model_dir(
             result.add(what, Status.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
                        f"its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
         elif not COMMIT_SHA.fullmatch(revision):
-            result.add(what, Status.WARN, f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag "
+            result.add(what, Status.WARN, f"{path}@{revision}: {revision_field} {shown(revision)} is a branch or tag "
                        f"and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
             result.add(what, Status.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)")
@@ -110,7 +111,7 @@ def check_model_dir(
         result.add(what, Status.FAIL, f"{directory} has no config.json; point at the model's top directory")
     else:
         if revision is not None:
-            result.add(what, Status.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
+            result.add(what, Status.WARN, f"{directory}: {revision_field} {shown(revision)} is ignored for a local "
                        "directory; check its content with `sglang-eagle3 models verify`")  # fmt: skip
         if what != "model":  # a draft's config.json is the draft checks' business (check_draft)
             result.add(what, Status.OK, f"{directory}")

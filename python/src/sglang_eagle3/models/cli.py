@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from .. import errors, options
-from ..cli_common import writable_file
+from ..cli_common import JSON_PRINTED, writable_file
 from ..errors import BadInput
 from ..exit_status import ExitStatus, for_signal
 from . import ModelsError, fetch, hub, lockfile, verify
@@ -36,6 +36,7 @@ def _finish(as_json: bool, payload: dict, error: ModelsError | None = None) -> N
     if as_json:
         click.echo(json.dumps({**payload, "ok": error is None and payload.get("ok", True),
                                "error": error.to_dict() if error else payload.get("error")}, indent=2))  # fmt: skip
+        click.get_current_context().meta[JSON_PRINTED] = True  # the group prints no second JSON for the error
     if error is not None:
         raise error
     sys.exit(ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)

@@ -197,7 +197,7 @@ def translate(
     if isinstance(err, hf.RevisionNotFoundError):
         return ModelsError(
             "revision_not_found",
-            f"{repo} has no revision {revision!r} on {where}: check the branch, tag or commit. A locked "
+            f"{repo} has no revision {shown(revision)} on {where}: check the branch, tag or commit. A locked "
             "commit that is gone means the repository's history was rewritten: lock it again and review the change",
             ExitStatus.BAD_INPUT,
         )

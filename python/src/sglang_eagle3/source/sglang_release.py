@@ -25,7 +25,7 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
-from ..errors import BadInput, CheckFailed
+from ..errors import BadInput, CheckFailed, shown
 from .sglang_source import SGLangNotFound, SGLangTree, locate
 
 VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)*")
@@ -60,7 +60,7 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
     if path.exists() or "/" in text:
         return locate(path)  # a file, or a directory that is not there: locate() says which
     raise BadInput(
-        f"{text!r} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
+        f"{shown(text)} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
         "give an SGLang tree (a directory holding sglang/), a wheel, or a release version"
     )
 
