@@ -18,6 +18,7 @@ import pytest
 from conftest import snapshot
 from sglang_eagle3.bench import report
 from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.source import patchset
 from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from support.gpus import fake_nvidia_smi
 
@@ -45,7 +46,7 @@ def test_probe_on_another_layout(tmp_path, run_cli):
     result = run_cli("probe", "--sglang", str(other_layout(tmp_path, "0.6.1")))
     assert result.returncode == ExitStatus.BAD_INPUT
     text = clean(result)
-    assert "does not have the source layout of 0.5.9" in text and "spec_info.py" in text
+    assert "does not have the source layout of 0.5.9 and 0.5.23" in text and "spec_info.py" in text
     assert "pip install sglang==0.5.9" in text
 
 
@@ -54,7 +55,7 @@ def test_dry_run_on_another_layout_warns_about_the_version(tmp_path, run_cli):
     assert result.returncode == ExitStatus.CHECK_FAILED
     text = clean(result)
     assert "[WARN] sglang: SGLang 0.6.1 at" in text and "written for 0.5.9" in text  # reachable now
-    assert "[FAIL] probe:" in text and "source layout of 0.5.9" in text
+    assert "[FAIL] probe:" in text and "source layout of 0.5.9 and 0.5.23" in text
 
 
 # -- the SGLang preflight judged and the one the command runs -----------------------------------------
@@ -580,3 +581,57 @@ def test_values_are_shown_short_and_escaped(run_cli, args):
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
     text = clean(result)
     assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]
+
+
+# -- issue 36 (8): hints that agree with what the commands do -------------------------------------------------
+
+
+def test_patch_apply_without_sglang_does_not_suggest_a_version(run_cli):
+    result = run_cli("patch", "apply")
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "nothing to patch; give the directory of the SGLang you serve with --sglang DIR" in text
+    assert "patch apply --sglang 0.5.9" not in text and "(e.g. --sglang 0.5.9" not in text
+
+
+def test_verify_on_a_conflict_does_not_suggest_apply_alone(run_cli, pristine_tree, tree_copy):
+    tree = tree_copy(pristine_tree)
+    first = patchset.PatchSeries.for_version("0.5.9").patches[0]
+    (tree / first.files[0]).write_text("# edited by hand\n")
+    result = run_cli("patch", "verify", "--sglang", str(tree))
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    text = clean(result)
+    assert f"{first.name} conflicts with the files of" in result.stderr and "would refuse the tree" in text
+    assert "pip install --force-reinstall --no-deps sglang==0.5.9" in text and "Not all patches" not in text
+
+
+def test_a_damaged_cached_tree_is_told_to_clear_the_cache(run_cli, tmp_path, pristine_wheel, release_cache):
+    tree = tmp_path / "xdg" / "sglang-eagle3" / "sglang" / "trees" / pristine_wheel.name.removesuffix(".whl")
+    run_cli("probe", "--sglang", "0.5.9", env=release_cache)  # unpacked into the cache
+    (tree / "sglang" / "srt" / "speculative" / "spec_info.py").unlink()
+    result = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "does not have the source layout of 0.5.9 and 0.5.23" in text and f"rm -r {tree}" in text
+    assert "pip install sglang==0.5.9" not in text
+
+
+def test_another_release_is_told_which_versions_there_are(tmp_path, run_cli):
+    wheel = tmp_path / "sglang-0.4.0-py3-none-any.whl"
+    import zipfile
+
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("sglang/_version.py", "__version__ = version = '0.4.0'\n")
+        archive.writestr("sglang/srt/server_args.py", "class ServerArgs:\n    pass\n")
+    result = run_cli("probe", "--sglang", str(wheel), env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "this tool reads SGLang 0.5.9 and 0.5.23 only, not 0.4.0" in text and "pip install" not in text
+
+
+def test_a_draft_to_download_is_told_a_command_that_exists(run_cli, patched_tree):
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--model",
+                     "nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
+    text = clean(result)
+    assert "huggingface-cli" not in text
+    assert "hf download some-org/some-draft --local-dir DIR" in text and "sglang-eagle3 models fetch" in text

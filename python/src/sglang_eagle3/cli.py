@@ -22,14 +22,6 @@ from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sgl
 from .source.source_index import SourceLayoutError
 
 
-def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
-    return (
-        f"SGLang {tree.version or '(unknown version)'} at {tree.root} does not have the source layout of "
-        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}, "
-        f"or read its pristine wheel with --sglang {SGLANG_VERSION}"
-    )
-
-
 def _series(directory: Path | None = None, version: str | None = None) -> patchset.PatchSeries:
     """The series in ``directory``, else SGLang ``version``'s own (patches/sglang-<version>/), else the default."""
     try:
@@ -70,10 +62,20 @@ def patch_list() -> None:
 
 
 @patch.command("apply")
-@options.sglang
+@options.sglang_to_patch
 def patch_apply(sglang: str | None) -> None:
     """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
-    tree = sglang_release.resolve(sglang)
+    try:
+        tree = sglang_release.resolve(sglang)
+    except sglang_source.SGLangNotFound as err:
+        if sglang is not None:
+            raise
+        raise BadInput(  # not the readers' hint: a release version is read, never patched
+            "no importable 'sglang' package in this Python environment, so there is nothing to patch; give the "
+            "directory of the SGLang you serve with --sglang DIR, or install it first (pip install "
+            f"sglang=={SGLANG_VERSION}). Whether the series applies to a release: sglang-eagle3 patch check "
+            f"--sglang {SGLANG_VERSION}"
+        ) from err
     if tree.release is not None:
         raise BadInput(
             f"--sglang {sglang} names a release: its pristine wheel ({tree.release}), unpacked in the cache to be "
@@ -156,9 +158,18 @@ def patch_verify(sglang: str | None, as_json: bool) -> None:
             click.echo(f"  {s.state.value:<12} {s.patch.name}")
             if s.detail:
                 click.echo("      " + s.detail.replace("\n", "\n      "))
+    conflicts = [s.patch.name for s in statuses if s.state is patchset.PatchState.CONFLICT]
+    if conflicts and not as_json:  # apply refuses such a tree: its files hold other changes
+        click.echo(
+            f"{', '.join(conflicts)} {'conflicts' if len(conflicts) == 1 else 'conflict'} with the files of "
+            f"{tree.package}: they hold other changes (local edits, or another version of a patch), so `patch apply` "
+            f"would refuse the tree. Restore SGLang's own files (pip install --force-reinstall --no-deps "
+            f"sglang=={tree.version}), then run `{patchset.apply_command(tree)}`.",
+            err=True,
+        )
+    elif any(s.state is not patchset.PatchState.APPLIED for s in statuses) and not as_json:
+        click.echo(f"Not all patches are applied: run `{patchset.apply_command(tree)}`.", err=True)
     if any(s.state is not patchset.PatchState.APPLIED for s in statuses):
-        if not as_json:
-            click.echo(f"Not all patches are applied: run `{patchset.apply_command(tree)}`.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
 
 
@@ -246,7 +257,7 @@ def probe_command(
         if draft is not None:
             result.draft = draft_check.check(tree, draft, model, algorithm=result.canonical_algorithm, target_arch=arch)
     except SourceLayoutError as err:
-        raise BadInput(layout_message(tree, err)) from None
+        raise BadInput(sglang_release.layout_problem(tree, err)) from None
     except ValueError as err:  # a compute capability or algorithm the source does not know
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch

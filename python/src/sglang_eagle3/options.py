@@ -44,20 +44,29 @@ class _OldNamesHidden(click.Option):
         return f"'{self.opts[0]}'"
 
 
-def _sglang(required: bool):
+def _sglang(required: bool, to_patch: bool = False):
     default = "" if required else " Default: the sglang this Python imports."
-    return click.option(
-        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden, metavar="DIR|WHEEL|VERSION",
-        required=required,
-        help="The SGLang whose source is read: a directory (site-packages, the sglang package, a git checkout), "
+    read = (
+        "The SGLang whose source is read: a directory (site-packages, the sglang package, a git checkout), "
         "a wheel file, or a release version, e.g. 0.5.9 (its pristine wheel is fetched once into "
-        f"~/.cache/sglang-eagle3/sglang, sha256 checked against nix/pins.json; nothing is installed).{default}",
+        f"~/.cache/sglang-eagle3/sglang, sha256 checked against nix/pins.json; nothing is installed).{default}"
+    )
+    # patch apply writes the tree: a directory only (a version or wheel is unpacked in the cache to be read).
+    patched = (
+        "The SGLang to patch: the directory of the install you serve (site-packages, the sglang package, a git "
+        f"checkout).{default} A release version or wheel is not patched; whether the series applies to one: "
+        "sglang-eagle3 patch check --sglang VERSION."
+    )
+    return click.option(
+        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden,
+        metavar="DIR" if to_patch else "DIR|WHEEL|VERSION", required=required, help=patched if to_patch else read,
     )  # fmt: skip
 
 
 # --sglang names the SGLang to read everywhere (--target and --against, its former names, still work).
 sglang = _sglang(required=False)
 sglang_required = _sglang(required=True)
+sglang_to_patch = _sglang(required=False, to_patch=True)
 
 # -- the server settings -----------------------------------------------------------------------
 

@@ -185,8 +185,9 @@ def check(
     if files.directory is None:
         report.add(
             "files", WARN,
-            f"{draft} is {files.source}: it is checked only after download "
-            f"(huggingface-cli download {draft}), or give a local directory",
+            f"{draft} is {files.source}: it is checked only after download (pinned: `sglang-eagle3 models lock "
+            f"{draft} -o draft.lock.json` then `sglang-eagle3 models fetch --lock draft.lock.json --dir DIR`; or "
+            f"`hf download {draft} --local-dir DIR`), then give that directory",
         )  # fmt: skip
         return report
     config = Fields(draft_inputs.read_config(files.directory, "draft model"), f"{files.directory}/config.json")

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SGLANG_VERSION, SGLANG_VERSIONS
+from .. import SGLANG_VERSIONS
 from ..errors import shown
 from ..host import driver as host_driver
 from ..host import gpus as host_gpus
@@ -23,7 +23,7 @@ from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
-from ..source import draft_inputs, sglang_source
+from ..source import draft_inputs, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
@@ -267,11 +267,7 @@ def check_probe(
             nnodes=settings.nnodes,
         )
     except SourceLayoutError as err:
-        result.add(
-            "probe", Status.FAIL,
-            f"SGLang at {tree.root} does not have the source layout of {SGLANG_VERSION} ({err}); "
-            f"install sglang=={SGLANG_VERSION}",
-        )  # fmt: skip
+        result.add("probe", Status.FAIL, sglang_release.layout_problem(tree, err))
         return
     except ValueError as err:  # e.g. a compute capability nvidia-smi reported that is no known GPU's
         result.add("probe", Status.FAIL, str(err))

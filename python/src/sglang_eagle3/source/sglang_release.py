@@ -65,6 +65,30 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
     )
 
 
+def layout_problem(tree: SGLangTree, err: Exception) -> str:
+    """What to say of a tree whose source is not laid out as a release this tool reads: which releases those are,
+    and for a copy unpacked in the cache (``--sglang VERSION``, a wheel), how to clear it."""
+    from .. import SGLANG_VERSIONS
+
+    versions = " and ".join(SGLANG_VERSIONS)
+    found = f"SGLang {tree.version or '(unknown version)'} at {tree.root}"
+    said = f"{found} does not have the source layout of {versions} ({err})"
+    if tree.release is not None and tree.version in SGLANG_VERSIONS:
+        return (
+            f"{said}: this copy, unpacked in the cache from {tree.release}, is damaged. Remove it (rm -r "
+            f"{tree.root}) and run again: it is unpacked anew from the wheel (sha256-checked for a pinned release)"
+        )
+    if tree.release is not None:
+        return (
+            f"{said}: this tool reads SGLang {versions} only, not {tree.version}; give --sglang one of them, e.g. "
+            f"--sglang {SGLANG_VERSIONS[-1]}. The cached copy ({tree.root}) may be removed"
+        )
+    return (
+        f"{said}; this tool reads SGLang {versions}: install one of them (pip install sglang=={SGLANG_VERSIONS[0]}), "
+        f"or read a release's pristine wheel with --sglang {SGLANG_VERSIONS[0]} (or {SGLANG_VERSIONS[-1]})"
+    )
+
+
 def importable() -> SGLangTree | None:
     """The sglang this Python imports, or None (preflight says so)."""
     try:
