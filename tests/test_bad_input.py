@@ -635,3 +635,29 @@ def test_a_draft_to_download_is_told_a_command_that_exists(run_cli, patched_tree
     text = clean(result)
     assert "huggingface-cli" not in text
     assert "hf download some-org/some-draft --local-dir DIR" in text and "sglang-eagle3 models fetch" in text
+
+
+# -- issue 36 (10): what a first run on a laptop is doing -------------------------------------------------------
+
+
+def test_a_first_read_of_a_release_says_what_it_unpacks_once(run_cli, release_cache):
+    first = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert "sglang-eagle3: unpacking sglang-0.5.9-py3-none-any.whl into " in first.stderr and "(once)" in first.stderr
+    again = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert "unpacking" not in again.stderr and again.returncode == first.returncode == ExitStatus.CHECK_FAILED
+
+
+def test_patch_check_says_what_it_checks_before_it_reads(pristine_tree, monkeypatch):
+    from click.testing import CliRunner
+    from sglang_eagle3 import cli
+    from sglang_eagle3.errors import CheckFailed
+
+    def reading(series, tree):
+        raise CheckFailed("stopped where the reading starts")
+
+    monkeypatch.setattr(cli.patch_check, "check", reading)
+    result = CliRunner().invoke(cli.main, ["patch", "check", "--sglang", str(pristine_tree)])
+    assert result.exit_code == ExitStatus.CHECK_FAILED
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("checking the ") and "patches of " in line
+    assert f"against SGLang 0.5.9 at {pristine_tree / 'sglang'} ..." in line

@@ -122,6 +122,8 @@ def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, mar
         raise click.UsageError("--json and --markdown are two formats of one report: give one of them")
     tree = sglang_release.resolve(sglang)
     series = _series(series_dir, tree.version)
+    click.echo(f"checking the {len(series.patches)} patches of {series.directory} against SGLang {tree.version} "
+               f"at {tree.package} ...", err=True)  # fmt: skip
     report = patch_check.check(series, tree)
     if markdown:
         click.echo(report.markdown())

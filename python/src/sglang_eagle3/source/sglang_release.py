@@ -145,6 +145,12 @@ def release_pin(version: str) -> dict | None:
 # -- fetching and unpacking -----------------------------------------------------------------------------
 
 
+def _progress(message: str) -> None:
+    """A line on stderr while a first run fetches or unpacks a release (tens of seconds, once; stdout stays the
+    command's own output, JSON included)."""
+    print(f"sglang-eagle3: {message}", file=sys.stderr, flush=True)
+
+
 def download(version: str, cache: Path) -> Path:
     """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
 
@@ -160,6 +166,7 @@ def download(version: str, cache: Path) -> Path:
         if found:
             return found[0]
         with download_lock(wheels):
+            _progress(f"fetching the sglang {version} wheel into {wheels} (once; pip, from the package index) ...")
             _pip_download(f"sglang=={version}", wheels, [])
     except OSError as err:
         raise cache_error(cache, err) from None
@@ -177,6 +184,7 @@ def fetch_pinned(pin: dict, directory: Path, package: str) -> Path:
     if not wheel.is_file():
         with download_lock(directory):
             if not wheel.is_file():
+                _progress(f"fetching {pin['wheel']} into {directory} (once; pip, from the package index) ...")
                 _pip_download(f"{package}=={pin['version']}", directory, wheel_tags(pin["wheel"]))
     actual = sha256_of(wheel)
     if actual != pin["sha256"]:
@@ -243,6 +251,7 @@ def unpack(wheel: Path, cache: Path) -> SGLangTree:
         except OSError as err:
             raise cache_error(cache, err) from None
         try:
+            _progress(f"unpacking {wheel.name} into {root} to read its source (once) ...")
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(staging)
             if not (staging / "sglang" / "srt").is_dir():
