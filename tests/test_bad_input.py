@@ -574,6 +574,11 @@ def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp
         ["bench", "run", "--url", "http://\x1b[31mhost\x1b[0m:99999"],
         ["probe", "--sglang", "/nonexistent", "--compute-capability", "1" * 100_000],
         ["models", "lock", "\x1b[31m/x", "--output", "/nonexistent/x.json"],
+        ["probe", "--sglang", "x" * 100_000],  # paths too: as they are unless long or not printable
+        ["probe", "--sglang", "/a\x1b[31mb\x07c"],
+        ["settings", "show", "--config", "/nonexistent/a\x07b.json"],
+        ["serve", "--dry-run", "--set", "model_path=" + "x" * 100_000],
+        ["models", "verify", "--lock", "/nonexistent/a\x07b", "--dir", "/nonexistent"],
     ],
 )
 def test_values_are_shown_short_and_escaped(run_cli, args):
@@ -581,6 +586,15 @@ def test_values_are_shown_short_and_escaped(run_cli, args):
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
     text = clean(result)
     assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]
+
+
+def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = run_cli("serve", "--dry-run", "--set", "model_path=/nonexistent/a\x07b", "--set",
+                     "served_model_name=x\x07y", env=env)  # fmt: skip
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    text = clean(result)
+    assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
 
 
 # -- issue 36 (8): hints that agree with what the commands do -------------------------------------------------

@@ -12,7 +12,7 @@ import click
 from . import SGLANG_VERSION, __version__, options
 from .bench.cli import bench_group
 from .cli_common import TopLevelGroup, check_key_files, load_settings
-from .errors import BadInput, CheckFailed
+from .errors import BadInput, CheckFailed, printable
 from .exit_status import ExitStatus, help_text
 from .host import gpus
 from .judging import draft_check, patch_check, preflight, probe
@@ -349,9 +349,9 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
             }, indent=2))  # fmt: skip
         else:
             click.echo(f"profile: {profile}")
-            click.echo(f"command: {plan.shell()}")
+            click.echo(f"command: {printable(plan.shell())}")  # --json has the argv exactly
             for key, value in credentials.masked_env(plan.env).items():
-                click.echo(f"env:     {key}={value}")
+                click.echo(f"env:     {key}={printable(value)}")
             if note:
                 click.echo(f"note:    {note}")
             click.echo(checks.render_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from . import errors
-from .errors import BadInput, Eagle3Error, shown
+from .errors import BadInput, Eagle3Error, shown, shown_path
 from .exit_status import ExitStatus
 from .serving import credentials, settings
 
@@ -63,7 +63,7 @@ class TopLevelGroup(click.Group):
 def _describe_os_error(err: OSError | UnicodeError) -> str:
     if isinstance(err, UnicodeError):
         return f"a file is not UTF-8 text ({err}); give a text file"
-    where = f"{err.filename}: " if err.filename else ""
+    where = f"{shown_path(err.filename)}: " if err.filename else ""
     return f"{where}{err.strerror or err}; check the path and its permissions"
 
 

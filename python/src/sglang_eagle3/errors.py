@@ -31,6 +31,19 @@ def shown(value: object) -> str:
     return _SHOWN.repr(value)
 
 
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``\\x1b``), the rest as it is: a line a terminal shows as
+    written, for output that is not a message (the dry run's command line)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_path(path: object) -> str:
+    """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
+    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped."""
+    text = str(path)
+    return text if len(text) <= 200 and text.isprintable() else shown(text)
+
+
 class Eagle3Error(Exception):
     """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import SGLANG_VERSIONS
-from ..errors import shown
+from ..errors import shown, shown_path
 from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
@@ -94,21 +94,27 @@ def check_model_dir(
         return None
     if not draft_inputs.looks_local(path):
         # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
-        pin = f"pin it: `sglang-eagle3 models lock {path}` prints the commit for {revision_field}"
+        pin = f"pin it: `sglang-eagle3 models lock {shown_path(path)}` prints the commit for {revision_field}"
         if revision is None:
-            result.add(what, Status.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
-                       f"its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
+            result.add(what, Status.WARN, f"{shown_path(path)} (Hugging Face id) has no pinned revision and loads "
+                       f"whatever its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
         elif not COMMIT_SHA.fullmatch(revision):
-            result.add(what, Status.WARN, f"{path}@{revision}: {revision_field} {shown(revision)} is a branch or tag "
-                       f"and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
+            result.add(what, Status.WARN, f"{shown_path(path)}@{revision}: {revision_field} {shown(revision)} is a "
+                       f"branch or tag and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
-            result.add(what, Status.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)")
+            result.add(
+                what,
+                Status.OK,
+                f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)",
+            )
         return None
     directory = draft_inputs.expanded(path)
     if not directory.is_dir():
-        result.add(what, Status.FAIL, f"{directory} does not exist; download the model there or give its hub id")
+        result.add(
+            what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its hub id"
+        )
     elif not (directory / "config.json").is_file():
-        result.add(what, Status.FAIL, f"{directory} has no config.json; point at the model's top directory")
+        result.add(what, Status.FAIL, f"{shown_path(directory)} has no config.json; point at the model's top directory")
     else:
         if revision is not None:
             result.add(what, Status.WARN, f"{directory}: {revision_field} {shown(revision)} is ignored for a local "

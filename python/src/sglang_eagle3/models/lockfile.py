@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import shown
+from ..errors import shown, shown_path
 from ..exit_status import ExitStatus
 from . import ModelsError
 
@@ -130,26 +130,32 @@ def load(path: Path) -> ModelLock:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise ModelsError("bad_lock", f"cannot read lock file {path}: {err.strerror}", ExitStatus.BAD_INPUT) from None
+        raise ModelsError(
+            "bad_lock", f"cannot read lock file {shown_path(path)}: {err.strerror}", ExitStatus.BAD_INPUT
+        ) from None
     except UnicodeDecodeError:
         raise ModelsError(
-            "bad_lock", f"lock file {path} is not UTF-8 text: a lock is the JSON file `sglang-eagle3 models lock` "
-            "writes", ExitStatus.BAD_INPUT,
+            "bad_lock", f"lock file {shown_path(path)} is not UTF-8 text: a lock is the JSON file "
+            "`sglang-eagle3 models lock` writes", ExitStatus.BAD_INPUT,
         ) from None  # fmt: skip
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ModelsError("bad_lock", f"lock file {path} is not valid JSON: {err}", ExitStatus.BAD_INPUT) from None
+        raise ModelsError(
+            "bad_lock", f"lock file {shown_path(path)} is not valid JSON: {err}", ExitStatus.BAD_INPUT
+        ) from None
     if not isinstance(data, dict):
         raise ModelsError(
-            "bad_lock", f"lock file {path}: expected a JSON object (one model per lock file)", ExitStatus.BAD_INPUT
+            "bad_lock",
+            f"lock file {shown_path(path)}: expected a JSON object (one model per lock file)",
+            ExitStatus.BAD_INPUT,
         )
     try:
         return ModelLock.model_validate(data)
     except ValidationError as err:
         hint = "; make it again with `sglang-eagle3 models lock`"
         raise ModelsError(
-            "bad_lock", f"lock file {path} is malformed: {describe(err)}{hint}", ExitStatus.BAD_INPUT
+            "bad_lock", f"lock file {shown_path(path)} is malformed: {describe(err)}{hint}", ExitStatus.BAD_INPUT
         ) from None
 
 

@@ -41,7 +41,7 @@ from pydantic import (
 )
 
 from .. import SGLANG_VERSION
-from ..errors import BadInput, shown
+from ..errors import BadInput, shown, shown_path
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
@@ -373,25 +373,27 @@ def _check_keys(keys, source: str) -> None:
 
 def read_file(path: Path) -> dict:
     if path.exists() and not path.is_file():  # a FIFO or device would block or never end
-        raise SettingsError(f"settings file {path} is not a regular file")
+        raise SettingsError(f"settings file {shown_path(path)} is not a regular file")
     try:
         text = path.read_text()
     except OSError as err:
-        raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from None
+        raise SettingsError(f"cannot read settings file {shown_path(path)}: {err.strerror}") from None
     except UnicodeDecodeError:
-        raise SettingsError(f"settings file {path} is not UTF-8 text; save it as UTF-8 (JSON or TOML)") from None
+        raise SettingsError(
+            f"settings file {shown_path(path)} is not UTF-8 text; save it as UTF-8 (JSON or TOML)"
+        ) from None
     formats = "the file name's extension picks the format: .toml is read as TOML, any other as JSON"
     if path.suffix.lower() in (".yaml", ".yml"):
-        raise SettingsError(f"settings file {path}: YAML is not read; write it as JSON or TOML ({formats})")
+        raise SettingsError(f"settings file {shown_path(path)}: YAML is not read; write it as JSON or TOML ({formats})")
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text, object_pairs_hook=_no_duplicates)
     except (tomllib.TOMLDecodeError, ValueError) as err:  # ValueError: JSON's, or a number of over 4,300 digits
         kind = "TOML" if path.suffix == ".toml" else "JSON"
-        raise SettingsError(f"{path} is not valid {kind}: {err} ({formats})") from None
+        raise SettingsError(f"{shown_path(path)} is not valid {kind}: {err} ({formats})") from None
     except SettingsError as err:  # a key given twice
-        raise SettingsError(f"{path}: {err}") from None
+        raise SettingsError(f"{shown_path(path)}: {err}") from None
     if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a table/object of settings at the top level")
+        raise SettingsError(f"{shown_path(path)}: expected a table/object of settings at the top level")
     _check_keys(data, str(path))
     return data
 
