@@ -91,8 +91,15 @@ def patch_apply(sglang: str | None) -> None:
             raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
         raise  # its own status: a conflict, a tree not writable, an interruption
     # Done: the tree carries the series. A signal from here on cannot undo it; the report is all that is left.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _report_applied(tree, result)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult) -> None:
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return

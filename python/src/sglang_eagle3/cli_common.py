@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 from pathlib import Path
 
 import click
@@ -32,7 +33,16 @@ class TopLevelGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context):
-        errors.on_sigterm()  # SIGTERM: one line and ExitStatus.TERMINATED, as Ctrl-C gets one and INTERRUPTED
+        # SIGTERM: one line and ExitStatus.TERMINATED, as Ctrl-C gets one and INTERRUPTED; the handler it replaced
+        # is put back at the end (a program that runs the commands in-process, such as click's test runner).
+        previous = errors.on_sigterm()
+        try:
+            return self._invoke(ctx)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

@@ -90,13 +90,14 @@ def _raise_terminated(_signum, _frame):
     raise Terminated("terminated by SIGTERM")
 
 
-def on_sigterm() -> None:
+def on_sigterm():
     """From now on SIGTERM raises Terminated in the main thread (a command that handles it itself, such as serve
-    or models fetch, installs its own handler over this one). Elsewhere than the main thread: nothing."""
+    or models fetch, installs its own handler over this one); returns the handler it replaced, for the caller to
+    put back. Elsewhere than the main thread: nothing, and None."""
     try:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        return signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:
-        pass
+        return None
 
 
 def report(err: Eagle3Error, prog: str | None = None) -> ExitStatus:
