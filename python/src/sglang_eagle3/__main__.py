@@ -2,9 +2,10 @@
 
 Loading the commands takes a few hundred milliseconds (click, pydantic, the command modules). A
 Ctrl-C in that time printed a KeyboardInterrupt traceback from whichever import it hit, and SIGTERM
-ended the program without a word. Here both are answered before anything else is imported: one line
-and 128 + the signal's number (ExitStatus.INTERRUPTED, 130; ExitStatus.TERMINATED, 143); nothing was
-done yet. Once the commands are loaded, the top-level group answers them (cli_common.TopLevelGroup).
+ended the program without a word. Here both are answered before anything else is imported: one line,
+then the program ends by the signal itself (a shell shows 128 + its number, ExitStatus.INTERRUPTED, 130,
+or ExitStatus.TERMINATED, 143; systemd counts it a clean stop); nothing was done yet. Once the commands
+are loaded, the top-level group answers them (cli_common.TopLevelGroup).
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from __future__ import annotations
 import os
 import signal
 
-# Before the commands are loaded, exit_status is not imported either: 128 + signal, as ExitStatus says.
-_EARLY = {signal.SIGINT: ("interrupted by Ctrl-C (SIGINT)", 130), signal.SIGTERM: ("terminated by SIGTERM", 143)}
+_EARLY = {signal.SIGINT: "interrupted by Ctrl-C (SIGINT)", signal.SIGTERM: "terminated by SIGTERM"}
 
 
 def _stopped_while_starting(signum, _frame):
-    what, status = _EARLY[signal.Signals(signum)]
+    what = _EARLY[signal.Signals(signum)]
     os.write(2, f"Error: {what} while starting; nothing was done\n".encode())
-    os._exit(status)  # nothing to keep or clean up yet
+    # Nothing to keep or clean up yet: end by the signal itself, as the program would have without this handler
+    # (a shell shows 128 + the signal, the status above; systemd counts a SIGTERM'd unit as stopped cleanly).
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def main() -> None:

@@ -325,6 +325,13 @@ def settings_reference(write: Path | None) -> None:
     click.echo(f"updated the settings reference in {write}")
 
 
+def _stopped_before_start(_signum, _frame):
+    """SIGTERM to `serve` before the server started (preflight): exit 0, as a stopped server does (systemd stops the
+    unit so, and counts any other status as a failure)."""
+    click.echo("sglang-eagle3 serve: stopped by SIGTERM before the server started; nothing was started", err=True)
+    sys.exit(ExitStatus.OK)
+
+
 @main.command("serve")
 @options.server_settings
 @click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing (--json too).")
@@ -338,6 +345,8 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     With --sglang, preflight reads that SGLang; the command still runs the one its
     Python imports, and the output says so when the two differ.
     """
+    if not (dry_run or as_json):  # the launcher answers SIGTERM from the start on; before, this does, the same way
+        signal.signal(signal.SIGTERM, _stopped_before_start)
     s = load_settings(config, assignments, profile)
     check_key_files(s)
     tree = sglang_release.resolve(sglang) if sglang is not None else None
