@@ -18,6 +18,7 @@ import pytest
 from conftest import snapshot
 from sglang_eagle3.bench import report
 from sglang_eagle3.exit_status import ExitStatus
+from sglang_eagle3.source import patchset
 from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from support.gpus import fake_nvidia_smi
 
@@ -45,7 +46,7 @@ def test_probe_on_another_layout(tmp_path, run_cli):
     result = run_cli("probe", "--sglang", str(other_layout(tmp_path, "0.6.1")))
     assert result.returncode == ExitStatus.BAD_INPUT
     text = clean(result)
-    assert "does not have the source layout of 0.5.9" in text and "spec_info.py" in text
+    assert "does not have the source layout of 0.5.9 and 0.5.23" in text and "spec_info.py" in text
     assert "pip install sglang==0.5.9" in text
 
 
@@ -54,7 +55,7 @@ def test_dry_run_on_another_layout_warns_about_the_version(tmp_path, run_cli):
     assert result.returncode == ExitStatus.CHECK_FAILED
     text = clean(result)
     assert "[WARN] sglang: SGLang 0.6.1 at" in text and "written for 0.5.9" in text  # reachable now
-    assert "[FAIL] probe:" in text and "source layout of 0.5.9" in text
+    assert "[FAIL] probe:" in text and "source layout of 0.5.9 and 0.5.23" in text
 
 
 # -- the SGLang preflight judged and the one the command runs -----------------------------------------
@@ -278,7 +279,7 @@ def test_interrupted_apply_leaves_the_tree_and_no_staging_directory(tmp_path, pr
     proc = start_apply(tree, slow_patch(tmp_path))
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert proc.returncode == (ExitStatus.TERMINATED if sig == signal.SIGTERM else ExitStatus.INTERRUPTED), err
     assert f"interrupted by {signal.Signals(sig).name}; the tree was left unchanged" in err
     assert staging_dirs(tree) == [] and snapshot(tree) == before
 
@@ -324,3 +325,375 @@ def test_bench_run_output_that_cannot_be_written(tmp_path, run_cli):
             result = run_cli("bench", "run", "--url", server.url, "--output", str(output), "--requests", "1")
             assert result.returncode == ExitStatus.BAD_INPUT
             clean(result)
+
+
+# -- issue 36 (6): environment names, refused the same way by every command -----------------------------------
+
+
+@pytest.mark.parametrize("name", ["A=B", "", "1ST", "A B", "\x1b[31m"])
+@pytest.mark.parametrize("command", [["settings", "show"], ["serve", "--dry-run"], ["serve", "--dry-run", "--json"]])
+def test_an_environment_variable_name_that_cannot_be_one_is_refused_by_every_command(run_cli, command, name):
+    result = run_cli(*command, "--set", "environment=" + json.dumps({name: "secret-value-4711"}))
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
+    text = clean(result)
+    assert "is not an environment variable name; use letters, digits and _" in result.stderr
+    assert "secret-value-4711" not in text and "env: =" not in text and "\x1b" not in text
+
+
+# -- issue 36 (7): statuses --------------------------------------------------------------------------------
+
+
+def test_a_repo_id_too_long_for_the_hub_is_bad_input_shown_once_and_short(run_cli, tmp_path):
+    spec = "owner/" + "a" * 5000
+    result = run_cli("models", "lock", spec, "--output", str(tmp_path / "x.lock.json"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "expected REPO[@REVISION]" in text and "at most 96 characters" in text
+    assert "a" * 100 not in text and len(text) < 600 and not (tmp_path / "x.lock.json").exists()
+
+
+def test_a_missing_api_key_file_is_bad_input_in_serve_and_bench_alike(run_cli, tmp_path):
+    missing = tmp_path / "no-such.key"
+    serve = run_cli("serve", "--dry-run", "--set", f"api_key_file={missing}")
+    bench = run_cli("bench", "run", "--url", "http://127.0.0.1:1", "--api-key-file", str(missing),
+                    "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
+    for result in (serve, bench):
+        assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
+        assert f"{missing} does not exist; write the key into that file" in clean(result)
+
+
+def program(*args: str) -> list[str]:
+    """The installed program's way in (`sglang-eagle3` runs sglang_eagle3.__main__)."""
+    return [sys.executable, "-m", "sglang_eagle3", *args]
+
+
+@pytest.mark.parametrize(
+    "sig, status", [(signal.SIGINT, ExitStatus.INTERRUPTED), (signal.SIGTERM, ExitStatus.TERMINATED)]
+)
+def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status):
+    """`timeout -s TERM 0.2 sglang-eagle3 patch apply` ended silently with 143, a Ctrl-C in the first quarter second
+    printed a KeyboardInterrupt traceback from the imports. Now: one line, 128 + the signal."""
+    proc = subprocess.Popen(program("patch", "apply", "--sglang", "/nonexistent"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not catches_sigterm(proc.pid):  # the program has begun: its first lines answer signals
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(sig)  # the commands take a few hundred milliseconds to load: the signal comes meanwhile
+    _, err = proc.communicate(timeout=60)
+    # Nothing done yet: it ends by the signal itself (systemd counts that a clean stop), which a shell shows as
+    # 128 + the signal: the status.
+    assert proc.returncode == -sig and 128 + sig == status, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("Error: ") and signal.Signals(sig).name in err and "while starting" in err
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_serve_stopped_by_sigterm_before_its_server_started_exits_0(tmp_path):
+    """systemd stops the unit with SIGTERM, and counts any status but 0 (or death by the signal) as a failure:
+    during serve's preflight, as once the server runs, SIGTERM ends it with 0."""
+    started = tmp_path / "nvidia-smi-started"
+    slow = tmp_path / "nvidia-smi"
+    slow.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")
+    slow.chmod(0o755)
+    proc = subprocess.Popen(program("serve"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "SGLANG_EAGLE3_NVIDIA_SMI": str(slow)})  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not started.exists():  # preflight is asking for the GPUs
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitStatus.OK, err
+    assert "stopped by SIGTERM before the server started; nothing was started" in err and "Traceback" not in err
+
+
+def test_sigterm_during_a_command_is_one_line_and_143(tmp_path):
+    """SIGTERM while a command works (here `bench run` against a server that never answers): one line, 143."""
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen(program("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"),
+                                        "--requests", "1", "--warmup", "0", "--no-plot"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        silent.settimeout(60)
+        connection, _ = silent.accept()  # the run has started: it asks the server what it serves
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        connection.close()
+    assert proc.returncode == ExitStatus.TERMINATED == 143, err
+    assert "Traceback" not in err and "SIGTERM" in err
+
+
+APPLY_THEN_SIGINT = """
+import os, signal, sys
+import click
+from sglang_eagle3 import cli
+
+echo = click.echo
+def echo_after_a_signal(*args, **kwargs):  # Ctrl-C as the finished apply reports what it did
+    os.kill(os.getpid(), signal.SIGINT)
+    echo(*args, **kwargs)
+click.echo = echo_after_a_signal
+sys.argv = ["sglang-eagle3", "patch", "apply", "--sglang", sys.argv[1]]
+cli.main()
+"""
+
+
+def test_a_signal_after_apply_has_finished_does_not_undo_its_status(pristine_tree, tree_copy):
+    tree = tree_copy(pristine_tree)
+    result = subprocess.run([sys.executable, "-c", APPLY_THEN_SIGINT, str(tree)], capture_output=True, text=True)
+    assert result.returncode == ExitStatus.OK, result.stderr
+    assert "now carries the whole patch set" in clean(result)
+    verify = subprocess.run(program("patch", "verify", "--sglang", str(tree)), capture_output=True, text=True)
+    assert verify.returncode == ExitStatus.OK, verify.stdout + verify.stderr
+
+
+def test_the_hub_clients_debug_log_has_no_tracebacks(capfd):
+    """HF_DEBUG=1 makes huggingface_hub log at DEBUG; a record carrying an exception printed its traceback among the
+    models commands' output. It is one line now; the client's other debug lines are left as they are."""
+    import logging
+
+    from sglang_eagle3.models import hub
+
+    hub._quiet_client()
+    log = logging.getLogger("huggingface_hub.file_download")
+    try:
+        raise ConnectionError("refused")
+    except ConnectionError:
+        log.warning("while requesting HEAD http://hub/x", exc_info=True)
+    log.warning("Retrying in 1s [Retry 1/5].")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "while requesting HEAD http://hub/x: ConnectionError: refused\nRetrying in 1s [Retry 1/5].\n" in err
+
+
+# -- issue 36 (9): silences ----------------------------------------------------------------------------------
+
+
+def test_a_tls_key_password_file_on_0_5_9_fails_the_dry_run(run_cli, patched_tree, tmp_path):
+    """0.5.9 has no --ssl-keyfile-password: it refused the file only at launch, after a dry run that said OK."""
+    password = tmp_path / "password"
+    password.write_text("pw")
+    password.chmod(0o600)
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set",
+                     f"ssl_keyfile_password_file={password}", env=env)  # fmt: skip
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    (line,) = [x for x in clean(result).splitlines() if x.startswith("[FAIL] settings:")]
+    assert "ssl_keyfile_password_file: SGLang 0.5.9 has no flag --ssl-keyfile-password" in line
+
+
+def test_patch_check_takes_one_format(run_cli):
+    result = run_cli("patch", "check", "--sglang", "/nonexistent", "--json", "--markdown")
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "--json and --markdown are two formats of one report: give one of them" in clean(result)
+
+
+def test_a_sweep_names_a_draft_directory_that_is_not_there(run_cli, tmp_path):
+    result = run_cli("bench", "sweep", "--draft", "/nonexistent/draft", "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "'/nonexistent/draft' is no directory" in clean(result) and "--draft" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["models", "verify", "--lock", "x", "--dir", "y", "--progress-interval", "nan"], "not a finite number"),
+        (["models", "verify", "--lock", "x", "--dir", "y", "--progress-interval", "0.01"], "must be >= 0.1"),
+        (["bench", "sweep", "--steps", "1,,2"], "expected comma-separated integers"),
+        (["bench", "sweep", "--steps", "3", "--topk", "1,"], "expected comma-separated integers"),
+    ],
+)
+def test_numbers_and_lists_out_of_their_range_are_refused(run_cli, tmp_path, args, message):
+    result = run_cli(*args, "--output-dir", str(tmp_path / "out")) if args[0] == "bench" else run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert message in clean(result)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("s.json", '{"tp_size": 4, "tp_size": 8}', "setting 'tp_size' is given twice; keep one (TOML refuses it too)"),
+        ("s.yaml", "tp_size: 4\n", "YAML is not read; write it as JSON or TOML"),
+        ("s.yml", "tp_size: 4\n", "YAML is not read"),
+        ("s.conf", "tp_size = 4\n", "the file name's extension picks the format: .toml is read as TOML"),
+    ],
+)
+def test_settings_files_say_what_their_format_is(run_cli, tmp_path, name, content, message):
+    (tmp_path / name).write_text(content)
+    result = run_cli("settings", "show", "--config", str(tmp_path / name))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert message in clean(result)
+
+
+def test_bench_ab_names_its_own_option(run_cli, tmp_path):
+    for option in ("--a-set", "--b-set"):
+        result = run_cli("bench", "ab", "--a", "true", "--b", "true", option, "foo",
+                         "--output-dir", str(tmp_path / "ab"))  # fmt: skip
+        assert result.returncode == ExitStatus.BAD_INPUT
+        assert f"{option} expects field=value, e.g. {option} tp_size=4" in clean(result)
+        assert "--set expects" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["probe", "--sglang", "/nonexistent", "--json"],
+        ["patch", "verify", "--sglang", "/nonexistent", "--json"],
+        ["patch", "check", "--sglang", "/nonexistent", "--json"],
+        ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
+        ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+    ],
+)
+def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
+    result = run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    clean(result)
+    data = json.loads(result.stdout)  # one object, nothing else on stdout
+    assert data["ok"] is False and data["error"]["kind"] and data["error"]["message"].strip()
+    assert data["error"]["message"] in result.stderr or data["error"]["message"].split(":")[0] in result.stderr
+
+
+def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
+    sweep = run_cli("bench", "sweep", "--set", "tp_size=0", "--output-dir", str(tmp_path / "sweep"))
+    assert sweep.returncode == ExitStatus.BAD_INPUT
+    preflight = run_cli("bench", "sweep", "--sglang", "/nonexistent", "--output-dir", str(tmp_path / "sweep"),
+                        env={"SGLANG_EAGLE3_NVIDIA_SMI": "/nonexistent/nvidia-smi"})  # fmt: skip
+    assert preflight.returncode != ExitStatus.OK
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp_path):
+    result = subprocess.run(program("bench", "compare", "http://127.0.0.1:1", "http://127.0.0.1:1"), cwd=tmp_path,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode != ExitStatus.OK and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["settings", "show", "--set", "port=" + "9" * 100_000],
+        ["settings", "show", "--set", "host=x", "--set", "port=" + "x" * 100_000],
+        ["settings", "show", "--set", "port=\x1b[31mred\x07"],
+        ["settings", "show", "--set", "no_such_\x1b[2J=1"],
+        ["bench", "run", "--url", "http://" + "a" * 100_000],
+        ["bench", "run", "--url", "http://\x1b[31mhost\x1b[0m:99999"],
+        ["probe", "--sglang", "/nonexistent", "--compute-capability", "1" * 100_000],
+        ["models", "lock", "\x1b[31m/x", "--output", "/nonexistent/x.json"],
+        ["probe", "--sglang", "x" * 100_000],  # paths too: as they are unless long or not printable
+        ["probe", "--sglang", "/a\x1b[31mb\x07c"],
+        ["settings", "show", "--config", "/nonexistent/a\x07b.json"],
+        ["serve", "--dry-run", "--set", "model_path=" + "x" * 100_000],
+        ["models", "verify", "--lock", "/nonexistent/a\x07b", "--dir", "/nonexistent"],
+    ],
+)
+def test_values_are_shown_short_and_escaped(run_cli, args):
+    result = run_cli(*args)
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
+    text = clean(result)
+    assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]
+
+
+def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = run_cli("serve", "--dry-run", "--set", "model_path=/nonexistent/a\x07b", "--set",
+                     "served_model_name=x\x07y", env=env)  # fmt: skip
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    text = clean(result)
+    assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
+
+
+# -- issue 36 (8): hints that agree with what the commands do -------------------------------------------------
+
+
+def test_patch_apply_without_sglang_does_not_suggest_a_version(run_cli):
+    result = run_cli("patch", "apply")
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "nothing to patch; give the directory of the SGLang you serve with --sglang DIR" in text
+    assert "patch apply --sglang 0.5.9" not in text and "(e.g. --sglang 0.5.9" not in text
+
+
+def test_verify_on_a_conflict_does_not_suggest_apply_alone(run_cli, pristine_tree, tree_copy):
+    tree = tree_copy(pristine_tree)
+    first = patchset.PatchSeries.for_version("0.5.9").patches[0]
+    (tree / first.files[0]).write_text("# edited by hand\n")
+    result = run_cli("patch", "verify", "--sglang", str(tree))
+    assert result.returncode == ExitStatus.CHECK_FAILED
+    text = clean(result)
+    assert f"{first.name} conflicts with the files of" in result.stderr and "would refuse the tree" in text
+    assert "pip install --force-reinstall --no-deps sglang==0.5.9" in text and "Not all patches" not in text
+
+
+def test_a_damaged_cached_tree_is_told_to_clear_the_cache(run_cli, tmp_path, pristine_wheel, release_cache):
+    tree = tmp_path / "xdg" / "sglang-eagle3" / "sglang" / "trees" / pristine_wheel.name.removesuffix(".whl")
+    run_cli("probe", "--sglang", "0.5.9", env=release_cache)  # unpacked into the cache
+    (tree / "sglang" / "srt" / "speculative" / "spec_info.py").unlink()
+    result = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "does not have the source layout of 0.5.9 and 0.5.23" in text and f"rm -r {tree}" in text
+    assert "pip install sglang==0.5.9" not in text
+
+
+def test_another_release_is_told_which_versions_there_are(tmp_path, run_cli):
+    wheel = tmp_path / "sglang-0.4.0-py3-none-any.whl"
+    import zipfile
+
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("sglang/_version.py", "__version__ = version = '0.4.0'\n")
+        archive.writestr("sglang/srt/server_args.py", "class ServerArgs:\n    pass\n")
+    result = run_cli("probe", "--sglang", str(wheel), env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert result.returncode == ExitStatus.BAD_INPUT
+    text = clean(result)
+    assert "this tool reads SGLang 0.5.9 and 0.5.23 only, not 0.4.0" in text and "pip install" not in text
+
+
+def test_a_draft_to_download_is_told_a_command_that_exists(run_cli, patched_tree):
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--model",
+                     "nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
+    text = clean(result)
+    assert "huggingface-cli" not in text
+    assert "hf download some-org/some-draft --local-dir DIR" in text and "sglang-eagle3 models fetch" in text
+
+
+# -- issue 36 (10): what a first run on a laptop is doing -------------------------------------------------------
+
+
+def test_a_first_read_of_a_release_says_what_it_unpacks_once(run_cli, release_cache):
+    first = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert "sglang-eagle3: unpacking sglang-0.5.9-py3-none-any.whl into " in first.stderr and "(once)" in first.stderr
+    again = run_cli("probe", "--sglang", "0.5.9", env=release_cache)
+    assert "unpacking" not in again.stderr and again.returncode == first.returncode == ExitStatus.CHECK_FAILED
+
+
+def test_patch_check_says_what_it_checks_before_it_reads(pristine_tree, monkeypatch):
+    from click.testing import CliRunner
+    from sglang_eagle3 import cli
+    from sglang_eagle3.errors import CheckFailed
+
+    def reading(series, tree):
+        raise CheckFailed("stopped where the reading starts")
+
+    monkeypatch.setattr(cli.patch_check, "check", reading)
+    result = CliRunner().invoke(cli.main, ["patch", "check", "--sglang", str(pristine_tree)])
+    assert result.exit_code == ExitStatus.CHECK_FAILED
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("checking the ") and "patches of " in line
+    assert f"against SGLang 0.5.9 at {pristine_tree / 'sglang'} ..." in line

@@ -121,8 +121,8 @@ def _commands(group, prefix=()):
 
 
 def test_every_command_that_reads_sglang_names_it_one_way():
-    """--sglang DIR|WHEEL|VERSION on every command that reads SGLang's source (and only there); --target and
-    --against, its former names, are still accepted but not shown."""
+    """--sglang DIR|WHEEL|VERSION on every command that reads SGLang's source (and only there; patch apply, which
+    writes it, --sglang DIR); --target and --against, its former names, are still accepted but not shown."""
     from sglang_eagle3.cli import main
 
     reading = {}
@@ -131,7 +131,9 @@ def test_every_command_that_reads_sglang_names_it_one_way():
         if found:
             reading[name] = found[0]
             text = command.get_help(click.Context(command, info_name=name))
-            assert "--sglang DIR|WHEEL|VERSION" in text and "--target" not in text and "--against" not in text
+            # patch apply writes the tree: a directory only, and its help says so (issue 36)
+            metavar = "--sglang DIR " if name == "patch apply" else "--sglang DIR|WHEEL|VERSION"
+            assert metavar in text and "--target" not in text and "--against" not in text
     assert sorted(reading) == ["bench sweep", "patch apply", "patch check", "patch verify", "probe", "serve"]
     assert {tuple(p.opts) for p in reading.values()} == {("--sglang", "--target", "--against")}
     assert [n for n, p in reading.items() if p.required] == ["patch check"]

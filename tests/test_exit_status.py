@@ -114,6 +114,8 @@ def test_a_status_is_an_exit_status_never_a_number():
 
 # Exceptions of the package that are not failures a command reports, and why.
 NOT_FAILURES = {
+    "sglang_eagle3.errors.Terminated": "SIGTERM, a BaseException like KeyboardInterrupt; the top-level group "
+    "reports it with ExitStatus.TERMINATED",
     "sglang_eagle3.serving.launcher._StopRequested": "control flow inside launcher.serve(); never leaves it",
     "sglang_eagle3.models.fetch.Interrupted": "a signal, a BaseException like KeyboardInterrupt; the CLI "
     "turns it into an errors.Interrupted",

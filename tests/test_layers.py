@@ -32,6 +32,7 @@ TOP_LEVEL = {
     "sglang_eagle3.cli_common": "cli support",
     "sglang_eagle3.options": "cli support",
     "sglang_eagle3.cli": "commands",
+    "sglang_eagle3.__main__": "commands",  # the program: signals answered, then the commands loaded
 }
 FOLDERS = ("source", "host", "serving", "models", "judging", "bench")
 BELOW = {

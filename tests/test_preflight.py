@@ -128,6 +128,7 @@ def test_serve_on_this_machine_fails_fast_and_clearly(run_cli, patched_tree):
 def test_dry_run_json_masks_secrets_and_keeps_the_key_out_of_argv(run_cli, patched_tree, tmp_path):
     key = tmp_path / "api-key"
     key.write_text("sk-very-secret\n")
+    key.chmod(0o600)  # a usable key file: one that is not is bad input before any plan (issue 36)
     result = run_cli(
         "serve", "--dry-run", "--json", "--sglang", str(patched_tree),
         "--set", f"api_key_file={key}", "--set", 'environment={"HF_TOKEN": "hf_secret", "NCCL_DEBUG": "INFO"}',

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import sglang_eagle3
 from conftest import STAND_INS
+from sglang_eagle3.exit_status import ExitStatus
 from support.bench_fixtures import fake_server, free_port
 from support.gpus import fake_nvidia_smi
 from support.processes import descendants
@@ -237,8 +238,9 @@ def test_preflight_rejects_unusable_key_files(tmp_path, run_cli, patched_tree, m
         key.chmod(0o600)
     for setting in ("api_key_file", "admin_api_key_file"):
         result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"{setting}={key}")
-        assert result.returncode == 1
-        line = next(x for x in result.stdout.splitlines() if x.startswith("[FAIL]") and str(key) in x)
+        # A file the settings name that cannot be used is bad input, as a bad `bench run --api-key-file` is (issue 36)
+        assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
+        line = next(x for x in result.stderr.splitlines() if str(key) in x)
         assert message in line and setting in line
         assert "k-1" not in result.stdout + result.stderr and "Traceback" not in result.stderr
 
@@ -249,7 +251,7 @@ def test_preflight_rejects_an_unreadable_key_file(tmp_path, run_cli, patched_tre
     key.write_text("k-1")
     key.chmod(0o000)
     result = run_cli("serve", "--dry-run", "--sglang", str(patched_tree), "--set", f"api_key_file={key}")
-    assert result.returncode == 1 and "cannot be read by this user" in result.stdout
+    assert result.returncode == ExitStatus.BAD_INPUT and "cannot be read by this user" in result.stderr
 
 
 SECRET = "sk-do-not-print-4711"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import click
 
 from . import SGLANG_VERSION, __version__, options
 from .bench.cli import bench_group
-from .cli_common import TopLevelGroup, load_settings
-from .errors import BadInput, CheckFailed
+from .cli_common import TopLevelGroup, check_key_files, load_settings
+from .errors import BadInput, CheckFailed, printable
 from .exit_status import ExitStatus, help_text
 from .host import gpus
 from .judging import draft_check, patch_check, preflight, probe
@@ -19,14 +20,6 @@ from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
 from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sglang_source
 from .source.source_index import SourceLayoutError
-
-
-def layout_message(tree: sglang_source.SGLangTree, err: Exception) -> str:
-    return (
-        f"SGLang {tree.version or '(unknown version)'} at {tree.root} does not have the source layout of "
-        f"{SGLANG_VERSION} ({err}); this tool reads SGLang {SGLANG_VERSION}: pip install sglang=={SGLANG_VERSION}, "
-        f"or read its pristine wheel with --sglang {SGLANG_VERSION}"
-    )
 
 
 def _series(directory: Path | None = None, version: str | None = None) -> patchset.PatchSeries:
@@ -69,10 +62,20 @@ def patch_list() -> None:
 
 
 @patch.command("apply")
-@options.sglang
+@options.sglang_to_patch
 def patch_apply(sglang: str | None) -> None:
     """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
-    tree = sglang_release.resolve(sglang)
+    try:
+        tree = sglang_release.resolve(sglang)
+    except sglang_source.SGLangNotFound as err:
+        if sglang is not None:
+            raise
+        raise BadInput(  # not the readers' hint: a release version is read, never patched
+            "no importable 'sglang' package in this Python environment, so there is nothing to patch; give the "
+            "directory of the SGLang you serve with --sglang DIR, or install it first (pip install "
+            f"sglang=={SGLANG_VERSION}). Whether the series applies to a release: sglang-eagle3 patch check "
+            f"--sglang {SGLANG_VERSION}"
+        ) from err
     if tree.release is not None:
         raise BadInput(
             f"--sglang {sglang} names a release: its pristine wheel ({tree.release}), unpacked in the cache to be "
@@ -87,6 +90,16 @@ def patch_apply(sglang: str | None) -> None:
         if tree.version != series.sglang_version and err.status is ExitStatus.CHECK_FAILED:
             raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
         raise  # its own status: a conflict, a tree not writable, an interruption
+    # Done: the tree carries the series. A signal from here on cannot undo it; the report is all that is left.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _report_applied(tree, result)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult) -> None:
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return
@@ -112,8 +125,12 @@ def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, mar
     Reads the other tree's source (nothing is imported or changed); exit 1 when a patch is
     still needed there or conflicts, i.e. the series needs work for that version.
     """
+    if as_json and markdown:
+        raise click.UsageError("--json and --markdown are two formats of one report: give one of them")
     tree = sglang_release.resolve(sglang)
     series = _series(series_dir, tree.version)
+    click.echo(f"checking the {len(series.patches)} patches of {series.directory} against SGLang {tree.version} "
+               f"at {tree.package} ...", err=True)  # fmt: skip
     report = patch_check.check(series, tree)
     if markdown:
         click.echo(report.markdown())
@@ -150,9 +167,18 @@ def patch_verify(sglang: str | None, as_json: bool) -> None:
             click.echo(f"  {s.state.value:<12} {s.patch.name}")
             if s.detail:
                 click.echo("      " + s.detail.replace("\n", "\n      "))
+    conflicts = [s.patch.name for s in statuses if s.state is patchset.PatchState.CONFLICT]
+    if conflicts and not as_json:  # apply refuses such a tree: its files hold other changes
+        click.echo(
+            f"{', '.join(conflicts)} {'conflicts' if len(conflicts) == 1 else 'conflict'} with the files of "
+            f"{tree.package}: they hold other changes (local edits, or another version of a patch), so `patch apply` "
+            f"would refuse the tree. Restore SGLang's own files (pip install --force-reinstall --no-deps "
+            f"sglang=={tree.version}), then run `{patchset.apply_command(tree)}`.",
+            err=True,
+        )
+    elif any(s.state is not patchset.PatchState.APPLIED for s in statuses) and not as_json:
+        click.echo(f"Not all patches are applied: run `{patchset.apply_command(tree)}`.", err=True)
     if any(s.state is not patchset.PatchState.APPLIED for s in statuses):
-        if not as_json:
-            click.echo(f"Not all patches are applied: run `{patchset.apply_command(tree)}`.", err=True)
         sys.exit(ExitStatus.CHECK_FAILED)
 
 
@@ -240,7 +266,7 @@ def probe_command(
         if draft is not None:
             result.draft = draft_check.check(tree, draft, model, algorithm=result.canonical_algorithm, target_arch=arch)
     except SourceLayoutError as err:
-        raise BadInput(layout_message(tree, err)) from None
+        raise BadInput(sglang_release.layout_problem(tree, err)) from None
     except ValueError as err:  # a compute capability or algorithm the source does not know
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch
@@ -299,6 +325,13 @@ def settings_reference(write: Path | None) -> None:
     click.echo(f"updated the settings reference in {write}")
 
 
+def _stopped_before_start(_signum, _frame):
+    """SIGTERM to `serve` before the server started (preflight): exit 0, as a stopped server does (systemd stops the
+    unit so, and counts any other status as a failure)."""
+    click.echo("sglang-eagle3 serve: stopped by SIGTERM before the server started; nothing was started", err=True)
+    sys.exit(ExitStatus.OK)
+
+
 @main.command("serve")
 @options.server_settings
 @click.option("--dry-run", is_flag=True, help="Print the plan and the preflight verdicts; start nothing (--json too).")
@@ -312,7 +345,10 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     With --sglang, preflight reads that SGLang; the command still runs the one its
     Python imports, and the output says so when the two differ.
     """
+    if not (dry_run or as_json):  # the launcher answers SIGTERM from the start on; before, this does, the same way
+        signal.signal(signal.SIGTERM, _stopped_before_start)
     s = load_settings(config, assignments, profile)
+    check_key_files(s)
     tree = sglang_release.resolve(sglang) if sglang is not None else None
     plan = launch_plan.build(s)
     checks = preflight.run(s, tree)
@@ -329,9 +365,9 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
             }, indent=2))  # fmt: skip
         else:
             click.echo(f"profile: {profile}")
-            click.echo(f"command: {plan.shell()}")
+            click.echo(f"command: {printable(plan.shell())}")  # --json has the argv exactly
             for key, value in credentials.masked_env(plan.env).items():
-                click.echo(f"env:     {key}={value}")
+                click.echo(f"env:     {key}={printable(value)}")
             if note:
                 click.echo(f"note:    {note}")
             click.echo(checks.render_text())

@@ -14,9 +14,34 @@ Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 
 from __future__ import annotations
 
+import reprlib
+import signal
 import sys
 
 from .exit_status import ExitStatus
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = 80  # a 100,000-character value is shown as its first and last characters
+
+
+def shown(value: object) -> str:
+    """A user's value as a message quotes it: in quotes, control characters escaped (``\\x1b``, ``\\n``), at most
+    80 characters (longer ones keep their start and end around ``...``). Every message that echoes what a user
+    typed or a file held goes through here; a secret is never given to it."""
+    return _SHOWN.repr(value)
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``\\x1b``), the rest as it is: a line a terminal shows as
+    written, for output that is not a message (the dry run's command line)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_path(path: object) -> str:
+    """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
+    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped."""
+    text = str(path)
+    return text if len(text) <= 200 and text.isprintable() else shown(text)
 
 
 class Eagle3Error(Exception):
@@ -53,6 +78,26 @@ class Interrupted(Eagle3Error):
     """Stopped by a signal (Ctrl-C, or SIGTERM where a command handles it); the message says what was kept."""
 
     status = ExitStatus.INTERRUPTED
+
+
+class Terminated(KeyboardInterrupt):  # noqa: N818 (a signal, as KeyboardInterrupt is)
+    """SIGTERM, raised in the main thread by the handler ``on_sigterm`` installs: a BaseException like
+    KeyboardInterrupt, so the code a command has for Ctrl-C (keeping what was written) runs for it too, and no
+    ``except Exception`` swallows it. The top-level group reports it with ExitStatus.TERMINATED."""
+
+
+def _raise_terminated(_signum, _frame):
+    raise Terminated("terminated by SIGTERM")
+
+
+def on_sigterm():
+    """From now on SIGTERM raises Terminated in the main thread (a command that handles it itself, such as serve
+    or models fetch, installs its own handler over this one); returns the handler it replaced, for the caller to
+    put back. Elsewhere than the main thread: nothing, and None."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:
+        return None
 
 
 def report(err: Eagle3Error, prog: str | None = None) -> ExitStatus:

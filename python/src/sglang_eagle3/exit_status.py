@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import signal
 
 
 class ExitStatus(enum.IntEnum):
@@ -22,10 +23,15 @@ class ExitStatus(enum.IntEnum):
     # sysexits.h's EX_SOFTWARE: apart from 1, so a script can tell "the check said no" from "the tool broke";
     # not 2-4 (ours; 2 is also click's usage errors), not 126 and above (the shell's, 128+n for signal n).
     UNEXPECTED = 70, "unexpected error (a bug in this tool); SGLANG_EAGLE3_TRACEBACK=1 shows where"
-    INTERRUPTED = (
-        130,
-        "interrupted (Ctrl-C; patch apply and models fetch also by SIGTERM); what was written so far is kept",
-    )
+    # 128 + the signal's number: what a shell reports for a process that signal ended, so a script sees the same
+    # status whether the signal came before the commands were loaded (Python's default) or during one.
+    INTERRUPTED = 130, "interrupted by Ctrl-C (SIGINT); what was written so far is kept"
+    TERMINATED = 143, "terminated by SIGTERM (serve: 0, the server stopped); what was written so far is kept"
+
+
+def for_signal(signum: int) -> ExitStatus:
+    """The status of a command a signal stopped: TERMINATED for SIGTERM, else INTERRUPTED."""
+    return ExitStatus.TERMINATED if signum == signal.SIGTERM else ExitStatus.INTERRUPTED
 
 
 def help_text() -> str:

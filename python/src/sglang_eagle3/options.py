@@ -11,11 +11,21 @@ from pathlib import Path
 
 import click
 
-from .cli_common import FiniteFloat
+from .cli_common import JSON_ERRORS, FiniteFloat
 from .serving import settings
 from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
-json_output = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+def _remember_json(ctx: click.Context, _param, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_ERRORS] = True  # meta is shared by every context of the invocation: the group reads it
+    return value
+
+
+json_output = click.option(
+    "--json", "as_json", is_flag=True, callback=_remember_json,
+    help='Machine-readable output on stdout; a failure is {"ok": false, "error": {"kind": ..., "message": ...}}.',
+)  # fmt: skip
 
 # -- SGLang's source ---------------------------------------------------------------------------
 
@@ -34,20 +44,29 @@ class _OldNamesHidden(click.Option):
         return f"'{self.opts[0]}'"
 
 
-def _sglang(required: bool):
+def _sglang(required: bool, to_patch: bool = False):
     default = "" if required else " Default: the sglang this Python imports."
-    return click.option(
-        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden, metavar="DIR|WHEEL|VERSION",
-        required=required,
-        help="The SGLang whose source is read: a directory (site-packages, the sglang package, a git checkout), "
+    read = (
+        "The SGLang whose source is read: a directory (site-packages, the sglang package, a git checkout), "
         "a wheel file, or a release version, e.g. 0.5.9 (its pristine wheel is fetched once into "
-        f"~/.cache/sglang-eagle3/sglang, sha256 checked against nix/pins.json; nothing is installed).{default}",
+        f"~/.cache/sglang-eagle3/sglang, sha256 checked against nix/pins.json; nothing is installed).{default}"
+    )
+    # patch apply writes the tree: a directory only (a version or wheel is unpacked in the cache to be read).
+    patched = (
+        "The SGLang to patch: the directory of the install you serve (site-packages, the sglang package, a git "
+        f"checkout).{default} A release version or wheel is not patched; whether the series applies to one: "
+        "sglang-eagle3 patch check --sglang VERSION."
+    )
+    return click.option(
+        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden,
+        metavar="DIR" if to_patch else "DIR|WHEEL|VERSION", required=required, help=patched if to_patch else read,
     )  # fmt: skip
 
 
 # --sglang names the SGLang to read everywhere (--target and --against, its former names, still work).
 sglang = _sglang(required=False)
 sglang_required = _sglang(required=True)
+sglang_to_patch = _sglang(required=False, to_patch=True)
 
 # -- the server settings -----------------------------------------------------------------------
 
@@ -119,6 +138,6 @@ token_file = click.option(
     f"$CREDENTIALS_DIRECTORY/{HUB_TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
 )  # fmt: skip
 progress_interval = click.option(
-    "--progress-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+    "--progress-interval", type=FiniteFloat(0.1, inclusive=True), default=30.0, show_default=True,
     help="Seconds between progress lines when stderr is not a terminal (logs); a terminal gets a bar.",
 )  # fmt: skip

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput, CheckFailed, Eagle3Error
+from ..errors import BadInput, CheckFailed, Eagle3Error, shown
 from ..exit_status import ExitStatus
 from ..serving import launch_plan, launcher
 from ..serving.settings import ServerSettings
@@ -124,7 +124,7 @@ def run_ab(a: Side, b: Side, settings: dict[str, ServerSettings], argv: dict[str
            out_dir: Path, threshold: float, floor: float | None = None, log=print) -> report.GateReport:  # fmt: skip
     """Both sides one after the other (they share the GPUs and the port), then the gate: B / A >= threshold."""
     if a.label == b.label:
-        raise BenchError(f"the two sides need different labels, not both {a.label!r} (--a-label, --b-label)")
+        raise BenchError(f"the two sides need different labels, not both {shown(a.label)} (--a-label, --b-label)")
     for side in (a, b):  # both, before either starts: B's preflight is not left to the end of A's run
         log(f"{side.label}: preflight ({shlex.join([*argv[side.label], '--dry-run'])})")
         preflight(side, argv[side.label])

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
 from .. import options
-from ..cli_common import load_settings, writable_file
-from ..errors import CheckFailed, Interrupted
-from ..exit_status import ExitStatus
+from ..cli_common import check_key_files, load_settings, writable_file
+from ..errors import CheckFailed, Interrupted, shown
+from ..exit_status import ExitStatus, for_signal
 from ..judging import draft_settings, preflight
 from ..judging.findings import Status
-from ..serving import credentials, launch_plan
-from ..source import sglang_release
+from ..serving import credentials, launch_plan, settings
+from ..source import draft_inputs, sglang_release
 
 
 @click.group("bench")
@@ -113,7 +114,12 @@ def bench_run(
     if output.exists():
         _finish(output, plot)
     if outcome.interrupted:
-        raise Interrupted(f"interrupted: {outcome.finished} finished requests are kept in {output}")
+        how = (
+            "interrupted" if outcome.signal == signal.SIGINT else f"terminated by {signal.Signals(outcome.signal).name}"
+        )
+        raise Interrupted(
+            f"{how}: {outcome.finished} finished requests are kept in {output}", for_signal(outcome.signal)
+        )
     if outcome.aborted:
         raise CheckFailed(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept")
     if outcome.failed:
@@ -140,8 +146,13 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
         click.echo(f"measuring {label} at {config.url} -> {output}")
         outcome = run(config)
         if outcome.interrupted:
-            raise Interrupted(f"interrupted while measuring {label}: {outcome.finished} finished requests are "
-                              f"kept in {output}")  # fmt: skip
+            how = (
+                "interrupted"
+                if outcome.signal == signal.SIGINT
+                else f"terminated by {signal.Signals(outcome.signal).name}"
+            )
+            raise Interrupted(f"{how} while measuring {label}: {outcome.finished} finished requests are kept in "
+                              f"{output}", for_signal(outcome.signal))  # fmt: skip
         return report.load(output)
     return report.load(Path(source))
 
@@ -208,11 +219,12 @@ def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b
     sides = [ab.Side(a_label, a_program, a_profile, list(a_assignments)),
              ab.Side(b_label, b_program, b_profile, list(b_assignments))]  # fmt: skip
     if a_label == b_label:
-        raise click.BadParameter(f"both sides are labelled {a_label!r}; give --a-label and --b-label")
+        raise click.BadParameter(f"both sides are labelled {shown(a_label)}; give --a-label and --b-label")
     resolved, argv = {}, {}
     for option, side in zip(("--a", "--b"), sides, strict=True):
+        settings.from_assignments(side.assignments, f"{option}-set")  # its mistakes named by its own option
         if why := ab.check_program(side.program):
-            raise click.BadParameter(f"{side.program!r} is not a working sglang-eagle3 program: {why}",
+            raise click.BadParameter(f"{shown(side.program)} is not a working sglang-eagle3 program: {why}",
                                      param_hint=option)  # fmt: skip
         resolved[side.label] = load_settings(config, [*assignments, *side.assignments], side.profile)
         argv[side.label] = side.argv(config, list(assignments))
@@ -229,13 +241,14 @@ def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b
     sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, option: str) -> list[int]:
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",")]  # an empty item (1,,2 or a trailing comma) is a typo, not a skip
     except ValueError:
-        raise click.BadParameter(f"{text!r}: expected comma-separated integers, e.g. 1,2,3") from None
-    if not values or min(values) < 1:
-        raise click.BadParameter(f"{text!r}: expected integers >= 1")
+        raise click.BadParameter(f"{shown(text)}: expected comma-separated integers, e.g. 1,2,3",
+                                 param_hint=option) from None  # fmt: skip
+    if min(values) < 1:
+        raise click.BadParameter(f"{shown(text)}: expected integers >= 1", param_hint=option)
     return values
 
 
@@ -265,9 +278,17 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     from .runner import RunConfig
 
     base = load_settings(config, assignments, profile)
-    grid = _int_list(steps), _int_list(topk), _int_list(draft_tokens) if draft_tokens else None
+    check_key_files(base)
+    grid = (_int_list(steps, "--steps"), _int_list(topk, "--topk"),
+            _int_list(draft_tokens, "--draft-tokens") if draft_tokens else None)  # fmt: skip
     writable_file(output_dir / "sweep.jsonl")
-    drafts = list(drafts) or [base.speculative_draft_model_path]
+    given = list(drafts)
+    drafts = given or [base.speculative_draft_model_path]
+    for draft in drafts:  # before preflight, which may fail on the host first and never get to the drafts
+        if draft and draft_inputs.looks_local(draft) and not draft_inputs.expanded(draft).is_dir():
+            where = "--draft" if draft in given else "speculative_draft_model_path"
+            raise click.BadParameter(f"{shown(draft)} is no directory; give a draft model's directory or its hub id",
+                                     param_hint=where)  # fmt: skip
     # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
     tree = sglang_release.resolve(sglang) if sglang is not None else None
     checks = preflight.run(base, tree, drafts=False)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
+from ..errors import shown
 from ..serving import credentials
 from . import BenchError, server_metrics
 from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
@@ -51,7 +52,7 @@ class RunConfig:
 
     def __post_init__(self):
         if self.api not in APIS:
-            raise BenchError(f"api must be one of {', '.join(APIS)}, not {self.api!r}")
+            raise BenchError(f"api must be one of {', '.join(APIS)}, not {shown(self.api)}")
         self.url = base_url(self.url)
         if any(c < 1 for c in self.concurrencies) or self.requests < 1 or self.max_tokens < 2:
             raise BenchError("concurrency and requests must be >= 1, max_tokens >= 2")
@@ -72,17 +73,19 @@ def base_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url.strip())
         port = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError as err:
-        raise BenchError(f"{url!r} is not a valid URL ({err}); {example}") from None
+        raise BenchError(f"{shown(url)} is not a valid URL ({err}); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchError(f"{url!r} is not an http(s) URL with a host; {example}")
+        raise BenchError(f"{shown(url)} is not an http(s) URL with a host; {example}")
     try:
         parts.hostname.encode("idna")  # what aiohttp will do with it: labels of 1-63 characters
     except UnicodeError as err:
-        raise BenchError(f"{url!r}: {parts.hostname[:40]!r}... is not a host name ({err}); {example}") from None
+        raise BenchError(
+            f"{shown(url)}: {shown(parts.hostname[:40])}... is not a host name ({err}); {example}"
+        ) from None
     if port == 0:
-        raise BenchError(f"{url!r}: port 0 is not a server's port; {example}")
+        raise BenchError(f"{shown(url)}: port 0 is not a server's port; {example}")
     if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
-        raise BenchError(f"{url!r}: give the server's base URL only, without path, query or user; {example}")
+        raise BenchError(f"{shown(url)}: give the server's base URL only, without path, query or user; {example}")
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -92,6 +95,7 @@ class RunOutcome:
     failed: int = 0
     interrupted: bool = False
     aborted: str | None = None  # why the run stopped early (server gone)
+    signal: int = signal.SIGINT  # what interrupted it: SIGINT or SIGTERM (exit_status.for_signal)
 
 
 class ResultWriter:
@@ -207,17 +211,29 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
 
 
 def run(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:
-    """Run to completion, or until SIGINT: then the requests in flight are dropped and the rest kept."""
+    """Run to completion, or until SIGINT or SIGTERM: then the requests in flight are dropped and the rest kept."""
+
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        task.cancel()
 
     async def main():
+        nonlocal task
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, task.cancel)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop, signum)
         try:
-            return await run_async(config, on_result, on_level)
+            outcome = await run_async(config, on_result, on_level)
         except asyncio.CancelledError:
-            return RunOutcome(interrupted=True)
+            outcome = RunOutcome(interrupted=True)
+        outcome.signal = received[0] if received else signal.SIGINT
+        return outcome
+
+    task = None
 
     return asyncio.run(main())
 

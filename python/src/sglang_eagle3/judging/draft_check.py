@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..errors import shown
 from ..serving import settings
 from ..source import draft_inputs, eagle3_source, patchset
 from ..source.draft_inputs import DraftInputError, Fields
@@ -184,8 +185,9 @@ def check(
     if files.directory is None:
         report.add(
             "files", WARN,
-            f"{draft} is {files.source}: it is checked only after download "
-            f"(huggingface-cli download {draft}), or give a local directory",
+            f"{draft} is {files.source}: it is checked only after download (pinned: `sglang-eagle3 models lock "
+            f"{draft} -o draft.lock.json` then `sglang-eagle3 models fetch --lock draft.lock.json --dir DIR`; or "
+            f"`hf download {draft} --local-dir DIR`), then give that directory",
         )  # fmt: skip
         return report
     config = Fields(draft_inputs.read_config(files.directory, "draft model"), f"{files.directory}/config.json")
@@ -274,7 +276,7 @@ def _check_field_types(config: Fields) -> None:
     """Every field the draft's class reads has the type it needs (see DRAFT_CONFIG_FIELDS), else DraftInputError."""
     config.integer("hidden_size", required=True)
     wrong = [
-        f"{name} must be {expected}, not {config.data[name]!r} ({why})"
+        f"{name} must be {expected}, not {shown(config.data[name])} ({why})"
         for name, (expected, ok, why) in DRAFT_CONFIG_FIELDS.items()
         if name in config.data and not ok(config.data[name])
     ]

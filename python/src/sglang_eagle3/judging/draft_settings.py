@@ -12,9 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from .. import SGLANG_VERSION
 from ..serving.settings import ServerSettings
-from ..source import attention_backends, draft_inheritance, draft_inputs, eagle3_source, sglang_source
+from ..source import attention_backends, draft_inheritance, draft_inputs, eagle3_source, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings
 from .findings import Finding, Report, Status
@@ -32,8 +31,7 @@ def check_draft(result: Report, settings: ServerSettings, tree: sglang_source.SG
         result.add("draft", Status.FAIL, str(err))
         return
     except SourceLayoutError as err:
-        result.add("draft", Status.FAIL, f"SGLang at {tree.root} does not have the source layout of "
-                   f"{SGLANG_VERSION} ({err})")  # fmt: skip
+        result.add("draft", Status.FAIL, sglang_release.layout_problem(tree, err))
         return
     result.findings += [f.prefixed("draft") for f in draft.findings]
     index = SourceIndex(tree)

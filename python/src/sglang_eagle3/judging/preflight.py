@@ -15,14 +15,15 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SGLANG_VERSION, SGLANG_VERSIONS
+from .. import SGLANG_VERSIONS
+from ..errors import shown, shown_path
 from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
-from ..source import draft_inputs, sglang_source
+from ..source import draft_inputs, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
@@ -49,7 +50,7 @@ def check_driver(result: Report, nvidia_smi: str | None, environ) -> None:
         path, version = host_driver.driver_cuda_version(given)
     except OSError:
         capabilities = environ.get("NVIDIA_DRIVER_CAPABILITIES")
-        here = f" (it is {capabilities!r} here)" if capabilities is not None else " (it is unset here)"
+        here = f" (it is {shown(capabilities)} here)" if capabilities is not None else " (it is unset here)"
         result.add(
             "driver", Status.FAIL,
             "libcuda.so.1, the CUDA driver library, is not found: CUDA cannot start. In a container, set "
@@ -93,24 +94,30 @@ def check_model_dir(
         return None
     if not draft_inputs.looks_local(path):
         # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
-        pin = f"pin it: `sglang-eagle3 models lock {path}` prints the commit for {revision_field}"
+        pin = f"pin it: `sglang-eagle3 models lock {shown_path(path)}` prints the commit for {revision_field}"
         if revision is None:
-            result.add(what, Status.WARN, f"{path} (Hugging Face id) has no pinned revision and loads whatever "
-                       f"its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
+            result.add(what, Status.WARN, f"{shown_path(path)} (Hugging Face id) has no pinned revision and loads "
+                       f"whatever its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip
         elif not COMMIT_SHA.fullmatch(revision):
-            result.add(what, Status.WARN, f"{path}@{revision}: {revision_field} {revision!r} is a branch or tag "
-                       f"and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
+            result.add(what, Status.WARN, f"{shown_path(path)}@{revision}: {revision_field} {shown(revision)} is a "
+                       f"branch or tag and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
-            result.add(what, Status.OK, f"{path}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)")
+            result.add(
+                what,
+                Status.OK,
+                f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)",
+            )
         return None
     directory = draft_inputs.expanded(path)
     if not directory.is_dir():
-        result.add(what, Status.FAIL, f"{directory} does not exist; download the model there or give its hub id")
+        result.add(
+            what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its hub id"
+        )
     elif not (directory / "config.json").is_file():
-        result.add(what, Status.FAIL, f"{directory} has no config.json; point at the model's top directory")
+        result.add(what, Status.FAIL, f"{shown_path(directory)} has no config.json; point at the model's top directory")
     else:
         if revision is not None:
-            result.add(what, Status.WARN, f"{directory}: {revision_field} {revision!r} is ignored for a local "
+            result.add(what, Status.WARN, f"{directory}: {revision_field} {shown(revision)} is ignored for a local "
                        "directory; check its content with `sglang-eagle3 models verify`")  # fmt: skip
         if what != "model":  # a draft's config.json is the draft checks' business (check_draft)
             result.add(what, Status.OK, f"{directory}")
@@ -266,11 +273,7 @@ def check_probe(
             nnodes=settings.nnodes,
         )
     except SourceLayoutError as err:
-        result.add(
-            "probe", Status.FAIL,
-            f"SGLang at {tree.root} does not have the source layout of {SGLANG_VERSION} ({err}); "
-            f"install sglang=={SGLANG_VERSION}",
-        )  # fmt: skip
+        result.add("probe", Status.FAIL, sglang_release.layout_problem(tree, err))
         return
     except ValueError as err:  # e.g. a compute capability nvidia-smi reported that is no known GPU's
         result.add("probe", Status.FAIL, str(err))

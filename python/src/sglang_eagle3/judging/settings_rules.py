@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import SGLANG_VERSIONS
+from ..errors import shown
+from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.launch_plan import sglang_args
 from ..serving.settings import ServerSettings, field_flag
@@ -109,14 +111,14 @@ def value_problems(given: list[Given], tree: SGLangTree, known: sglang_source.Fl
                 value = convert(g.value)
             except ValueError:
                 problems.append((g, f"{g.setting}: SGLang {tree.version}'s parser wants {convert.__name__} for "
-                                    f"{g.flag}, not {g.value!r} ({kind.where})"))  # fmt: skip
+                                    f"{g.flag}, not {shown(g.value)} ({kind.where})"))  # fmt: skip
                 continue
         choices = parser.get("choices")
         if choices is not None and choices.choices is not None and value not in choices.choices:
             close = difflib.get_close_matches(str(value), [str(c) for c in choices.choices], n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             listed = ", ".join(str(c) for c in choices.choices)
-            problems.append((g, f"{g.setting}: SGLang {tree.version} refuses {g.value!r} for {g.flag}: its parser "
+            problems.append((g, f"{g.setting}: SGLang {tree.version} refuses {shown(g.value)} for {g.flag}: its parser "
                                 f"takes one of {listed} ({choices.where}){hint}"))  # fmt: skip
     return problems
 
@@ -350,7 +352,7 @@ def _fusion_across_nodes(settings, given, tree, site, major: int | None = None) 
                      and "'auto'" in s.text), None)  # fmt: skip
         asked_as = f"makes {FUSION} the backend 'auto'{f' ({made})' if made else ''}, which"
     else:
-        asked_as = f"resolves the backend {backend!r}, which"
+        asked_as = f"resolves the backend {shown(backend)}, which"
     only = f"only on {', '.join(f'SM{m}x' for m in sorted(instead))}" if instead else "on no GPU"
     return (
         f"{setting}: FlashInfer's all-reduce fusion cannot span nnodes {settings.nnodes} on SM{major}x: SGLang "
@@ -472,6 +474,13 @@ def check_settings_version(
             f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
             f"nix run .#{server_settings.stack_app(version)}"
         )
+    for secret in credentials.SECRET_ARGS:  # a secret's file: the launcher hands it over as the secret's flag
+        if getattr(settings, secret.setting) is not None and secret.flag not in known:
+            problems.append(
+                f"{secret.setting}: SGLang {tree.version} has no flag {secret.flag} ({PARSER}): it would refuse "
+                f"the {secret.field.replace('_', ' ')} at launch. Unset {secret.setting}, or serve with an SGLang "
+                f"that has {secret.flag}"
+            )
     for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
         if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):
             problems.append(
@@ -509,7 +518,7 @@ def _unread(tree: SGLangTree, variable: str, text: str) -> str | None:
         return None
     fallback = f" ({reading.fallback_at})" if reading.fallback_at else ""
     return (
-        f"environment {variable}: SGLang {tree.version} cannot read {text!r} ({reading.kind}.parse at "
+        f"environment {variable}: SGLang {tree.version} cannot read {shown(text)} ({reading.kind}.parse at "
         f"{reading.parse_at}: {reading.error}); it warns and runs with the default {reading.default} instead"
         f"{fallback}, not what the settings say; give a value {reading.kind} reads"
     )
@@ -538,7 +547,7 @@ def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree)
         name, has_inline_value = token.split("=", 1)[0], "=" in token
         if not name.startswith("--"):
             result.add(
-                "extra_args", Status.FAIL, f"{token!r} is not a flag; extra_args are SGLang flags and their values"
+                "extra_args", Status.FAIL, f"{shown(token)} is not a flag; extra_args are SGLang flags and their values"
             )
             return
         if name not in known:
@@ -552,7 +561,9 @@ def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree)
             return
         if name in owned_spellings:
             setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
-            result.add("extra_args", Status.FAIL, f"{name} is the setting {setting!r}; set it there, not in extra_args")
+            result.add(
+                "extra_args", Status.FAIL, f"{name} is the setting {shown(setting)}; set it there, not in extra_args"
+            )
             return
         if known[name][1] and not has_inline_value:
             if not args or args[0].startswith("--"):

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 
+from ..errors import shown
 from ..host.gpus import Gpu
 from ..serving.launch_plan import sglang_args, sglang_env
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
@@ -140,9 +141,10 @@ def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangT
     for change in changed:
         setting = next((g.setting for g in given if g.sets(change["field"])), change["field"])
         at = " (the line it is changed at follows)" if change.get("where") else ""
-        result.add(NAME, Status.WARN, f"{setting}: {version} changes it from {change['given']!r} to "
-                   f"{change['now']!r} while it resolves its arguments, so the server runs with {change['now']!r}, not "
-                   f"what the settings say{at}", change.get("where"))  # fmt: skip
+        given, now = shown(change["given"]), shown(change["now"])
+        result.add(NAME, Status.WARN, f"{setting}: {version} changes it from {given} to {now} while it resolves "
+                   f"its arguments, so the server runs with {now}, not what the settings say{at}",
+                   change.get("where"))  # fmt: skip
     if not changed:
         result.add(NAME, Status.OK, f"{version}'s own parser, resolution and check_server_args take these "
                    f"settings, and change none of the values set{on}")  # fmt: skip

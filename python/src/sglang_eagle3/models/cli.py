@@ -3,8 +3,8 @@
 Exit statuses (exit_status.ExitStatus): OK done; CHECK_FAILED a check or a download failed
 (a file differs, is missing or extra; the hub served other bytes than the lock pins; the
 disk is full; the download was interrupted); BAD_INPUT (malformed lock, unknown repository
-or revision, a gated repository without a token); INTERRUPTED stopped by SIGINT or SIGTERM
-(partial downloads kept). A failure is a ModelsError, reported by the top-level group.
+or revision, a gated repository without a token); INTERRUPTED stopped by SIGINT, TERMINATED by
+SIGTERM (partial downloads kept). A failure is a ModelsError, reported by the top-level group.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 
 from .. import errors, options
-from ..cli_common import writable_file
+from ..cli_common import JSON_PRINTED, writable_file
 from ..errors import BadInput
-from ..exit_status import ExitStatus
+from ..exit_status import ExitStatus, for_signal
 from . import ModelsError, fetch, hub, lockfile, verify
 from .progress import human_bytes
 
@@ -36,6 +36,7 @@ def _finish(as_json: bool, payload: dict, error: ModelsError | None = None) -> N
     if as_json:
         click.echo(json.dumps({**payload, "ok": error is None and payload.get("ok", True),
                                "error": error.to_dict() if error else payload.get("error")}, indent=2))  # fmt: skip
+        click.get_current_context().meta[JSON_PRINTED] = True  # the group prints no second JSON for the error
     if error is not None:
         raise error
     sys.exit(ExitStatus.OK if payload.get("ok", True) else ExitStatus.CHECK_FAILED)
@@ -159,7 +160,7 @@ def fetch_command(lock_file, directory, token_file, jobs, recheck, progress_inte
         _finish(as_json, {"directory": str(directory)}, _io_error(err, directory))
     except fetch.Interrupted as stop:
         message = f"stopped by {stop}: no file was put in {directory} without being verified; {hub.run_again()}"
-        error = ModelsError("interrupted", message, ExitStatus.INTERRUPTED)
+        error = ModelsError("interrupted", message, for_signal(signal.Signals[str(stop)]))
         if as_json:
             click.echo(json.dumps({"ok": False, "error": error.to_dict()}, indent=2))
         status = errors.report(error)  # the top-level group's report, but it cannot end the process:

@@ -49,8 +49,8 @@ class Interrupted(BaseException):
     """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread).
 
     A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
-    swallows it; the CLI turns it into an errors.Interrupted (ExitStatus.INTERRUPTED,
-    whichever signal, like every other command).
+    swallows it; the CLI turns it into its status (ExitStatus.INTERRUPTED for SIGINT,
+    TERMINATED for SIGTERM, like every other command).
     """
 
 

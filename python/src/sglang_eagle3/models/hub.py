@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..errors import shown
 from ..exit_status import ExitStatus
 from ..serving import credentials
 from . import ModelsError, hashing
@@ -78,9 +79,27 @@ def endpoint() -> str:
 
 def _quiet_client() -> None:
     # Our own progress replaces huggingface_hub's per-file tqdm bars.
+    import logging
+
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()
+    # HF_DEBUG=1 turns the client's log to DEBUG (its requests as curl commands): those lines stay, one each, but a
+    # record carrying an exception prints it as its one line, not as a traceback; what failed is this tool's message.
+    for handler in logging.getLogger("huggingface_hub").handlers:
+        if not any(isinstance(f, _OneLine) for f in handler.filters):
+            handler.addFilter(_OneLine())
+
+
+class _OneLine:
+    """A logging filter: an exception attached to a record becomes ``: Type: message`` on the record's line."""
+
+    def filter(self, record) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            err = record.exc_info[1]
+            record.msg, record.args = f"{record.getMessage()}: {type(err).__name__}: {err}", None
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
 
 
 def gated(repo: str, token: str | None) -> ModelsError:
@@ -178,7 +197,7 @@ def translate(
     if isinstance(err, hf.RevisionNotFoundError):
         return ModelsError(
             "revision_not_found",
-            f"{repo} has no revision {revision!r} on {where}: check the branch, tag or commit. A locked "
+            f"{repo} has no revision {shown(revision)} on {where}: check the branch, tag or commit. A locked "
             "commit that is gone means the repository's history was rewritten: lock it again and review the change",
             ExitStatus.BAD_INPUT,
         )
@@ -229,14 +248,23 @@ def translate(
 def parse_spec(spec: str) -> tuple[str, str]:
     """'owner/name@rev' -> ('owner/name', 'rev'); no '@' means main."""
     repo, _, revision = spec.partition("@")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     from .lockfile import REPO_ID
 
-    if not REPO_ID.fullmatch(repo):
+    try:  # the hub client's own rule (a name of at most 96 characters, no '--' or '..'), before anything is asked
+        valid = REPO_ID.fullmatch(repo) is not None and validate_repo_id(repo) is None
+    except HFValidationError:
+        valid = False
+    if not valid:
         raise ModelsError(
-            "bad_input", f"{spec!r}: expected REPO[@REVISION], e.g. AQ-MedAI/Kimi-K25-eagle3@main", ExitStatus.BAD_INPUT
+            "bad_input",
+            f"{shown(spec)}: expected REPO[@REVISION], REPO a Hugging Face repository id (owner/name: letters, digits, "
+            "-, _ and ., the name at most 96 characters), e.g. AQ-MedAI/Kimi-K25-eagle3@main",
+            ExitStatus.BAD_INPUT,
         )
     if spec.endswith("@"):
-        raise ModelsError("bad_input", f"{spec!r}: the revision after '@' is empty", ExitStatus.BAD_INPUT)
+        raise ModelsError("bad_input", f"{shown(spec)}: the revision after '@' is empty", ExitStatus.BAD_INPUT)
     return repo, revision or "main"
 
 

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import shown, shown_path
 from ..exit_status import ExitStatus
 from . import ModelsError
 
@@ -53,9 +54,11 @@ class LockedFile(BaseModel):
     def _relative_and_plain(cls, path: str) -> str:
         parts = PurePosixPath(path).parts
         if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in path.split("/")):
-            raise ValueError(f"{path!r} must be a relative path without '.', '..' or empty parts")
+            raise ValueError(f"{shown(path)} must be a relative path without '.', '..' or empty parts")
         if any("/".join(parts[: len(r.split("/"))]) == r for r in RESERVED_DIRS):
-            raise ValueError(f"{path!r} lies in a directory the tools keep for themselves ({', '.join(RESERVED_DIRS)})")
+            raise ValueError(
+                f"{shown(path)} lies in a directory the tools keep for themselves ({', '.join(RESERVED_DIRS)})"
+            )
         return path
 
 
@@ -77,7 +80,7 @@ class ModelLock(BaseModel):
     @classmethod
     def _format(cls, value: str) -> str:
         if value != FORMAT:
-            raise ValueError(f"not a model lock (format {value!r}, expected {FORMAT!r})")
+            raise ValueError(f"not a model lock (format {shown(value)}, expected {FORMAT!r})")
         return value
 
     @field_validator("version")
@@ -91,7 +94,7 @@ class ModelLock(BaseModel):
     @classmethod
     def _repo(cls, value: str) -> str:
         if not REPO_ID.fullmatch(value):
-            raise ValueError(f"{value!r} is not a Hugging Face repository id (owner/name)")
+            raise ValueError(f"{shown(value)} is not a Hugging Face repository id (owner/name)")
         return value
 
     @model_validator(mode="after")
@@ -101,7 +104,7 @@ class ModelLock(BaseModel):
         seen: set[str] = set()
         for f in self.files:
             if f.path in seen:
-                raise ValueError(f"files: {f.path!r} is listed twice")
+                raise ValueError(f"files: {shown(f.path)} is listed twice")
             seen.add(f.path)
         if self.total_size != sum(f.size for f in self.files):
             raise ValueError(f"total_size {self.total_size} is not the sum of the file sizes")
@@ -127,26 +130,32 @@ def load(path: Path) -> ModelLock:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise ModelsError("bad_lock", f"cannot read lock file {path}: {err.strerror}", ExitStatus.BAD_INPUT) from None
+        raise ModelsError(
+            "bad_lock", f"cannot read lock file {shown_path(path)}: {err.strerror}", ExitStatus.BAD_INPUT
+        ) from None
     except UnicodeDecodeError:
         raise ModelsError(
-            "bad_lock", f"lock file {path} is not UTF-8 text: a lock is the JSON file `sglang-eagle3 models lock` "
-            "writes", ExitStatus.BAD_INPUT,
+            "bad_lock", f"lock file {shown_path(path)} is not UTF-8 text: a lock is the JSON file "
+            "`sglang-eagle3 models lock` writes", ExitStatus.BAD_INPUT,
         ) from None  # fmt: skip
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ModelsError("bad_lock", f"lock file {path} is not valid JSON: {err}", ExitStatus.BAD_INPUT) from None
+        raise ModelsError(
+            "bad_lock", f"lock file {shown_path(path)} is not valid JSON: {err}", ExitStatus.BAD_INPUT
+        ) from None
     if not isinstance(data, dict):
         raise ModelsError(
-            "bad_lock", f"lock file {path}: expected a JSON object (one model per lock file)", ExitStatus.BAD_INPUT
+            "bad_lock",
+            f"lock file {shown_path(path)}: expected a JSON object (one model per lock file)",
+            ExitStatus.BAD_INPUT,
         )
     try:
         return ModelLock.model_validate(data)
     except ValidationError as err:
         hint = "; make it again with `sglang-eagle3 models lock`"
         raise ModelsError(
-            "bad_lock", f"lock file {path} is malformed: {describe(err)}{hint}", ExitStatus.BAD_INPUT
+            "bad_lock", f"lock file {shown_path(path)} is malformed: {describe(err)}{hint}", ExitStatus.BAD_INPUT
         ) from None
 
 

@@ -24,14 +24,24 @@ import difflib
 import functools
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .. import SGLANG_VERSION
-from ..errors import BadInput
+from ..errors import BadInput, shown, shown_path
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
@@ -46,6 +56,9 @@ TUNED_COMPUTE_CAPABILITY = "12.0"
 # tracebacks (cli_common.py). The tests' own variables are EAGLE3_TESTS_*, a prefix this loader does not read
 # (tests/support/harness_env.py).
 NOT_SETTINGS = {"config", "patches", "nvidia_smi", "libcuda", "traceback"}
+# A variable name every consumer of `environment` takes: the process environment (no "=", not empty), systemd's
+# Environment= (the NixOS module) and Kubernetes' env (the manifests). POSIX's portable names.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SettingsError(BadInput):
@@ -174,6 +187,18 @@ class ServerSettings(BaseModel):
         60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,
         description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
     )  # fmt: skip
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_names(cls, environment: dict[str, str]) -> dict[str, str]:
+        # The name only: the value may be a secret. Every command loads settings here, so all refuse it alike.
+        for name in environment:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{shown(name)} is not an environment variable name; use letters, digits and _, not starting "
+                    "with a digit (e.g. MY_VARIABLE)"
+                )
+        return environment
 
     @model_validator(mode="before")
     @classmethod
@@ -317,7 +342,7 @@ def _parse_value(name: str, raw: str) -> Any:
     """
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or a number of more than Python's 4,300 digits: text, which the field judges
         return raw
     if isinstance(value, (bool, int, float)) and _takes_text(name):
         return raw
@@ -343,26 +368,43 @@ def _check_keys(keys, source: str) -> None:
                 )
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known settings: {', '.join(known)}"
-            raise SettingsError(f"{source}: unknown setting {key!r}{hint}")
+            raise SettingsError(f"{source}: unknown setting {shown(key)}{hint}")
 
 
 def read_file(path: Path) -> dict:
     if path.exists() and not path.is_file():  # a FIFO or device would block or never end
-        raise SettingsError(f"settings file {path} is not a regular file")
+        raise SettingsError(f"settings file {shown_path(path)} is not a regular file")
     try:
         text = path.read_text()
     except OSError as err:
-        raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from None
+        raise SettingsError(f"cannot read settings file {shown_path(path)}: {err.strerror}") from None
     except UnicodeDecodeError:
-        raise SettingsError(f"settings file {path} is not UTF-8 text; save it as UTF-8 (JSON or TOML)") from None
+        raise SettingsError(
+            f"settings file {shown_path(path)} is not UTF-8 text; save it as UTF-8 (JSON or TOML)"
+        ) from None
+    formats = "the file name's extension picks the format: .toml is read as TOML, any other as JSON"
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise SettingsError(f"settings file {shown_path(path)}: YAML is not read; write it as JSON or TOML ({formats})")
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text, object_pairs_hook=_no_duplicates)
+    except (tomllib.TOMLDecodeError, ValueError) as err:  # ValueError: JSON's, or a number of over 4,300 digits
         kind = "TOML" if path.suffix == ".toml" else "JSON"
-        raise SettingsError(f"{path} is not valid {kind}: {err}") from None
+        raise SettingsError(f"{shown_path(path)} is not valid {kind}: {err} ({formats})") from None
+    except SettingsError as err:  # a key given twice
+        raise SettingsError(f"{shown_path(path)}: {err}") from None
     if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a table/object of settings at the top level")
+        raise SettingsError(f"{shown_path(path)}: expected a table/object of settings at the top level")
     _check_keys(data, str(path))
+    return data
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object, refused when a key is given twice (TOML refuses it too; JSON would keep the last)."""
+    data: dict = {}
+    for key, value in pairs:
+        if key in data:
+            raise SettingsError(f"setting {shown(key)} is given twice; keep one (TOML refuses it too)")
+        data[key] = value
     return data
 
 
@@ -378,14 +420,15 @@ def from_environment(environ: dict[str, str]) -> dict:
     return values
 
 
-def from_assignments(assignments: list[str]) -> dict:
+def from_assignments(assignments: list[str], option: str = "--set") -> dict:
+    """``option``'s FIELD=VALUE items (``--set``, or bench ab's ``--a-set``/``--b-set``, which messages name)."""
     values = {}
     for item in assignments:
         # Messages show the field, never the value: it may be a secret typed in the wrong place.
         if "=" not in item:
-            raise SettingsError("--set expects field=value, e.g. --set tp_size=4")
+            raise SettingsError(f"{option} expects field=value, e.g. {option} tp_size=4")
         key, raw = item.split("=", 1)
-        _check_keys([key.strip()], f"--set {key.strip()}=...")
+        _check_keys([key.strip()], f"{option} {shown(key.strip())[1:-1]}=...")
         values[key.strip()] = _parse_value(key.strip(), raw)
     return values
 
@@ -398,7 +441,7 @@ def load(
 ) -> ServerSettings:
     """Settings from all sources, in the documented order (see the module docstring)."""
     if profile not in PROFILES:
-        raise SettingsError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise SettingsError(f"unknown profile {shown(profile)}; choose one of {', '.join(PROFILES)}")
     environ = os.environ if environ is None else environ
     values: dict = {}
     if config is not None:
@@ -421,7 +464,7 @@ def describe(err: ValidationError) -> str:
         message = e["msg"].removeprefix("Value error, ")
         # The value is shown for plain fields only: extra_args and environment may hold secrets.
         plain = where and where.split(".")[0] not in ("extra_args", "environment")
-        got = f" (got {e['input']!r})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
+        got = f" (got {shown(e['input'])})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
         lines.append(f"{where}: {message}{got}" if where else message)
     return "invalid settings:\n  " + "\n  ".join(lines)
 

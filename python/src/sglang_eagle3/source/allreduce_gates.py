@@ -20,6 +20,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from ..errors import shown
 from .source_index import SourceIndex, SourceLayoutError, expect
 
 SYMM_MEM_FLAG = "--enable-torch-symm-mem"
@@ -569,11 +570,11 @@ def capability_major(compute_capability: str) -> int:
     """12 for "12.0"; ValueError for anything that is not an NVIDIA compute capability."""
     match = re.fullmatch(r"(\d{1,2})\.(\d)", compute_capability.strip())
     if not match:
-        raise ValueError(f"compute capability {compute_capability!r} is not of the form 12.0 (major.minor)")
+        raise ValueError(f"compute capability {shown(compute_capability)} is not of the form 12.0 (major.minor)")
     major = int(match.group(1))
     if major not in KNOWN_MAJORS:
         raise ValueError(
-            f"compute capability {compute_capability!r} is no NVIDIA GPU's ({KNOWN_MAJORS[0]}.0 to "
+            f"compute capability {shown(compute_capability)} is no NVIDIA GPU's ({KNOWN_MAJORS[0]}.0 to "
             f"{KNOWN_MAJORS[-1]}.x; RTX PRO 6000 Blackwell is 12.0, H100/H200 9.0)"
         )
     return major
@@ -598,7 +599,7 @@ def effects(
     ``nnodes``: the hosts the tp group spans."""
     major = capability_major(compute_capability)
     if topology is not None and topology not in TOPOLOGIES:
-        raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
+        raise ValueError(f"topology {shown(topology)}: expected one of {', '.join(TOPOLOGIES)}")
     symm = torch_symm_mem_effect(index, major, tp_size, torch_symm_mem)
     fusion = allreduce_fusion_effect(index, major, allreduce_fusion, environment)
     ipc = pcie_ipc_effect(index, tp_size, pcie_ipc, topology or "pcie", nnodes)

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, shown
 
 
 class DraftInputError(BadInput):
@@ -42,7 +42,7 @@ def looks_local(path: str) -> bool:
 
 def locate(path_or_id: str, what: str) -> ModelFiles:
     if not isinstance(path_or_id, str) or not path_or_id.strip():
-        raise DraftInputError(f"{what}: expected a directory or a Hugging Face id, got {path_or_id!r}")
+        raise DraftInputError(f"{what}: expected a directory or a Hugging Face id, got {shown(path_or_id)}")
     if looks_local(path_or_id):
         directory = expanded(path_or_id)
         if not directory.is_dir():
@@ -57,7 +57,7 @@ def locate(path_or_id: str, what: str) -> ModelFiles:
         directory = snapshot_download(path_or_id, local_files_only=True)
     except HFValidationError:
         raise DraftInputError(
-            f"{what} {path_or_id!r} is neither an existing directory nor a Hugging Face id (org/name)"
+            f"{what} {shown(path_or_id)} is neither an existing directory nor a Hugging Face id (org/name)"
         ) from None
     except (LocalEntryNotFoundError, FileNotFoundError):
         return ModelFiles(path_or_id, None, "not in the local Hugging Face cache")
@@ -91,7 +91,7 @@ class Fields:
         self.data, self.where = data, where
 
     def _fail(self, key: str, expected: str):
-        raise DraftInputError(f"{self.where}: {key} must be {expected}, not {self.data[key]!r}")
+        raise DraftInputError(f"{self.where}: {key} must be {expected}, not {shown(self.data[key])}")
 
     def integer(self, key: str, required: bool = False, minimum: int | None = 1) -> int | None:
         value = self.data.get(key)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Eagle3Error
-from ..exit_status import ExitStatus
+from ..exit_status import ExitStatus, for_signal
 from .sglang_source import SGLangTree
 
 PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch", "--reject-file=-"]
@@ -47,7 +47,9 @@ class ApplyInterrupted(PatchError):
     status = ExitStatus.INTERRUPTED
 
     def __init__(self, signum: int):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}; the tree was left unchanged")
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name}; the tree was left unchanged", for_signal(signum)
+        )
         self.signum = signum
 
 

@@ -25,7 +25,7 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
-from ..errors import BadInput, CheckFailed
+from ..errors import BadInput, CheckFailed, shown
 from .sglang_source import SGLangNotFound, SGLangTree, locate
 
 VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)*")
@@ -60,8 +60,32 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
     if path.exists() or "/" in text:
         return locate(path)  # a file, or a directory that is not there: locate() says which
     raise BadInput(
-        f"{text!r} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
+        f"{shown(text)} is neither a directory, a .whl file nor an SGLang version (e.g. 0.5.9); "
         "give an SGLang tree (a directory holding sglang/), a wheel, or a release version"
+    )
+
+
+def layout_problem(tree: SGLangTree, err: Exception) -> str:
+    """What to say of a tree whose source is not laid out as a release this tool reads: which releases those are,
+    and for a copy unpacked in the cache (``--sglang VERSION``, a wheel), how to clear it."""
+    from .. import SGLANG_VERSIONS
+
+    versions = " and ".join(SGLANG_VERSIONS)
+    found = f"SGLang {tree.version or '(unknown version)'} at {tree.root}"
+    said = f"{found} does not have the source layout of {versions} ({err})"
+    if tree.release is not None and tree.version in SGLANG_VERSIONS:
+        return (
+            f"{said}: this copy, unpacked in the cache from {tree.release}, is damaged. Remove it (rm -r "
+            f"{tree.root}) and run again: it is unpacked anew from the wheel (sha256-checked for a pinned release)"
+        )
+    if tree.release is not None:
+        return (
+            f"{said}: this tool reads SGLang {versions} only, not {tree.version}; give --sglang one of them, e.g. "
+            f"--sglang {SGLANG_VERSIONS[-1]}. The cached copy ({tree.root}) may be removed"
+        )
+    return (
+        f"{said}; this tool reads SGLang {versions}: install one of them (pip install sglang=={SGLANG_VERSIONS[0]}), "
+        f"or read a release's pristine wheel with --sglang {SGLANG_VERSIONS[0]} (or {SGLANG_VERSIONS[-1]})"
     )
 
 
@@ -121,6 +145,12 @@ def release_pin(version: str) -> dict | None:
 # -- fetching and unpacking -----------------------------------------------------------------------------
 
 
+def _progress(message: str) -> None:
+    """A line on stderr while a first run fetches or unpacks a release (tens of seconds, once; stdout stays the
+    command's own output, JSON included)."""
+    print(f"sglang-eagle3: {message}", file=sys.stderr, flush=True)
+
+
 def download(version: str, cache: Path) -> Path:
     """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
 
@@ -136,6 +166,7 @@ def download(version: str, cache: Path) -> Path:
         if found:
             return found[0]
         with download_lock(wheels):
+            _progress(f"fetching the sglang {version} wheel into {wheels} (once; pip, from the package index) ...")
             _pip_download(f"sglang=={version}", wheels, [])
     except OSError as err:
         raise cache_error(cache, err) from None
@@ -153,6 +184,7 @@ def fetch_pinned(pin: dict, directory: Path, package: str) -> Path:
     if not wheel.is_file():
         with download_lock(directory):
             if not wheel.is_file():
+                _progress(f"fetching {pin['wheel']} into {directory} (once; pip, from the package index) ...")
                 _pip_download(f"{package}=={pin['version']}", directory, wheel_tags(pin["wheel"]))
     actual = sha256_of(wheel)
     if actual != pin["sha256"]:
@@ -219,6 +251,7 @@ def unpack(wheel: Path, cache: Path) -> SGLangTree:
         except OSError as err:
             raise cache_error(cache, err) from None
         try:
+            _progress(f"unpacking {wheel.name} into {root} to read its source (once) ...")
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(staging)
             if not (staging / "sglang" / "srt").is_dir():

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, shown_path
 
 
 class SGLangNotFound(BadInput):
@@ -79,16 +79,16 @@ def locate(target: str | Path | None = None) -> SGLangTree:
     try:
         path = Path(target).expanduser().resolve()
     except (RuntimeError, OSError) as err:  # ~unknown-user, a symlink loop
-        raise SGLangNotFound(f"{target}: {err}") from None
+        raise SGLangNotFound(f"{shown_path(target)}: {err}") from None
     if not path.is_dir():
-        raise SGLangNotFound(f"{path} is not a directory")
+        raise SGLangNotFound(f"{shown_path(path)} is not a directory")
     if (path / "srt").is_dir() and path.name == "sglang":  # the package directory itself
         path = path.parent
     for root in (path, path / "python"):  # site-packages / unpacked wheel, or a git checkout
         if (root / "sglang" / "srt").is_dir():
             return SGLangTree(root=root, version=_read_version(root / "sglang"))
     raise SGLangNotFound(
-        f"{path} does not contain an SGLang source tree (expected sglang/srt/ in it, "
+        f"{shown_path(path)} does not contain an SGLang source tree (expected sglang/srt/ in it, "
         "or the sglang package directory itself, or python/sglang/ of a git checkout)"
     )
 

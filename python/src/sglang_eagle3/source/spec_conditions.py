@@ -16,6 +16,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import shown
 from .source_index import Condition, SourceIndex, expect, statements_with_conditions
 
 Tri = bool | None
@@ -52,7 +53,7 @@ class SpecAlgebra:
         name = self.aliases.get(name, name)
         if name not in self.members:
             known = sorted(set(self.members) | set(self.aliases))
-            raise ValueError(f"unknown speculative algorithm {algorithm!r}; this SGLang knows {', '.join(known)}")
+            raise ValueError(f"unknown speculative algorithm {shown(algorithm)}; this SGLang knows {', '.join(known)}")
         return name
 
     def evaluate(self, expr: ast.expr, algorithm: str, _seen: frozenset = frozenset()) -> Tri:
