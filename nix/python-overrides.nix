@@ -1,6 +1,5 @@
 # Fix-ups on top of a stack's uv.lock package set (a pyproject.nix overlay), derived from the
-# stack's data (in its directory `data` of nix/pins.json: nix/ for 0.5.9,
-# nix/stacks/sglang-0.5.23/ for 0.5.23):
+# stack's data (in its directory `data` of nix/pins.json, nix/stacks/sglang-<version>/):
 #
 #   wheel-closure.json        the policy: which wheels are swapped for the cu130 builds of
 #                             nix/pins.json, what is dropped from the closure, and where each

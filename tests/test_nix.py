@@ -151,11 +151,17 @@ def test_every_stack_names_its_pins_lock_series_and_data():
             REPO / stack["workspace"] / "pyproject.toml"
         ).is_file()
         assert (REPO / "patches" / f"sglang-{version}" / "series").is_file()
+        # Every stack's data alike, in nix/stacks/sglang-<version>/ (the default stack's too).
+        assert stack["data"] == f"nix/stacks/sglang-{version}", version
         for data in (
             "wheel-closure.json",
             "wheel-libraries.json",
             "runtime-lookup-policy.json",
             "runtime-lookups.json",
+            "sglang-rule-policy.json",
+            "sglang-rules.json",
+            "startup-gate-policy.json",
+            "startup-gates.json",
         ):
             assert (REPO / stack["data"] / data).is_file(), (version, data)
     missing = subprocess.run(

@@ -1,7 +1,7 @@
 """Everything the server's code looks up at run time is accounted for, by data.
 
-nix/runtime-lookups.json lists, for every wheel of the server closure of python/uv.lock
-(resolved from the lock as nix/wheel-closure.json says, not from a list), every program,
+nix/stacks/sglang-0.5.9/runtime-lookups.json lists, for every wheel of the server closure of python/uv.lock
+(resolved from the lock as nix/stacks/sglang-0.5.9/wheel-closure.json says, not from a list), every program,
 library, fixed path, toolchain and cache variable its Python code, its Cython sources and
 its compiled Cython modules look up (nix/scripts/audit-runtime-lookups.py). These tests prove,
 for both stacks:

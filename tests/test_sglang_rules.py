@@ -36,13 +36,14 @@ from sglang_eagle3.source import sglang_source, validation_sites
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
+from support.pins import stack_dir
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
 spec = importlib.util.spec_from_file_location("audit_rules", REPO / "nix" / "scripts" / "audit-sglang-rules.py")
 audit = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(audit)
 
-DIRS = {"0.5.9": REPO / "nix", "0.5.23": REPO / "nix" / "stacks" / "sglang-0.5.23"}
+DIRS = {v: stack_dir(v) for v in ("0.5.9", "0.5.23")}
 DATA = {v: json.loads((d / audit.DATA).read_text()) for v, d in DIRS.items()}
 POLICY = {v: json.loads((d / audit.POLICY).read_text()) for v, d in DIRS.items()}
 RULES = audit.preflight_rules()

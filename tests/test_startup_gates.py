@@ -1,6 +1,6 @@
 """Every start-up gate of each stack's closure passes for the versions the stack composes, by data.
 
-nix/startup-gates.json and nix/stacks/sglang-0.5.23/startup-gates.json list, for every wheel of the server
+Each stack's startup-gates.json (nix/stacks/sglang-<version>/) lists, for every wheel of the server
 closure (resolved from the stack's uv.lock as the ELF audit resolves it), every place that compares a version
 or a capability with what is installed or present, with its verdict for the stack's composed versions
 (nix/scripts/audit-startup-gates.py; what counts: python/src/sglang_eagle3/source/startup_gates.py).

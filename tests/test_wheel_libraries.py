@@ -1,10 +1,10 @@
 """Every shared library every wheel of the closure needs is accounted for, by data.
 
-nix/wheel-libraries.json records, for each wheel of the Nix closure (the server and the
+nix/stacks/sglang-0.5.9/wheel-libraries.json records, for each wheel of the Nix closure (the server and the
 router host), the sonames
 its ELF files provide and need (nix/scripts/audit-wheel-libraries.py read them from the
 wheels; the three cu130 wheels through their closest PyPI build, named as a proxy).
-nix/wheel-closure.json says where each kind of library comes from. These tests prove:
+nix/stacks/sglang-0.5.9/wheel-closure.json says where each kind of library comes from. These tests prove:
 
 - the data describes the closure uv.lock pins (same packages, versions and wheels), and
   the closure uv2nix actually builds (evaluated through the flake);
@@ -29,9 +29,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from support.flake_eval import Workspace, unavailable
+from support.pins import stack_dir
 
-DATA = json.loads((REPO / "nix" / "wheel-libraries.json").read_text())
-POLICY = json.loads((REPO / "nix" / "wheel-closure.json").read_text())
+DATA = json.loads((stack_dir("0.5.9") / "wheel-libraries.json").read_text())
+POLICY = json.loads((stack_dir("0.5.9") / "wheel-closure.json").read_text())
 PINS = json.loads((REPO / "nix" / "pins.json").read_text())
 CUDA = {soname: member for member, sonames in DATA["cudaPackages_13_0"].items() for soname in sonames}
 RULES = {pattern: kind for pattern, kind in POLICY["providers"].items() if not pattern.startswith("_")}
@@ -106,7 +107,7 @@ def test_cuda_redistributables_are_read_from_the_pinned_cuda_13_wheels():
 def test_every_needed_soname_is_provided_or_ignored_with_a_reason(name):
     record = DATA["packages"][name]
     unresolved = [s for s in external_needs(record) if resolve(name, s)[0] == "unresolved"]
-    assert unresolved == [], f"{name} needs {unresolved}: add providers to nix/wheel-closure.json"
+    assert unresolved == [], f"{name} needs {unresolved}: add providers to nix/stacks/sglang-0.5.9/wheel-closure.json"
     if any(resolve(name, s)[0] == "manylinux" for s in external_needs(record)):
         # uv2nix adds pythonManylinuxPackages (glibc, the C++ runtime) to manylinux wheels only.
         assert "manylinux" in record["wheel"] or "manylinux" in record.get("proxy", ""), record["wheel"]
@@ -198,7 +199,7 @@ def test_the_overlay_gives_autopatchelf_what_the_data_says(overlay, name):
 
 # -- the SGLang 0.5.23 stack (nix/stacks/sglang-0.5.23), with the same rules ------------------
 
-NEWEST_DIR = REPO / "nix" / "stacks" / "sglang-0.5.23"
+NEWEST_DIR = stack_dir("0.5.23")
 NEWEST = json.loads((NEWEST_DIR / "wheel-libraries.json").read_text())
 NEWEST_POLICY = json.loads((NEWEST_DIR / "wheel-closure.json").read_text())
 

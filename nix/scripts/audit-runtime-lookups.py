@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record what the server's code looks up at run time: nix/runtime-lookups.json.
+"""Record what the server's code looks up at run time: nix/stacks/sglang-0.5.9/runtime-lookups.json.
 
 The ELF audit (audit-wheel-libraries.py) sees what the dynamic linker loads. It cannot see
 what the code finds by itself while it runs: a program on PATH, a library opened by name, a

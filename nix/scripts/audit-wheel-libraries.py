@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Record which shared libraries every wheel of the server closure needs: nix/wheel-libraries.json.
+"""Record which shared libraries every wheel of the server closure needs: nix/stacks/sglang-0.5.9/wheel-libraries.json.
 
 The Nix build (uv2nix) runs autoPatchelf on every wheel, which fails on any NEEDED
 soname that nothing in the build provides. This generator reads the wheels themselves:
 
 1. The server closure is resolved from the stack's uv.lock the way uv2nix resolves it for
    CPython 3.12 on x86_64-linux (PEP 508 markers, extras), minus what
-   nix/wheel-closure.json drops; the CUDA wheels swapped for cu130 builds that PyPI lacks
+   nix/stacks/sglang-0.5.9/wheel-closure.json drops; the CUDA wheels swapped for cu130 builds that PyPI lacks
    (torch, torchvision, sgl-kernel) are read from their closest PyPI build (named as a
    proxy in the data), a swapped wheel that is on PyPI (cuDNN's CUDA 13 build) from its pin.
 2. Each wheel is downloaded from the URL in uv.lock (sha256 checked against uv.lock; a pin's

@@ -18,3 +18,9 @@ def pins_file() -> Path:
 @cache
 def pins() -> dict:
     return json.loads(pins_file().read_text())
+
+
+def stack_dir(version: str) -> Path:
+    """The directory of a stack's data (its audits, their policies, wheel-closure.json): nix/pins.json's
+    ``stacks.<version>.data``, the one definition Nix (python-overrides.nix) and the audit scripts read too."""
+    return pins_file().parents[1] / pins()["stacks"][version]["data"]
