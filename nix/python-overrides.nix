@@ -20,8 +20,8 @@
 #
 # Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix), its NUMA
 # binding finding nixpkgs' libnuma (scripts/libnuma-path.py); nvidia-ml-py
-# finds NVML in NixOS's driver directory (scripts/nvml-driver-path.py); Triton's compiled launcher
-# gets an rpath to it (scripts/triton-driver-rpath.py); sglang-eagle3 is built with patches/ and
+# finds NVML in NixOS's driver directory (scripts/driver-dir-patch.py nvml); Triton's compiled launcher
+# gets an rpath to it (scripts/driver-dir-patch.py triton); sglang-eagle3 is built with patches/ and
 # nix/pins.json beside python/.
 {
   pkgs,
@@ -162,7 +162,7 @@ fixed
   # (patch 0001-_build-allow-extra-cc-flags): they find libcuda.so.1 without anything loading it first.
   triton = (fixed.triton or prev.triton).overrideAttrs (old: {
     postInstall = (old.postInstall or "") + ''
-      ${python.interpreter} ${./scripts/triton-driver-rpath.py} $out/${sitePackages}/triton/runtime/build.py ${pkgs.addDriverRunpath.driverLink}/lib
+      ${python.interpreter} ${./scripts/driver-dir-patch.py} triton $out/${sitePackages}/triton/runtime/build.py ${pkgs.addDriverRunpath.driverLink}/lib
     '';
   });
 
@@ -176,7 +176,7 @@ fixed
 
   nvidia-ml-py = prev.nvidia-ml-py.overrideAttrs (old: {
     postInstall = (old.postInstall or "") + ''
-      ${python.interpreter} ${./scripts/nvml-driver-path.py} $out/${sitePackages}/pynvml.py ${pkgs.addDriverRunpath.driverLink}/lib
+      ${python.interpreter} ${./scripts/driver-dir-patch.py} nvml $out/${sitePackages}/pynvml.py ${pkgs.addDriverRunpath.driverLink}/lib
     '';
   });
 

@@ -94,7 +94,7 @@ def test_every_mechanism_is_in_the_nix_code_and_a_missing_one_fails(monkeypatch,
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "nix", repo / "nix")
     overrides = repo / "nix" / "python-overrides.nix"
-    overrides.write_text(overrides.read_text().replace("triton-driver-rpath.py", "something-else.py"))
+    overrides.write_text(overrides.read_text().replace("driver-dir-patch.py} triton", "something-else.py} triton"))
     monkeypatch.setattr(audit, "REPO", repo)
     assert "mechanism triton-rpath: the Nix code no longer has it" in audit.mechanism_problems(DATA)
 
@@ -135,8 +135,8 @@ def test_triton_as_patched_links_its_modules_with_the_drivers_directory_first(ve
     source = zipfile.ZipFile(wheel).read("triton/runtime/build.py").decode()
     patched = tmp_path / "build.py"
     patched.write_text(source)
-    subprocess.run([sys.executable, str(REPO / "nix" / "scripts" / "triton-driver-rpath.py"), str(patched), DRIVER],
-                   check=True)  # fmt: skip
+    script = REPO / "nix" / "scripts" / "driver-dir-patch.py"
+    subprocess.run([sys.executable, str(script), "triton", str(patched), DRIVER], check=True)
     code = re.sub(r"^from \.+\S* import .*$", "", patched.read_text(), flags=re.MULTILINE)
     knobs = type("knobs", (), {"build": type("build", (), {"impl": None, "backend_dirs": []})})
     namespace = {"__name__": "triton_build", "knobs": knobs}

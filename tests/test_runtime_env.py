@@ -5,7 +5,7 @@ nix/runtime-env.json is its one definition; nix/runtime-env.nix renders it for t
 (`nix run`, the NixOS units), the dev shell, the server unit's PATH and the GPU check. Here:
 
 - the scripts the Nix build runs, for real: nix/scripts/host-driver.sh (the host's driver
-  libraries on a distribution other than NixOS) and nix/scripts/nvml-driver-path.py (NVML on
+  libraries on a distribution other than NixOS) and nix/scripts/driver-dir-patch.py nvml (NVML on
   NixOS), with a compiled stand-in for the NVIDIA driver's libnvidia-ml.so.1, the one thing
   that cannot load on a machine without the driver;
 - every entry of the definition reaches every consumer, in the evaluated flake (stand-in
@@ -39,7 +39,7 @@ _spec.loader.exec_module(audit)
 # Each stack's wrapper: the flake's package for it, and its view of the definition.
 STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
-NVML_PATCH = REPO / "nix" / "scripts" / "nvml-driver-path.py"
+DRIVER_DIR_PATCH = REPO / "nix" / "scripts" / "driver-dir-patch.py"
 LIBNUMA_PATCH = REPO / "nix" / "scripts" / "libnuma-path.py"
 NO_DOWNLOAD_PATCH = REPO / "nix" / "scripts" / "flashinfer-no-download.py"
 SYSTEM = "x86_64-linux"
@@ -151,7 +151,7 @@ def test_pynvml_finds_the_hosts_nvml_through_host_driver(tmp_path, fake_driver):
     assert "NVML Shared Library Not Found" in bare.stderr
 
 
-# -- nvml-driver-path.py ------------------------------------------------------------------------------
+# -- driver-dir-patch.py nvml -------------------------------------------------------------------------
 
 
 def pynvml_source() -> str:
@@ -169,7 +169,7 @@ def test_patched_pynvml_falls_back_to_the_driver_directory(tmp_path, fake_driver
     env = {**os.environ, "PYTHONPATH": str(module.parent), "LD_LIBRARY_PATH": ""}
     before = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert "NVML Shared Library Not Found" in before.stderr
-    subprocess.run([sys.executable, str(NVML_PATCH), str(module), str(fake_driver)], check=True)
+    subprocess.run([sys.executable, str(DRIVER_DIR_PATCH), "nvml", str(module), str(fake_driver)], check=True)
     after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert after.stdout.strip() == "nvml ok", after.stderr
 
@@ -178,9 +178,28 @@ def test_nvml_patch_refuses_a_pynvml_without_the_expected_load(tmp_path):
     module = tmp_path / "pynvml.py"
     module.write_text(pynvml_source().replace('CDLL("libnvidia-ml.so.1")', "CDLL(find_nvml())"))
     run = subprocess.run(
-        [sys.executable, str(NVML_PATCH), str(module), "/run/opengl-driver/lib"], capture_output=True, text=True
+        [sys.executable, str(DRIVER_DIR_PATCH), "nvml", str(module), "/run/opengl-driver/lib"],
+        capture_output=True,
+        text=True,
     )
-    assert run.returncode != 0 and 'expected one CDLL("libnvidia-ml.so.1") line, found 0' in run.stderr
+    assert run.returncode != 0 and 'nvml: expected one CDLL("libnvidia-ml.so.1") line, found 0' in run.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["cuda", "x.py", "/run/opengl-driver/lib"], ["nvml", "x.py"]])
+def test_driver_dir_patch_names_its_patches_when_called_wrong(tmp_path, args):
+    """One script, two patches: which one is its first argument; anything else gets the usage line, exit 2."""
+    run = subprocess.run([sys.executable, str(DRIVER_DIR_PATCH), *args], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 2 and "usage: driver-dir-patch.py {nvml PYNVML_PY | triton BUILD_PY}" in run.stderr
+    assert not (tmp_path / "x.py").exists()
+
+
+def test_triton_patch_refuses_a_build_py_without_the_expected_line(tmp_path):
+    build = tmp_path / "build.py"
+    build.write_text("def _build():\n    cc_cmd = [cc, src]\n")
+    run = subprocess.run([sys.executable, str(DRIVER_DIR_PATCH), "triton", str(build), "/run/opengl-driver/lib"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode != 0 and "triton: expected one `cc_cmd = [cc, src, ...]` line" in run.stderr
+    assert build.read_text() == "def _build():\n    cc_cmd = [cc, src]\n"
 
 
 # -- libnuma-path.py ----------------------------------------------------------------------------------
@@ -550,7 +569,8 @@ def test_sglangs_libnuma_lookup_is_patched_in_the_build(ws, version):
 def test_nvml_is_patched_in_the_build(ws):
     post = ws.eval(f"packages.{SYSTEM}.default.passthru.pythonSet.nvidia-ml-py.postInstall")
     assert re.search(
-        r"/nix/store/\w{32}-nvml-driver-path\.py \$out/lib/python3\.12/site-packages/pynvml\.py /run/opengl-driver/lib",
+        r"/nix/store/\w{32}-driver-dir-patch\.py nvml "
+        r"\$out/lib/python3\.12/site-packages/pynvml\.py /run/opengl-driver/lib",
         post,
     ), post
 

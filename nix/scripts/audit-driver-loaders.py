@@ -78,12 +78,12 @@ def mechanism_problems(data: dict) -> list[str]:
     overrides = (REPO / "nix" / "python-overrides.nix").read_text()
     env = json.loads((REPO / "nix" / "runtime-env.json").read_text())
     checks = {
-        "triton-rpath": "scripts/triton-driver-rpath.py" in overrides and "triton/runtime/build.py" in overrides,
+        "triton-rpath": "scripts/driver-dir-patch.py} triton $out/${sitePackages}/triton/runtime/build.py" in overrides,
         "flashinfer-rpath": env["environment"].get("FLASHINFER_EXTRA_LDFLAGS", {}).get("value") == "driver:rpath"
         and '"driver:rpath" = "-Xlinker -rpath=${pkgs.addDriverRunpath.driverLink}/lib"'
         in (REPO / "nix" / "runtime-env.nix").read_text(),
         "toolkit-driver-link": "ln -s ${driverLibcuda} $dir/libcuda.so.1" in (REPO / "nix" / "cuda.nix").read_text(),
-        "nvml-fallback": "scripts/nvml-driver-path.py" in overrides,
+        "nvml-fallback": "scripts/driver-dir-patch.py} nvml $out/${sitePackages}/pynvml.py" in overrides,
         "wheel-driver-runpath": "lib.optional needs.driver pkgs.autoAddDriverRunpath" in overrides,
         "cudart-driver-runpath": True,  # nixpkgs' buildRedist, cited in the data
         "aot-driver-runpath": "autoAddDriverRunpath" in (REPO / "nix" / "flashinfer-aot.nix").read_text(),

@@ -13,7 +13,7 @@ log which file of libcuda.so.1 / libnvidia-ml.so.1 it got, and which object's se
 
   control           ctypes.CDLL of both names fails: the driver is hidden
   nvml              pynvml as the pinned wheel ships it (fails) and as python-overrides.nix
-                    patches it (nvml-driver-path.py: falls back to /run/opengl-driver/lib)
+                    patches it (driver-dir-patch.py nvml: falls back to /run/opengl-driver/lib)
   torch             CUDA init with the host's pip libcudart (no RUNPATH: fails), then with a
                     copy given /run/opengl-driver/lib in its RUNPATH, as autoAddDriverRunpath
                     does to nixpkgs' cuda_cudart (its dlopen of libcuda.so.1 searches it)
@@ -22,7 +22,7 @@ log which file of libcuda.so.1 / libnvidia-ml.so.1 it got, and which object's se
                     CUDA: linked as nixpkgs' ld-wrapper links it (an rpath to every -L
                     directory that supplied a -l library) against a nixpkgs-like stub
                     directory (libcuda.so.1 is the stub), unpatched; with runtime/build.py
-                    patched by triton-driver-rpath.py; with the stub directory of nix/cuda.nix
+                    patched by driver-dir-patch.py triton; with the stub directory of nix/cuda.nix
                     (libcuda.so.1 -> the driver); then a kernel launched after torch
   flashinfer        one FlashInfer JIT module built with CUDA_HOME laid out like nixpkgs'
                     toolkit (the stub's libcuda.so.1 in lib/) and the same ld-wrapper rule,
@@ -252,13 +252,13 @@ def prepare(args, work: Path) -> dict:
     p["triton_build"] = tb.__file__
     patched = work / "triton-build.py"
     shutil.copy(tb.__file__, patched)
-    sh(sys.executable, str(here / "triton-driver-rpath.py"), str(patched), DRIVER)
+    sh(sys.executable, str(here / "driver-dir-patch.py"), "triton", str(patched), DRIVER)
     p["triton_build_patched"] = str(patched)
     nvml = work / "nvml-patched"
     nvml.mkdir()
     pynvml = next(Path(e, "pynvml.py") for e in args.site.split(":") if Path(e, "pynvml.py").is_file())
     shutil.copy(pynvml, nvml / "pynvml.py")
-    sh(sys.executable, str(here / "nvml-driver-path.py"), str(nvml / "pynvml.py"), DRIVER)
+    sh(sys.executable, str(here / "driver-dir-patch.py"), "nvml", str(nvml / "pynvml.py"), DRIVER)
     p["nvml_patched"] = str(nvml)
     # torch's libcudart (as loaded now, with the driver visible), and a copy with the driver's RUNPATH.
     probe = (

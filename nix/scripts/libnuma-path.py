@@ -5,7 +5,7 @@ SGLang binds a scheduler process to its GPU's NUMA node (--numa-node, and 0.5.23
 with ctypes.CDLL("libnuma.so") / CDLL("libnuma.so.1"), which search only the loader's default
 paths. In the Nix closure no wheel of SGLang 0.5.23 links libnuma (0.5.9's sgl-kernel does, so
 there it is already loaded only once sgl_kernel is imported), so the load fails, get_libnuma
-returns None and the binding is dropped with a log line. As nvml-driver-path.py does for NVML,
+returns None and the binding is dropped with a log line. As driver-dir-patch.py nvml does for NVML,
 the list of names gets LIBNUMA_DIR/libnuma.so.1 last: a host library still wins where there is
 one, and the store's is there on every host. SGLang 0.5.9 has the loop in srt/utils/common.py,
 0.5.23 in srt/utils/numa_utils.py; the one file holding it is patched. Stops with an error when
