@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-# The one SGLang release this project's patches and launcher are written against.
+# The default stack's SGLang release (nix/pins.json stack.default), whose patch series is the default one.
 SGLANG_VERSION = "0.5.9"
 # Every SGLang release a stack of the flake is built on (nix/pins.json; a test keeps them equal). The tools read
 # each tree's own source and parser; a setting one of them lacks is refused by preflight.

@@ -444,21 +444,20 @@ def check_secret_exits(
 ) -> SecretExitCheck | None:
     """The tree against the series' secret-exit audit: fields and exits it does not know, and exits whose
     closing patch does not close them here (still needed, conflicting, or not in the series)."""
-    data = series.directory / secret_exits.DATA_FILE
-    if not data.is_file():
+    audit = secret_exits.SecretAudit.for_series(series.directory)
+    if audit is None:
         return None
-    audit = secret_exits.SecretAudit.load(data)
     try:
         report = secret_exits.audit_tree(tree.root, audit)
     except secret_exits.SecretAuditError as err:
-        return SecretExitCheck(data, None, error=str(err))
+        return SecretExitCheck(audit.path, None, error=str(err))
     outcomes = {c.patch.name: c.outcome for c in checks}
     reopened = [
         (e, patch, outcomes.get(patch, "not in this series"))
         for e in report.exits
         if (patch := report.closed.get(e.key)) and (patch not in outcomes or STATUS[outcomes[patch]] is Status.FAIL)
     ]
-    return SecretExitCheck(data, report, reopened)
+    return SecretExitCheck(audit.path, report, reopened)
 
 
 def check(series: patchset.PatchSeries, tree: SGLangTree) -> CheckReport:
