@@ -99,6 +99,16 @@ def test_every_mechanism_is_in_the_nix_code_and_a_missing_one_fails(monkeypatch,
     assert "mechanism triton-rpath: the Nix code no longer has it" in audit.mechanism_problems(DATA)
 
 
+def test_the_figures_keys_say_what_they_measure_and_the_docs_name_real_ones():
+    """A figure is named by what it measures (no finding, issue or session in the name: those change meaning
+    as the project moves on), and every `gpu-host-figures.json` `KEY` the docs cite is one of its keys."""
+    when = re.compile(r"finding\d|issue|session|rerun|this_|_then|latest", re.IGNORECASE)
+    assert [k for k in FIGURES if when.search(k)] == []
+    docs = (REPO / "docs" / "gpu-host.md").read_text()
+    cited = re.findall(r"gpu-host-figures\.json`\s+`([^`]+)`", docs)
+    assert cited and [k for k in cited if k not in FIGURES] == []
+
+
 def test_each_paths_h200_children_passed():
     results = {r["name"]: r for r in FIGURES["driver_namespace"]["children"]}
     for path in DATA["paths"]:
