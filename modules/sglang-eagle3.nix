@@ -31,7 +31,7 @@ let
   };
   allFields = import ../nix/settings-options.nix { };
   fields = removeAttrs allFields (lib.attrNames ownedFields);
-  # Settings SGLang keeps to one node (the schema's multi_node_default: FlashInfer's all-reduce
+  # Settings SGLang keeps to one node (the schema's multiNodeDefault: FlashInfer's all-reduce
   # fusion, whose workspace is shared over CUDA IPC): their defaults when the model spans hosts.
   # A value given in `settings` still wins; preflight refuses the fusion with nnodes > 1.
   multiNodeDefaults = lib.mapAttrs (_: d: d.multiNodeDefault) (

@@ -5,7 +5,7 @@
 #   { tp_size = { kind = "int"; nullable = false; min = 1; max = null; values = null;
 #                 default = 8; description = "..."; flag = "--tp-size"; }; ... }
 #
-# and multiNodeDefault where the schema gives multi_node_default (enable_flashinfer_allreduce_fusion).
+# and multiNodeDefault where the schema gives it (enable_flashinfer_allreduce_fusion).
 {
   schema ? builtins.fromJSON (builtins.readFile ../modules/settings-schema.json),
 }:
@@ -41,9 +41,9 @@ let
       values = v.enum or null;
       default = prop.default or null;
       description = prop.description or name;
-      flag = prop.sglang_flag or null;
+      flag = prop.sglangFlag or null;
     }
     # A setting SGLang keeps to one node: its default when the model spans hosts (nnodes > 1).
-    // (if prop ? multi_node_default then { multiNodeDefault = prop.multi_node_default; } else { });
+    // (if prop ? multiNodeDefault then { inherit (prop) multiNodeDefault; } else { });
 in
 builtins.mapAttrs describe schema.properties

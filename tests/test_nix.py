@@ -320,7 +320,7 @@ def test_module_two_node_rank_0(tmp_path):
 @needs_lib
 def test_module_turns_the_fusion_off_across_hosts_unless_settings_say_otherwise():
     """FlashInfer's all-reduce fusion works within one node only: with nnodes > 1 the module defaults it to false
-    (the schema's multi_node_default, settings.multi_node_defaults()); one host keeps the tuned default, and a value
+    (the schema's multiNodeDefault, settings.multi_node_defaults()); one host keeps the tuned default, and a value
     given in `settings` still wins (preflight then refuses it across hosts)."""
     fusion = "enable_flashinfer_allreduce_fusion"
     two = REPO / "modules" / "examples" / "two-node.nix"
