@@ -383,7 +383,7 @@ def server_env() -> dict[str, str]:
 def startup_budget(values: dict) -> int:
     """Seconds the startup probe allows: the launcher's ready_timeout and the supervisor's grace (the unit's
     TimeoutStartSec), so the launcher's own timeout, which says why, ends a slow start first."""
-    return int(values["ready_timeout"]) + PROCESS["startGraceSec"]
+    return math.ceil(values["ready_timeout"]) + PROCESS["startGraceSec"]
 
 
 def stop_grace(values: dict) -> int:

@@ -12,6 +12,4 @@ cfg.settings
   # The server's variables travel in the settings file, not the unit's Environment=: preflight judges them
   # (SGLang's own checks read them too) and the launcher hands them to SGLang, one path for both.
   environment = cfg.environment;
-  # The launcher waits this long for /health_generate; systemd a little longer.
-  ready_timeout = cfg.startTimeoutSec;
 }

@@ -15,8 +15,9 @@ let
   inherit (lib) mkOption types literalExpression;
   cfg = config.services.sglang-eagle3;
 
-  # Launcher fields that have their own options below (secrets, environment, multi-host,
-  # timeout): field -> option. The option is the one place for the value; the same field
+  # Launcher fields that have their own options below (secrets, environment, multi-host):
+  # field -> option. The timeouts are plain settings (settings.ready_timeout, settings.stop_timeout),
+  # which systemd's start and stop timeouts follow. The option is the one place for the value; the same field
   # in `settings` is refused by an assertion that names the option.
   ownedFields = {
     api_key_file = "apiKeyFile";
@@ -27,7 +28,6 @@ let
     nnodes = "nnodes";
     node_rank = "nodeRank";
     dist_init_addr = "distInitAddr";
-    ready_timeout = "startTimeoutSec";
   };
   allFields = import ../nix/settings-options.nix { };
   fields = removeAttrs allFields (lib.attrNames ownedFields);
@@ -108,6 +108,12 @@ in
     ./sglang-eagle3-monitoring.nix # services.sglang-eagle3.monitoring: Prometheus, alert rules, Grafana
     ./sglang-eagle3-models.nix # services.sglang-eagle3.models: weights pinned by lock files
     ./sglang-router.nix # services.sglang-router: several hosts, each serving a whole replica
+    # Once an option of its own; now the setting it set, as stop_timeout is (a host's old value still works,
+    # with a warning).
+    (lib.mkRenamedOptionModule
+      [ "services" "sglang-eagle3" "startTimeoutSec" ]
+      [ "services" "sglang-eagle3" "settings" "ready_timeout" ]
+    )
   ];
 
   options.services.sglang-eagle3 = {
@@ -228,18 +234,6 @@ in
       default = cfg.user;
       defaultText = literalExpression "config.services.sglang-eagle3.user";
       description = "Group to run as, when `user` is set. Created when set.";
-    };
-
-    startTimeoutSec = mkOption {
-      type = types.ints.between 1 allFields.ready_timeout.max;
-      # The launcher's own default (settings.py), so a file without it means the same.
-      inherit (allFields.ready_timeout) default;
-      description = ''
-        How long loading may take before the start counts as failed (seconds): the
-        launcher's `ready_timeout`, and systemd's start timeout two minutes more. A first
-        start reads a 600 GB checkpoint, JIT-compiles FlashInfer's kernels and captures CUDA
-        graphs: tens of minutes.
-      '';
     };
 
     nnodes = mkOption {
@@ -418,7 +412,9 @@ in
                 ++ lib.optional (
                   cfg.sslKeyfilePasswordFile != null
                 ) "ssl-keyfile-password:${cfg.sslKeyfilePasswordFile}";
-              TimeoutStartSec = cfg.startTimeoutSec + process.startGraceSec;
+              # The launcher waits settings.ready_timeout seconds for /health_generate; systemd that
+              # long and two minutes more.
+              TimeoutStartSec = builtins.ceil cfg.settings.ready_timeout + process.startGraceSec;
               # SIGTERM to the launcher, which forwards it, gives SGLang settings.stop_timeout
               # seconds, then SIGKILLs its process group; systemd waits that long and 30 s more.
               KillMode = "mixed";

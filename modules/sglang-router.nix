@@ -343,7 +343,7 @@ in
         How long the router keeps trying to add a worker that does not answer yet when the
         router starts; a worker that is not up by then is not added until the router
         restarts. Kimi-K2.5 takes tens of minutes to load: keep this at least the GPU hosts'
-        `services.sglang-eagle3.startTimeoutSec` (7200 s by default).
+        `services.sglang-eagle3.settings.ready_timeout` (7200 s by default).
       '';
     };
 

@@ -425,7 +425,6 @@ OWNED_FIELDS = {
     "nnodes": ("nnodes", "4"),
     "node_rank": ("nodeRank", "1"),
     "dist_init_addr": ("distInitAddr", '"10.0.0.1:50000"'),
-    "ready_timeout": ("startTimeoutSec", "100"),
 }
 
 
@@ -476,3 +475,25 @@ def test_module_and_launcher_share_one_ready_timeout_default():
     assert out["services"]["sglang-eagle3"]["serviceConfig"]["TimeoutStartSec"] == default + 120
     # Cold first start: a 600 GB checkpoint load, FlashInfer's JIT compilation and CUDA graph capture.
     assert default == 7200
+
+
+@needs_lib
+def test_both_timeouts_are_settings_and_systemd_follows_them():
+    """settings.ready_timeout and settings.stop_timeout, one scheme: each a setting the launcher reads, and
+    systemd's start and stop timeouts that setting plus the grace of modules/server-process.json."""
+    out = evaluate_module("{ services.sglang-eagle3 = { enable = true; settings.ready_timeout = 900.5; "
+                          "settings.stop_timeout = 45; }; }")  # fmt: skip
+    assert out["failedAssertions"] == [] and out["warnings"] == []
+    assert (out["settings"]["ready_timeout"], out["settings"]["stop_timeout"]) == (900.5, 45)
+    unit = out["services"]["sglang-eagle3"]["serviceConfig"]
+    assert (unit["TimeoutStartSec"], unit["TimeoutStopSec"]) == (901 + 120, 45 + 30)
+
+
+@needs_lib
+def test_the_former_start_timeout_option_still_sets_ready_timeout_with_a_warning():
+    """A host written for the startTimeoutSec option keeps working (lib.mkRenamedOptionModule): its value is
+    settings.ready_timeout now, and evaluation warns with the new name."""
+    out = evaluate_module("{ services.sglang-eagle3 = { enable = true; startTimeoutSec = 5400; }; }")
+    assert out["failedAssertions"] == [] and out["settings"]["ready_timeout"] == 5400
+    assert out["services"]["sglang-eagle3"]["serviceConfig"]["TimeoutStartSec"] == 5400 + 120
+    assert [w for w in out["warnings"] if "startTimeoutSec" in w and "settings.ready_timeout" in w], out["warnings"]

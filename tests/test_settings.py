@@ -189,3 +189,15 @@ def test_sglang_flags_are_the_field_names_and_sglang_knows_them(pristine_tree):
         flag = settings.field_flag(name)
         assert flag == "--" + name.replace("_", "-") and flag in known, name
     assert not {"--" + n.replace("_", "-") for n in launcher_only} & set(known)  # none shadows a real flag
+
+
+@pytest.mark.parametrize("field", ["ready_timeout", "stop_timeout"])
+def test_the_docs_give_the_timeouts_settings_default(field):
+    """Where README.md or docs/*.md give a timeout's value in seconds ("`ready_timeout` (7200 s)", "ready_timeout
+    7,200 s", "its default, 7200 s"), it is settings.py's default (docs/gpu-host.md once said 3600 s)."""
+    default = settings.ServerSettings.model_fields[field].default
+    said = re.compile(rf"{field}`? \(?(?:its default, )?(\d[\d,]*) s\b")
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = [(doc.name, int(m[1].replace(",", ""))) for doc in docs for m in said.finditer(doc.read_text())]
+    assert [f for f in found if f[1] != default] == []
+    assert found or field == "stop_timeout", "no doc names ready_timeout's default any more: drop this test"

@@ -46,7 +46,7 @@ let
       workers = map (address: "http://${address}:${toString port}") (builtins.attrValues hosts);
       policy = "cache_aware"; # conversations stay where their prefix is cached
       openFirewall = true;
-      # A replica loads for up to the GPU hosts' startTimeoutSec (7200 s): keep asking that long.
+      # A replica loads for up to the GPU hosts' settings.ready_timeout (7200 s): keep asking that long.
       workerStartupTimeoutSec = 7200 + 120;
       # Notice a host that went away within seconds, not the default minute.
       healthCheck.intervalSec = 10;
