@@ -666,8 +666,8 @@ def test_another_release_is_told_which_versions_there_are(tmp_path, run_cli):
 
 
 def test_a_draft_to_download_is_told_a_command_that_exists(run_cli, patched_tree):
-    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--model",
-                     "nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--set",
+                     "model_path=nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
     text = clean(result)
     assert "huggingface-cli" not in text
     assert "hf download some-org/some-draft --local-dir DIR" in text and "sglang-eagle3 models fetch" in text
@@ -686,12 +686,13 @@ def test_a_first_read_of_a_release_says_what_it_unpacks_once(run_cli, release_ca
 def test_patch_check_says_what_it_checks_before_it_reads(pristine_tree, monkeypatch):
     from click.testing import CliRunner
     from sglang_eagle3 import cli
+    from sglang_eagle3.commands import patch
     from sglang_eagle3.errors import CheckFailed
 
     def reading(series, tree):
         raise CheckFailed("stopped where the reading starts")
 
-    monkeypatch.setattr(cli.patch_check, "check", reading)
+    monkeypatch.setattr(patch.patch_check, "check", reading)
     result = CliRunner().invoke(cli.main, ["patch", "check", "--sglang", str(pristine_tree)])
     assert result.exit_code == ExitStatus.CHECK_FAILED
     line = result.stderr.splitlines()[0]

@@ -1,4 +1,4 @@
-"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`); their shared options are in options.py."""
+"""Pieces shared by the command groups (commands/); their shared options are in options.py."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
 from ..serving import credentials
-from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
+from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import draft_inputs, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
@@ -258,20 +258,10 @@ def check_probe(
     topology: Topology | None = None,
 ) -> None:
     try:
-        probed = probe.probe(
-            tree,
-            arch=arch,
-            algorithm=settings.speculative_algorithm or default("speculative_algorithm"),
-            compute_capability=compute_capability,
-            tp_size=settings.tp_size,
-            torch_symm_mem=settings.enable_torch_symm_mem,
-            allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
-            pcie_ipc=settings.pcie_ipc_allreduce,
-            topology=topology.kind if topology else None,
-            topology_how=topology.how if topology else None,
-            environment=settings.environment,
-            nnodes=settings.nnodes,
-        )
+        probed = probe.probe_settings(
+            tree, settings, arch, compute_capability, topology.kind if topology else None,
+            topology.how if topology else None,
+        )  # fmt: skip
     except SourceLayoutError as err:
         result.add("probe", Status.FAIL, sglang_release.layout_problem(tree, err))
         return

@@ -1,4 +1,4 @@
-"""`sglang-eagle3 bench`: run, summary, compare (the A/B gate), sweep."""
+"""`sglang-eagle3 bench`: run, summary, compare (the A/B gate), ab, sweep."""
 
 from __future__ import annotations
 
@@ -73,14 +73,14 @@ class _Progress:
         self.task = self.progress.add_task(f"{label} concurrency {concurrency}".strip(), total=total, last="")
 
     def result(self, result) -> None:
-        from .runner import result_summary_line
+        from ..bench.runner import result_summary_line
 
         if self.task is not None:
             self.progress.update(self.task, advance=1, last=result_summary_line(result))
 
 
 def _finish(output: Path, plot: bool) -> None:
-    from . import report
+    from ..bench import report
 
     records = report.load(output)
     click.echo(report.render_summary(report.summarize(records)))
@@ -100,7 +100,7 @@ def bench_run(
     ignore_eos, plot,
 ):  # fmt: skip
     """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
-    from .runner import RunConfig, run
+    from ..bench.runner import RunConfig, run
 
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
     config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
@@ -137,8 +137,8 @@ def bench_summary(results, plot):
 
 def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
     """A results file, or a server URL that is measured now (single stream, defaults)."""
-    from . import report
-    from .runner import RunConfig, run
+    from ..bench import report
+    from ..bench.runner import RunConfig, run
 
     if source.startswith(("http://", "https://")):
         config = RunConfig(url=source, output=_default_output(label), label=label, api_key_file=api_key_file)
@@ -164,7 +164,7 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
 @options.api_key_file
 def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
-    from . import report
+    from ..bench import report
 
     key_file = _key_file(api_key_file)
     verdict = report.compare(
@@ -213,8 +213,8 @@ def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b
     `nix run .#upgrade-ab -- --config settings.json` (SGLang 0.5.9 as A, 0.5.23 as B). Each side
     starts through its own `serve`, so its own SGLang judges the settings first.
     """
-    from . import ab, report
-    from .runner import RunConfig
+    from ..bench import ab, report
+    from ..bench.runner import RunConfig
 
     sides = [ab.Side(a_label, a_program, a_profile, list(a_assignments)),
              ab.Side(b_label, b_program, b_profile, list(b_assignments))]  # fmt: skip
@@ -274,8 +274,8 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     With several --draft, each draft is checked (as serve's preflight does) and swept over
     the same grid; accept length and decode tok/s are reported per draft and setting.
     """
-    from . import sweep
-    from .runner import RunConfig
+    from ..bench import sweep
+    from ..bench.runner import RunConfig
 
     base = load_settings(config, assignments, profile)
     check_key_files(base)
@@ -329,7 +329,7 @@ def _check_drafts(points, base, drafts, tree) -> bool:
 
     True if at least one draft passed.
     """
-    from .sweep import draft_names
+    from ..bench.sweep import draft_names
 
     names, passed = draft_names(drafts), False
     for draft in drafts:
