@@ -16,8 +16,9 @@ from ..errors import CheckFailed, Interrupted, shown
 from ..exit_status import ExitStatus, for_signal
 from ..judging import draft_settings, preflight
 from ..judging.findings import Status
-from ..serving import credentials, launch_plan, settings
-from ..source import draft_inputs, sglang_release
+from ..serving import credentials, settings
+from ..source import draft_inputs
+from . import preflight_step
 
 
 @click.group("bench")
@@ -289,18 +290,11 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
             where = "--draft" if draft in given else "speculative_draft_model_path"
             raise click.BadParameter(f"{shown(draft)} is no directory; give a draft model's directory or its hub id",
                                      param_hint=where)  # fmt: skip
-    # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
-    tree = sglang_release.resolve(sglang) if sglang is not None else None
-    checks = preflight.run(base, tree, drafts=False)
-    click.echo(checks.render_text())
-    plan = launch_plan.build(base)  # every point runs what this plan's Python imports
-    if note := sglang_release.not_the_one_run(tree or sglang_release.importable(), launch_plan.imported_sglang(plan),
-                                              plan.argv[0]):  # fmt: skip
-        click.echo(f"note: {note}", err=True)
-    if not checks.passed:
-        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
+    # The host, SGLang and the target once (every point runs what this plan's Python imports); then each draft on
+    # its own (a draft that fails is skipped).
+    judged = preflight_step.preflight_or_refuse(base, sglang, drafts=False)
     points = sweep.grid(base, *grid, drafts)
-    if not _check_drafts(points, base, drafts, tree or sglang_release.importable()):  # preflight found it
+    if not _check_drafts(points, base, drafts, judged.tree):  # preflight found it
         raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]

@@ -10,11 +10,10 @@ import click
 
 from .. import options
 from ..cli_common import check_key_files, load_settings
-from ..errors import CheckFailed, printable
+from ..errors import printable
 from ..exit_status import ExitStatus
-from ..judging import preflight
 from ..serving import credentials, launch_plan, launcher
-from ..source import sglang_release
+from . import preflight_step
 
 
 def _stopped_before_start(_signum, _frame):
@@ -41,37 +40,30 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
         signal.signal(signal.SIGTERM, _stopped_before_start)
     s = load_settings(config, assignments, profile)
     check_key_files(s)
-    tree = sglang_release.resolve(sglang) if sglang is not None else None
-    plan = launch_plan.build(s)
-    checks = preflight.run(s, tree)
-    judged, runs = tree or sglang_release.importable(), launch_plan.imported_sglang(plan)
-    note = sglang_release.not_the_one_run(judged, runs, plan.argv[0])
-    if dry_run or as_json:
-        if as_json:
-            click.echo(json.dumps({
-                "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
-                "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s),
-                "sglang": {"judged": str(judged.package) if judged else None, "runs": str(runs) if runs else None,
-                           "note": note},
-                "preflight": checks.to_dict(),
-            }, indent=2))  # fmt: skip
-        else:
-            click.echo(f"profile: {profile}")
-            click.echo(f"command: {printable(plan.shell())}")  # --json has the argv exactly
-            for key, value in credentials.masked_env(plan.env).items():
-                click.echo(f"env:     {key}={printable(value)}")
-            if note:
-                click.echo(f"note:    {note}")
-            click.echo(checks.render_text())
-        sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
-    click.echo(checks.render_text())
-    if not checks.passed:
-        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
-    if note:
-        click.echo(f"note: {note}", err=True)
-    click.echo(f"starting: {plan.shell()}")
-    outcome = launcher.serve(
-        plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
-    )
-    click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
-    sys.exit(outcome.status)
+    if not (dry_run or as_json):
+        plan = preflight_step.preflight_or_refuse(s, sglang).plan
+        click.echo(f"starting: {plan.shell()}")
+        outcome = launcher.serve(
+            plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
+        )
+        click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
+        sys.exit(outcome.status)
+    judged = preflight_step.judge(s, sglang)
+    plan, checks, note = judged.plan, judged.checks, judged.note
+    if as_json:
+        click.echo(json.dumps({
+            "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
+            "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s),
+            "sglang": {"judged": str(judged.tree.package) if judged.tree else None,
+                       "runs": str(judged.runs) if judged.runs else None, "note": note},
+            "preflight": checks.to_dict(),
+        }, indent=2))  # fmt: skip
+    else:
+        click.echo(f"profile: {profile}")
+        click.echo(f"command: {printable(plan.shell())}")  # --json has the argv exactly
+        for key, value in credentials.masked_env(plan.env).items():
+            click.echo(f"env:     {key}={printable(value)}")
+        if note:
+            click.echo(f"note:    {note}")
+        click.echo(checks.render_text())
+    sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
