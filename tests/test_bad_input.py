@@ -558,15 +558,27 @@ def test_bench_ab_names_its_own_option(run_cli, tmp_path):
         ["patch", "check", "--sglang", "/nonexistent", "--json"],
         ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
         ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+        # click's usage errors (issue 36): a bad option, a missing value, a bad value, before or after --json
+        ["probe", "--json", "--bogus"],
+        ["serve", "--dry-run", "--json", "--set"],
+        ["patch", "verify", "--json", "--sglang"],
+        ["models", "verify", "--json", "--lock", "x.lock.json"],
+        ["patch", "check", "--sglang", "/nonexistent", "--json", "--markdown"],
+        ["settings", "show", "--bogus"],
     ],
 )
 def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
     result = run_cli(*args)
     assert result.returncode == ExitStatus.BAD_INPUT
     clean(result)
+    if "--json" not in args:
+        assert result.stdout == "" and "Error: " in result.stderr  # no --json: the error on stderr only
+        return
     data = json.loads(result.stdout)  # one object, nothing else on stdout
     assert data["ok"] is False and data["error"]["kind"] and data["error"]["message"].strip()
     assert data["error"]["message"] in result.stderr or data["error"]["message"].split(":")[0] in result.stderr
+    if "Usage: " in result.stderr:  # click's usage error: its kind is the status it exits with
+        assert data["error"]["kind"] == "bad_input"
 
 
 def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
