@@ -631,6 +631,22 @@ def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
     assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
 
 
+def test_the_dry_run_shortens_a_long_value_as_messages_do(run_cli, tmp_path):
+    """A 100,000-character value is shown by its start and end (issue 36), in the command line and the
+    environment alike; --json keeps the argv exactly."""
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    long = "y" * 50_000 + "\x07" + "z" * 50_000
+    given = ("--set", f"served_model_name={long}", "--set", "environment=" + json.dumps({"LONG": long}))
+    result = run_cli("serve", "--dry-run", *given, env=env)
+    text = clean(result)
+    assert "y" * 100 not in text and "\x07" not in text and len(text) < 20_000, text[:3000]
+    (command,) = [line for line in text.splitlines() if line.startswith("command: ")]
+    assert "--served-model-name " + "y" * 38 + "..." + "z" * 39 + " " in command
+    assert "env:     LONG=" + "y" * 38 + "..." + "z" * 39 in text
+    exact = json.loads(run_cli("serve", "--dry-run", "--json", *given, env=env).stdout)
+    assert exact["argv"][exact["argv"].index("--served-model-name") + 1] == long
+
+
 # -- issue 36 (8): hints that agree with what the commands do -------------------------------------------------
 
 

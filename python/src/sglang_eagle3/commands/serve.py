@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 
@@ -10,7 +11,7 @@ import click
 
 from .. import options
 from ..cli_common import check_key_files, load_settings
-from ..errors import printable
+from ..errors import printable, shortened
 from ..exit_status import ExitStatus
 from ..serving import credentials, launch_plan, launcher
 from . import preflight_step
@@ -42,7 +43,7 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     check_key_files(s)
     if not (dry_run or as_json):
         plan = preflight_step.preflight_or_refuse(s, sglang).plan
-        click.echo(f"starting: {plan.shell()}")
+        click.echo(f"starting: {printable(plan.shell())}")
         outcome = launcher.serve(
             plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
         )
@@ -60,9 +61,10 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
         }, indent=2))  # fmt: skip
     else:
         click.echo(f"profile: {profile}")
-        click.echo(f"command: {printable(plan.shell())}")  # --json has the argv exactly
+        # Each word shortened and its control characters escaped: a line to read; --json has the argv exactly.
+        click.echo(f"command: {shlex.join(shortened(word) for word in plan.argv)}")
         for key, value in credentials.masked_env(plan.env).items():
-            click.echo(f"env:     {key}={printable(value)}")
+            click.echo(f"env:     {shortened(key)}={shortened(value)}")
         if note:
             click.echo(f"note:    {note}")
         click.echo(checks.render_text())
