@@ -337,8 +337,15 @@ def check_port(result: Preflight, launch: Launch) -> None:
     result.add("port", Status.FAIL if problem else Status.OK, problem or f"{host}:{port} is free")
 
 
-def check_launch_key_files(result: Preflight, launch: Launch) -> None:
-    check_key_files(result, launch.settings, os.environ)
+def check_key_files(result: Preflight, launch: Launch) -> None:
+    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(launch.settings, secret.setting), os.environ)
+        if path is None:
+            continue
+        problem = credentials.check_key_file(path, secret.setting)
+        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
+        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
 
 
 Check = Callable[[Preflight, Launch], None]
@@ -346,7 +353,7 @@ Check = Callable[[Preflight, Launch], None]
 # the SGLang tree (ON_TREE: skipped when there is none, which check_sglang reports), then the port and key files.
 CHECKS: tuple[Check, ...] = (
     check_gpus, check_models, check_topology, check_sglang, check_settings, check_probe, check_draft_source,
-    check_extra_args, check_draft, check_sglang_own, check_port, check_launch_key_files,
+    check_extra_args, check_draft, check_sglang_own, check_port, check_key_files,
 )  # fmt: skip
 ON_TREE = frozenset({check_settings, check_probe, check_draft_source, check_extra_args, check_draft, check_sglang_own})
 
@@ -371,14 +378,3 @@ def run(
     ``drafts=False``: the host, SGLang and the target only, for a caller that checks each draft on its own
     (bench sweep across drafts)."""
     return judge(prepare(settings, sglang_target, nvidia_smi, drafts, plan))
-
-
-def check_key_files(result: Report, settings: ServerSettings, environ) -> None:
-    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
-    for secret in credentials.SECRET_ARGS:
-        path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
-        if path is None:
-            continue
-        problem = credentials.check_key_file(path, secret.setting)
-        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
-        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
