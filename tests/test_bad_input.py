@@ -558,15 +558,27 @@ def test_bench_ab_names_its_own_option(run_cli, tmp_path):
         ["patch", "check", "--sglang", "/nonexistent", "--json"],
         ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
         ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+        # click's usage errors (issue 36): a bad option, a missing value, a bad value, before or after --json
+        ["probe", "--json", "--bogus"],
+        ["serve", "--dry-run", "--json", "--set"],
+        ["patch", "verify", "--json", "--sglang"],
+        ["models", "verify", "--json", "--lock", "x.lock.json"],
+        ["patch", "check", "--sglang", "/nonexistent", "--json", "--markdown"],
+        ["settings", "show", "--bogus"],
     ],
 )
 def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
     result = run_cli(*args)
     assert result.returncode == ExitStatus.BAD_INPUT
     clean(result)
+    if "--json" not in args:
+        assert result.stdout == "" and "Error: " in result.stderr  # no --json: the error on stderr only
+        return
     data = json.loads(result.stdout)  # one object, nothing else on stdout
     assert data["ok"] is False and data["error"]["kind"] and data["error"]["message"].strip()
     assert data["error"]["message"] in result.stderr or data["error"]["message"].split(":")[0] in result.stderr
+    if "Usage: " in result.stderr:  # click's usage error: its kind is the status it exits with
+        assert data["error"]["kind"] == "bad_input"
 
 
 def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
@@ -619,6 +631,22 @@ def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
     assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
 
 
+def test_the_dry_run_shortens_a_long_value_as_messages_do(run_cli, tmp_path):
+    """A 100,000-character value is shown by its start and end (issue 36), in the command line and the
+    environment alike; --json keeps the argv exactly."""
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    long = "y" * 50_000 + "\x07" + "z" * 50_000
+    given = ("--set", f"served_model_name={long}", "--set", "environment=" + json.dumps({"LONG": long}))
+    result = run_cli("serve", "--dry-run", *given, env=env)
+    text = clean(result)
+    assert "y" * 100 not in text and "\x07" not in text and len(text) < 20_000, text[:3000]
+    (command,) = [line for line in text.splitlines() if line.startswith("command: ")]
+    assert "--served-model-name " + "y" * 38 + "..." + "z" * 39 + " " in command
+    assert "env:     LONG=" + "y" * 38 + "..." + "z" * 39 in text
+    exact = json.loads(run_cli("serve", "--dry-run", "--json", *given, env=env).stdout)
+    assert exact["argv"][exact["argv"].index("--served-model-name") + 1] == long
+
+
 # -- issue 36 (8): hints that agree with what the commands do -------------------------------------------------
 
 
@@ -666,8 +694,8 @@ def test_another_release_is_told_which_versions_there_are(tmp_path, run_cli):
 
 
 def test_a_draft_to_download_is_told_a_command_that_exists(run_cli, patched_tree):
-    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--model",
-                     "nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
+    result = run_cli("probe", "--sglang", str(patched_tree), "--draft", "some-org/some-draft", "--set",
+                     "model_path=nvidia/Kimi-K2.5-NVFP4")  # fmt: skip
     text = clean(result)
     assert "huggingface-cli" not in text
     assert "hf download some-org/some-draft --local-dir DIR" in text and "sglang-eagle3 models fetch" in text
@@ -686,12 +714,13 @@ def test_a_first_read_of_a_release_says_what_it_unpacks_once(run_cli, release_ca
 def test_patch_check_says_what_it_checks_before_it_reads(pristine_tree, monkeypatch):
     from click.testing import CliRunner
     from sglang_eagle3 import cli
+    from sglang_eagle3.commands import patch
     from sglang_eagle3.errors import CheckFailed
 
     def reading(series, tree):
         raise CheckFailed("stopped where the reading starts")
 
-    monkeypatch.setattr(cli.patch_check, "check", reading)
+    monkeypatch.setattr(patch.patch_check, "check", reading)
     result = CliRunner().invoke(cli.main, ["patch", "check", "--sglang", str(pristine_tree)])
     assert result.exit_code == ExitStatus.CHECK_FAILED
     line = result.stderr.splitlines()[0]

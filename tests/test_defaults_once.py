@@ -8,13 +8,14 @@ import inspect
 from pathlib import Path
 
 import click
-from sglang_eagle3.cli import probe_command
+from sglang_eagle3.cli import main
+from sglang_eagle3.commands.probe import probe_command
 from sglang_eagle3.judging import draft_check, probe
 from sglang_eagle3.serving import settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "python" / "src" / "sglang_eagle3"
 
-# The probe's parameter (and CLI option) -> where its default is defined.
+# The probe's parameter -> where its default is defined.
 PROBE_DEFAULTS = {
     "algorithm": settings.default("speculative_algorithm"),
     "compute_capability": settings.TUNED_COMPUTE_CAPABILITY,
@@ -32,35 +33,37 @@ def test_the_probe_takes_its_defaults_from_the_settings():
     """Same values as the settings, and none restated as a literal (a changed setting would leave it behind)."""
     signature = inspect.signature(probe.probe).parameters
     assert {name: signature[name].default for name in PROBE_DEFAULTS} == PROBE_DEFAULTS
-    params = {p.name: p for p in probe_command.params}
-    assert {name: params[name].default for name in PROBE_DEFAULTS} == PROBE_DEFAULTS
-    assert list(params["algorithm"].type.choices) == list(settings.ALGORITHMS)
     assert inspect.signature(draft_check.check).parameters["algorithm"].default == PROBE_DEFAULTS["algorithm"]
-
     probe_def = _function(PACKAGE / "judging" / "probe.py", "probe")
     with_default = [a.arg for a in probe_def.args.args][-len(probe_def.args.defaults) :]
     named = dict(zip(with_default, probe_def.args.defaults, strict=True))
-    literal = [name for name in PROBE_DEFAULTS if isinstance(named[name], ast.Constant)]
-    command = _function(PACKAGE / "cli.py", "probe_command")
-    for decorator in command.decorator_list:
-        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "click.option":
-            for keyword in decorator.keywords:
-                if keyword.arg in ("default", "type") and any(
-                    isinstance(n, ast.Constant) and n.value in ("EAGLE3", "12.0", 8) for n in ast.walk(keyword.value)
-                ):
-                    literal.append(ast.unparse(decorator.args[0]))
-    assert literal == []
+    assert [name for name in PROBE_DEFAULTS if isinstance(named[name], ast.Constant)] == []
+
+
+def test_the_probe_command_takes_the_settings_not_options_that_restate_them():
+    """The probe command reads the settings as serve does (--config, --set, --profile: options.server_settings),
+    and no option of its own restates a setting under another name (issue 36)."""
+    probe_opts = {opt for p in probe_command.params for opt in p.opts}
+    serve_opts = {opt for p in main.commands["serve"].params for opt in p.opts}
+    assert {"--config", "--set", "--profile"} <= probe_opts & serve_opts
+    settings_names = {name.replace("_", "-") for name in settings.ServerSettings.model_fields} | {
+        "tp", "algorithm", "allreduce-fusion", "torch-symm-mem", "pcie-ipc-allreduce", "model"}  # fmt: skip
+    assert sorted(o for o in probe_opts if o.lstrip("-").removeprefix("no-") in settings_names) == []
 
 
 def test_no_algorithm_or_capability_written_out_where_the_settings_define_it():
-    """ "EAGLE3", "NEXTN", "12.0" as a value in judging/, cli.py or the sweep would be a second definition.
+    """ "EAGLE3", "NEXTN", "12.0" as a value in judging/, commands/ or the sweep would be a second definition.
 
     A comparison (`algorithm != "EAGLE3"`) names an algorithm; it does not define a default; nor does a
     table from one algorithm to another (`{"EAGLE3": "EAGLE", ...}`: the other EAGLE generation).
     """
     found = []
     names = ("EAGLE3", "EAGLE", "NEXTN", "STANDALONE")
-    for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "judging").glob("*.py")), PACKAGE / "bench" / "sweep.py"]:
+    for path in [
+        *sorted((PACKAGE / "commands").glob("*.py")),
+        *sorted((PACKAGE / "judging").glob("*.py")),
+        PACKAGE / "bench" / "sweep.py",
+    ]:
         tree = ast.parse(path.read_text())
         compared = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in ast.walk(n)}
         compared |= {
@@ -107,8 +110,7 @@ def test_every_shared_option_is_declared_once():
 
 def test_the_shared_options_are_in_options_py():
     declared = _declared_options()
-    for name in ("--json", "--sglang", "--lock", "--dir", "--target", "--against", "--plot/--no-plot",
-                 "--api-key-file"):  # fmt: skip
+    for name in ("--json", "--sglang", "--lock", "--dir", "--plot/--no-plot", "--api-key-file"):
         assert [p.split(":")[0] for p in declared[name]] == ["options.py"], name
 
 
@@ -122,18 +124,17 @@ def _commands(group, prefix=()):
 
 def test_every_command_that_reads_sglang_names_it_one_way():
     """--sglang DIR|WHEEL|VERSION on every command that reads SGLang's source (and only there; patch apply, which
-    writes it, --sglang DIR); --target and --against, its former names, are still accepted but not shown."""
-    from sglang_eagle3.cli import main
-
+    writes it, --sglang DIR); --target and --against, its former names, are gone (issue 36)."""
     reading = {}
     for name, command in _commands(main):
-        found = [p for p in command.params if {"--sglang", "--target", "--against"} & set(p.opts)]
+        found = [p for p in command.params if "--sglang" in p.opts]
         if found:
             reading[name] = found[0]
             text = command.get_help(click.Context(command, info_name=name))
             # patch apply writes the tree: a directory only, and its help says so (issue 36)
             metavar = "--sglang DIR " if name == "patch apply" else "--sglang DIR|WHEEL|VERSION"
-            assert metavar in text and "--target" not in text and "--against" not in text
+            assert metavar in text
     assert sorted(reading) == ["bench sweep", "patch apply", "patch check", "patch verify", "probe", "serve"]
-    assert {tuple(p.opts) for p in reading.values()} == {("--sglang", "--target", "--against")}
+    assert {tuple(p.opts) for p in reading.values()} == {("--sglang",)}
+    assert not [n for n, c in _commands(main) for p in c.params if {"--target", "--against"} & set(p.opts)]
     assert [n for n, p in reading.items() if p.required] == ["patch check"]

@@ -247,7 +247,7 @@ def test_draft_layers(tmp_path, target, patched_tree):
 
 def test_probe_draft_text_and_json(tmp_path, target, patched_tree, run_cli):
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((2, 30, 58)), d2t_rows=32000)
-    args = ("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(draft))
+    args = ("probe", "--sglang", str(patched_tree), "--set", f"model_path={target}", "--draft", str(draft))
     result = run_cli(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ OK ] captured layers: the inputs of layers [2, 30, 58]" in result.stdout
@@ -256,10 +256,10 @@ def test_probe_draft_text_and_json(tmp_path, target, patched_tree, run_cli):
     assert data["verdict"] == "warn"  # the all-reduce flags on 12.0 warn; nothing fails
     assert data["draft"]["verdict"] == "ok" and data["draft"]["capture"]["captured"] == [2, 30, 58]
     assert any(f["name"] == "draft layers" and f["status"] == "ok" for f in data["findings"])
-    assert data["draft"]["target"]["num_layers"] == 61 and data["arch"] == KIMI  # from --model's config.json
+    assert data["draft"]["target"]["num_layers"] == 61 and data["arch"] == KIMI  # from model_path's config.json
 
     bad = write_draft(tmp_path / "bad", eagle3_draft_config((1, 29, 57), hidden=4096), d2t_rows=32000)
-    result = run_cli("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(bad))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--set", f"model_path={target}", "--draft", str(bad))
     assert (
         result.returncode == 1 and "Verdict: FAIL" in result.stdout and "  [FAIL] draft hidden size:" in result.stdout
     )
@@ -309,7 +309,7 @@ def test_bad_draft_input_is_exit_2_with_a_clear_message(tmp_path, target, patche
     draft.mkdir()
     if content is not None:
         (draft / "config.json").write_bytes(content)
-    result = run_cli("probe", "--sglang", str(patched_tree), "--model", str(target), "--draft", str(draft))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--set", f"model_path={target}", "--draft", str(draft))
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stdout + result.stderr
 
@@ -327,7 +327,9 @@ def test_bad_target_input_is_exit_2(tmp_path, patched_tree, run_cli, target_conf
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
     if model is None:
         model = str(write_config(tmp_path / "target", target_config))
-    result = run_cli("probe", "--sglang", str(patched_tree), "--arch", KIMI, "--model", model, "--draft", str(draft))
+    result = run_cli(
+        "probe", "--sglang", str(patched_tree), "--arch", KIMI, "--set", f"model_path={model}", "--draft", str(draft)
+    )
     assert result.returncode == 2 and message in result.stderr, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
 

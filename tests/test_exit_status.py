@@ -82,7 +82,7 @@ def test_no_literal_exit_codes_in_the_package():
         "sys.exit(1)",
         "ctx.exit(0 if ok else 1)",
         "os._exit(130)",
-        # The call shape the first version of this check missed (models/cli.py passed it):
+        # The call shape the first version of this check missed (the models commands passed it):
         '_finish("fetch", as_json, payload, error, None if error else (0 if ok else 1))',
         '_finish("verify", as_json, payload, None, 0 if ok else 1)',
         'ModelsError("bad_lock", "message", 2)',

@@ -102,7 +102,7 @@ def test_every_command_with_nasty_paths(tmp_path, nasty_path, command, kind):
 # Each command with the numbers it accepts (a valid value succeeds; every other must be refused).
 NUMBER_COMMANDS = [
     (["probe", "--sglang", "/nonexistent", "--compute-capability", "{}"], ()),
-    (["probe", "--sglang", "/nonexistent", "--tp", "{}"], ()),
+    (["probe", "--sglang", "/nonexistent", "--set", "tp_size={}"], ()),
     (["settings", "show", "--set", "tp_size={}"], ("99999999999999999999999999",)),
     (["settings", "show", "--set", "port={}"], ()),
     (["settings", "show", "--set", "mem_fraction_static={}"], ()),

@@ -577,7 +577,8 @@ def test_the_multi_node_manifests_turn_the_fusion_off_and_preflight_passes_them(
         assert pod.nnodes == 2 and getattr(pod, fusion) is False
         for value, status in ((False, Status.OK), (True, Status.FAIL)):
             report = Report()
-            settings_rules.check_settings_version(report, pod.model_copy(update={fusion: value}), tree)
+            judged = pod.model_copy(update={fusion: value})
+            settings_rules.check_settings_version(report, judged, launch_plan.sglang_args(judged), tree)
             (found,) = report.findings
             assert found.status is status, found.message
         assert found.message.startswith(f"{fusion}: FlashInfer's all-reduce fusion ")

@@ -459,9 +459,10 @@ def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tre
     settings_file = tmp_path / "settings.json"
     settings_file.write_text(json.dumps(out["settings"]))
     loaded = settings.load(settings_file, environ={})
-    assert launch_plan.build(loaded, python="python", environ={}).env.items() >= given.items()  # reaches SGLang
+    plan = launch_plan.build(loaded, python="python", environ={})
+    assert plan.env.items() >= given.items()  # reaches SGLang
     report = preflight.Preflight()
-    settings_rules.check_settings_version(report, loaded, sglang_source.locate(pristine_tree))
+    settings_rules.check_settings_version(report, loaded, plan.args, sglang_source.locate(pristine_tree))
     (found,) = report.findings  # and preflight's rules judge it: 0.5.9 reads no such variable
     assert found.status is preflight.Status.FAIL and "does not read SGLANG_NO_SUCH_SWITCH" in found.message
 

@@ -55,7 +55,7 @@ def test_on_the_patched_tree_every_patch_is_already_applied(run_cli, patched_tre
 
 def test_a_series_named_by_a_relative_path_is_read(pristine_tree):
     """`--series patches/sglang-0.5.9`, as docs/upgrade.md writes it, from the checkout (GNU patch runs elsewhere)."""
-    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--against", str(pristine_tree),
+    command = [sys.executable, "-m", "sglang_eagle3.cli", "patch", "check", "--sglang", str(pristine_tree),
                "--series", "patches/sglang-0.5.9", "--json"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **ENV})
     assert result.returncode == 0, result.stdout + result.stderr

@@ -11,7 +11,7 @@ import pytest
 from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import preflight, settings_rules
 from sglang_eagle3.judging.findings import Status
-from sglang_eagle3.serving import settings
+from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.source import sglang_source
 from support.bench_fixtures import free_port
 from support.gpus import fake_nvidia_smi
@@ -250,7 +250,7 @@ def test_the_nix_stacks_patched_trees_are_judged_at_their_own_lines(stack, reque
 def fusion_rule_on(tree, major: int | None, **values) -> str | None:
     rule = next(r for r in settings_rules.RULES if r.name == "fusion-multi-node")
     s = settings.ServerSettings(**values)
-    given = settings_rules.given_flags(s, sglang_source.server_flags(tree))
+    given = settings_rules.given_flags(s, launch_plan.sglang_args(s), sglang_source.server_flags(tree))
     return rule.judge(s, given, tree, rule.site(tree), major=major)
 
 
@@ -306,3 +306,62 @@ def test_pcie_ipc_all_reduce_across_nodes_is_a_warning_quoting_0523s_module(newe
     assert any("reductions stay on NCCL" in t for t in lines.values()), lines
     one = run(tmp_path, newest_tree, "8x-rtx-pro-6000.csv", **{**values, "nnodes": 1, "dist_init_addr": None})
     assert not any("spans" in f.message for f in one.findings)
+
+
+# -- the launch plan, built once (issue 36) ------------------------------------------------------------------
+
+
+def test_preflight_judges_the_launch_plan_it_is_handed_and_builds_none(tmp_path, patched_tree, monkeypatch):
+    """The caller builds the plan (SGLang's arguments and environment) once; every check judges that plan: the
+    restated rules and SGLang's own run, which gets the plan's arguments and the plan's environment (the key file's
+    path under systemd included). Nothing renders the settings again."""
+    import subprocess
+
+    from sglang_eagle3.judging import sglang_validation
+    from sglang_eagle3.serving import credentials
+    from support.draft_fixtures import kimi_target
+
+    model = kimi_target(tmp_path / "Kimi-K2.5")
+    (tmp_path / "api-key").write_text("k\n")
+    s = settings.load(None, [f"model_path={model}", f"port={free_port()}"], profile="baseline", environ={})
+    plan = launch_plan.build(s, environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    rendered = []
+    monkeypatch.setattr(launch_plan, "sglang_args", lambda *args: rendered.append(args) or [])
+    seen, real_run = {}, subprocess.run
+
+    def sglangs_own_run(command, *args, **kwargs):
+        if "sglang_eagle3.judging.sglang_validation_main" not in command:
+            return real_run(command, *args, **kwargs)  # nvidia-smi
+        seen.update(request=json.loads(kwargs["input"]), env=kwargs["env"])
+        return subprocess.CompletedProcess(command, 0, '{"stage": "done", "rewritten": []}\n', "")
+
+    monkeypatch.setattr(sglang_validation.subprocess, "run", sglangs_own_run)
+    report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"), plan=plan)
+    assert rendered == []
+    assert checks(report)["sglang checks"].status is Status.OK and checks(report)["settings"].status is Status.OK
+    assert seen["request"]["argv"] == plan.args and plan.args == plan.sglang_argv[3:]
+    assert seen["env"][credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
+    assert seen["env"].items() >= plan.env.items() and seen["env"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_preflight_is_its_list_of_checks(tmp_path, patched_tree, monkeypatch):
+    """preflight.run runs CHECKS, in order, on one launch; the checks that read SGLang's source are skipped when
+    there is none (the sglang check says why)."""
+    s = settings.ServerSettings(port=free_port())
+    monkeypatch.setattr(preflight, "CHECKS", (preflight.check_port, preflight.check_sglang, preflight.check_settings))
+    report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    assert [f.name for f in report.findings] == ["port", "settings"]
+    report = preflight.run(s, str(tmp_path / "no-sglang"), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    assert [(f.name, f.status) for f in report.findings] == [("port", Status.OK), ("sglang", Status.FAIL)]
+
+
+def test_serve_and_bench_sweep_refuse_in_one_step():
+    """`serve` and `bench sweep` judge and refuse through one function (commands/preflight_step.py): the
+    refusal is written once, and neither command runs preflight itself."""
+    package = Path(preflight.__file__).parents[1]
+    refusal = 'CheckFailed("preflight failed; nothing was started'
+    written = [p.relative_to(package).as_posix() for p in package.rglob("*.py") if refusal in p.read_text()]
+    assert written == ["commands/preflight_step.py"]
+    for command in ("serve.py", "bench.py"):
+        text = (package / "commands" / command).read_text()
+        assert "preflight.run(" not in text and "preflight_step.preflight_or_refuse(" in text, command

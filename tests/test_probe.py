@@ -193,9 +193,31 @@ def test_the_fix_names_the_tree_that_was_probed_and_following_it_patches_that_tr
     assert run_cli("probe", "--sglang", str(tree)).returncode == 0
 
 
-def test_the_former_option_names_still_work(pristine_tree, run_cli):
-    former = run_cli("probe", "--target", str(pristine_tree), "--json")
-    assert former.returncode == 1 and json.loads(former.stdout)["sglang_root"] == str(pristine_tree)
+def test_the_former_option_names_are_gone(pristine_tree, run_cli):
+    for former in ("--target", "--against"):
+        result = run_cli("probe", former, str(pristine_tree), "--json")
+        assert result.returncode == 2 and f"No such option '{former}'" in result.stderr
+
+
+def test_the_probe_takes_the_settings_serve_takes(patched_tree, tmp_path, run_cli):
+    """--config and --set, as serve: the probe judges what serve would start; no option restates a setting."""
+    config = tmp_path / "settings.json"
+    config.write_text(json.dumps({"tp_size": 4, "enable_flashinfer_allreduce_fusion": False}))
+    result = run_cli("probe", "--sglang", str(patched_tree), "--config", str(config), "--set",
+                     "enable_torch_symm_mem=false", "--topology", "pcie", "--json")  # fmt: skip
+    allreduce = json.loads(result.stdout)["allreduce"]
+    assert allreduce["tp_size"] == 4 and result.returncode == 0, result.stderr
+    assert allreduce["allreduce_fusion"]["requested"] is False and allreduce["torch_symm_mem"]["requested"] is False
+    for restated in (
+        "--tp",
+        "--algorithm",
+        "--allreduce-fusion",
+        "--model",
+        "--torch-symm-mem",
+        "--pcie-ipc-allreduce",
+    ):
+        refused = run_cli("probe", "--sglang", str(patched_tree), restated, "x")
+        assert refused.returncode == 2 and f"No such option '{restated}'" in refused.stderr, restated
 
 
 # -- the GPUs' links, from nvidia-smi topo -m ------------------------------------------------------

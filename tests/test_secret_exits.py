@@ -437,7 +437,7 @@ def test_patch_check_reports_a_new_exit_and_a_reopened_one(run_cli, pristine_tre
     context = '            "launch_command": " ".join(sys.argv),\n'  # in 0005's hunk: the patch no longer applies
     assert context in manager.read_text()
     manager.write_text(manager.read_text().replace(context, context.replace("sys.argv", "list(sys.argv)")))
-    result = run_cli("patch", "check", "--against", str(tree), "--json", env=ENV)
+    result = run_cli("patch", "check", "--sglang", str(tree), "--json", env=ENV)
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     audit_part = report["secret_exits"]
@@ -449,14 +449,14 @@ def test_patch_check_reports_a_new_exit_and_a_reopened_one(run_cli, pristine_tre
                         "srt/entrypoints/engine.py", "srt/entrypoints/grpc_server.py", "srt/managers/scheduler.py",
                         "srt/grpc/scheduler_launcher.py"}  # fmt: skip
     assert {e["patch"] for e in audit_part["reopened"]} == {"0005-server-args-hide-api-keys.patch"}
-    text = run_cli("patch", "check", "--against", str(tree), env=ENV).stdout
+    text = run_cli("patch", "check", "--sglang", str(tree), env=ENV).stdout
     assert "[FAIL] secret exits: 1 exit with no disposition in patches/sglang-0.5.9/secret-exits.json" in text
     assert f"{new['where']} field server_args.api_key" in text and "(0005-server-args-hide-api-keys.patch: " in text
 
 
 def test_patch_check_accounts_for_every_exit_of_both_pinned_trees(run_cli, pristine_tree, newest_tree):
     for tree in (pristine_tree, newest_tree):
-        report = json.loads(run_cli("patch", "check", "--against", str(tree), "--json", env=ENV).stdout)
+        report = json.loads(run_cli("patch", "check", "--sglang", str(tree), "--json", env=ENV).stdout)
         audit_part = report["secret_exits"]
         assert audit_part["unknown_exits"] == [] and audit_part["reopened"] == [] and audit_part["exits"] > 30
         assert {f["name"]: f["status"] for f in report["findings"][-2:]} == {

@@ -31,6 +31,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import preflight, settings_rules, sglang_validation
 from sglang_eagle3.judging.findings import Status
+from sglang_eagle3.serving import launch_plan
 from sglang_eagle3.serving.settings import ServerSettings, field_flag
 from sglang_eagle3.source import sglang_source, validation_sites
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
@@ -369,10 +370,11 @@ def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own
     with are the recorded GPUs'."""
     tree = own_env
     settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
-    request = {"argv": sglang_validation.sglang_args(settings), "trace": True,
+    plan = launch_plan.build(settings)
+    request = {"argv": plan.args, "trace": True,
                "facts": {"compute_capability": "12.0", "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
                "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
-    outcome = sglang_validation.run(request, settings, tree, explicit=True)
+    outcome = sglang_validation.run(request, plan, tree, explicit=True)
     assert outcome["stage"] == "done", outcome
     entered = set(outcome["entered"])
     roots = validation_sites.roots(tree)
@@ -597,9 +599,10 @@ def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request
     for i in range(25):
         values = data.draw(speculative_cases(version == "0.5.23"), label=f"case {i}")
         settings = ServerSettings(model_path=str(model), speculative_draft_model_path=str(model), **values)
-        given = settings_rules.given_flags(settings, known)
+        args = launch_plan.sglang_args(settings)
+        given = settings_rules.given_flags(settings, args, known)
         judged[f"case {i}"] = {r.name for r, s in applied if r.judge(settings, given, tree, s)}
-        cases[f"case {i}"] = {"argv": sglang_validation.sglang_args(settings), "facts": {"compute_capability": "12.0",
+        cases[f"case {i}"] = {"argv": args, "facts": {"compute_capability": "12.0",
                               "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
                               "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(tree.root), env.get("PYTHONPATH", "")])

@@ -372,7 +372,7 @@ def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy
         assert f"    def {method}(" in text
         text = text.replace(f"    def {method}(", f"    def _was_{method}(")
     kimi.write_text(text)
-    result = run_cli("probe", "--sglang", str(root), "--no-allreduce-fusion")
+    result = run_cli("probe", "--sglang", str(root), "--set", "enable_flashinfer_allreduce_fusion=false")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "[FAIL] get_embed_and_head: not defined in KimiK25ForConditionalGeneration" in result.stdout
     assert "first called at srt/speculative/pp_draft_embedding.py:" in result.stdout
@@ -380,7 +380,8 @@ def test_probe_on_0523_fails_a_target_without_the_methods(newest_tree, tree_copy
 
 
 def test_probe_on_0523_reads_the_call_sites(newest_tree, run_cli):
-    result = run_cli("probe", "--sglang", str(newest_tree), "--no-allreduce-fusion", "--pcie-ipc-allreduce")
+    result = run_cli("probe", "--sglang", str(newest_tree), "--set", "enable_flashinfer_allreduce_fusion=false",
+                     "--set", "pcie_ipc_allreduce=true")  # fmt: skip
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert "[ ?? ] call sites" not in result.stdout and "[ OK ] set_eagle3_layers_to_capture" in result.stdout
     assert "reached from srt/model_executor/model_runner.py:" in result.stdout

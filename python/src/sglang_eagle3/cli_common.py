@@ -1,4 +1,4 @@
-"""Pieces shared by the command groups (`cli.py`, `bench/cli.py`); their shared options are in options.py."""
+"""Pieces shared by the command groups (commands/); their shared options are in options.py."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
 # object on stdout (options.json_output sets it); a command printed its own JSON failure already (models).
 JSON_ERRORS = "sglang_eagle3.json"
 JSON_PRINTED = "sglang_eagle3.json_printed"
+_ARGV = "sglang_eagle3.argv"  # the command line as given: a usage error may stop click before --json is read
 
 
 class TopLevelGroup(click.Group):
@@ -30,6 +31,7 @@ class TopLevelGroup(click.Group):
     does. Below that, as a net: a file that cannot be read or written is bad input, Ctrl-C
     is an interruption, and anything else is a bug: one line and ExitStatus.UNEXPECTED,
     apart from 1 (a check said no). SGLANG_EAGLE3_TRACEBACK=1 shows the traceback instead.
+    With --json every failure is also one JSON object on stdout, click's usage errors included.
     """
 
     def invoke(self, ctx: click.Context):
@@ -42,11 +44,20 @@ class TopLevelGroup(click.Group):
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGV] = list(args)
+        return super().parse_args(ctx, args)
+
     def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise  # click's usage errors (exit 2) and the commands' verdicts (their exit status)
+        except click.ClickException as err:  # click's usage errors (exit 2): click prints them on stderr
+            if _json_asked(ctx):
+                known = err.exit_code in {int(status) for status in ExitStatus}
+                self._print_json(ExitStatus(err.exit_code).name.lower() if known else "error", err.format_message())
+            raise
+        except (click.exceptions.Exit, click.Abort):
+            raise  # the commands' verdicts (their exit status)
         except Eagle3Error as err:
             self._fail(ctx, err)
         except errors.Terminated:
@@ -65,9 +76,27 @@ class TopLevelGroup(click.Group):
     def _fail(ctx: click.Context, err: Eagle3Error):
         """The error on stderr and its status; with --json, also as JSON on stdout, the same for every command."""
         if ctx.meta.get(JSON_ERRORS) and not ctx.meta.get(JSON_PRINTED):
-            kind = getattr(err, "kind", None) or err.status.name.lower()
-            click.echo(json.dumps({"ok": False, "error": {"kind": kind, "message": str(err)}}, indent=2))
+            TopLevelGroup._print_json(getattr(err, "kind", None) or err.status.name.lower(), str(err))
         ctx.exit(errors.report(err))
+
+    @staticmethod
+    def _print_json(kind: str, message: str) -> None:
+        click.echo(json.dumps({"ok": False, "error": {"kind": kind, "message": message}}, indent=2))
+
+
+def _json_asked(ctx: click.Context) -> bool:
+    """Whether the failing command was given --json: read already (its callback ran), or on the command line when
+    the error stopped click before it read the option (a bad option, a missing value)."""
+    if ctx.meta.get(JSON_ERRORS):
+        return True
+    argv = ctx.meta.get(_ARGV, [])
+    command = ctx.command  # the command the words name (the groups take no option with a value)
+    for word in argv:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            break
+        command = command.commands[word]
+    takes_json = any("--json" in p.opts for p in command.params)
+    return takes_json and "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
 
 
 def _describe_os_error(err: OSError | UnicodeError) -> str:

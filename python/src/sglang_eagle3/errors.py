@@ -37,6 +37,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def shortened(text: str) -> str:
+    """``text`` as output that is not a message shows it (the dry run's command line and environment): control
+    characters escaped as ``printable`` does, at most 80 characters as ``shown`` keeps them (a longer text keeps its
+    start and end around ``...``), no quotes added."""
+    text = printable(text)
+    if len(text) <= _SHOWN.maxstring:
+        return text
+    start = (_SHOWN.maxstring - 3) // 2
+    return f"{text[:start]}...{text[len(text) - (_SHOWN.maxstring - 3 - start) :]}"
+
+
 def shown_path(path: object) -> str:
     """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
     messages name paths), else as ``shown`` quotes it: shortened, control characters escaped."""

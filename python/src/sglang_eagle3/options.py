@@ -30,20 +30,6 @@ json_output = click.option(
 # -- SGLang's source ---------------------------------------------------------------------------
 
 
-class _OldNamesHidden(click.Option):
-    """An option whose first name is the one --help shows; the others are its former names, still accepted."""
-
-    def get_help_record(self, ctx):
-        names, self.opts = self.opts, self.opts[:1]
-        try:
-            return super().get_help_record(ctx)
-        finally:
-            self.opts = names
-
-    def get_error_hint(self, ctx) -> str:
-        return f"'{self.opts[0]}'"
-
-
 def _sglang(required: bool, to_patch: bool = False):
     default = "" if required else " Default: the sglang this Python imports."
     read = (
@@ -58,12 +44,12 @@ def _sglang(required: bool, to_patch: bool = False):
         "sglang-eagle3 patch check --sglang VERSION."
     )
     return click.option(
-        "--sglang", "--target", "--against", "sglang", cls=_OldNamesHidden,
-        metavar="DIR" if to_patch else "DIR|WHEEL|VERSION", required=required, help=patched if to_patch else read,
+        "--sglang", "sglang", metavar="DIR" if to_patch else "DIR|WHEEL|VERSION", required=required,
+        help=patched if to_patch else read,
     )  # fmt: skip
 
 
-# --sglang names the SGLang to read everywhere (--target and --against, its former names, still work).
+# --sglang names the SGLang to read, the same way in every command that reads one.
 sglang = _sglang(required=False)
 sglang_required = _sglang(required=True)
 sglang_to_patch = _sglang(required=False, to_patch=True)

@@ -2,9 +2,11 @@
 
 Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
 not be active) or FAIL (would not start, or would crash after the load). Failures say what
-is wrong and how to fix it. The checks live by concern: the host's GPUs and port (host/), the
-settings against the tree's own rules (settings_rules), the draft's settings (draft_settings);
-this module runs them in order and judges the models, the key files and the probe.
+is wrong and how to fix it. Every check judges one Launch, built once: the settings, the launch plan made of
+them (the SGLang arguments and environment the server gets) and the SGLang tree. CHECKS lists them in order;
+they live by concern: the host's GPUs and port (host/), the settings against the tree's own rules
+(settings_rules), the draft's settings (draft_settings), SGLang's own validation (sglang_validation); the
+models, the key files and the probe are judged here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +24,9 @@ from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
-from ..serving import credentials
-from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
+from ..serving import credentials, launch_plan
+from ..serving.launch_plan import LaunchPlan
+from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import draft_inputs, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
@@ -31,7 +35,16 @@ from .findings import Report, Status
 
 @dataclass
 class Preflight(Report):
+    """The findings, and the facts the checks found on the way that later checks use."""
+
     gpus: list[Gpu] = field(default_factory=list)
+    topology: Topology | None = None
+    arch: str = probe.DEFAULT_ARCH  # the target's, from its config.json
+
+    @property
+    def compute_capability(self) -> str:
+        """The GPUs' (the first one's), else the tuned host's."""
+        return self.gpus[0].compute_capability if self.gpus else TUNED_COMPUTE_CAPABILITY
 
 
 def check_driver(result: Report, nvidia_smi: str | None, environ) -> None:
@@ -131,25 +144,45 @@ def check_model_dir(
     return None
 
 
-def check_port(result: Report, host: str, port: int) -> None:
-    problem = port_problem(host, port)
-    result.add("port", Status.FAIL if problem else Status.OK, problem or f"{host}:{port} is free")
+@dataclass
+class Launch:
+    """What preflight judges, built once and handed to every check: the settings, the launch plan made of them
+    (the SGLang arguments and environment the server gets), and the SGLang tree whose source judges them (None:
+    none was found, ``tree_problem`` says why)."""
+
+    settings: ServerSettings
+    plan: LaunchPlan
+    tree: sglang_source.SGLangTree | None
+    tree_problem: str | None = None
+    explicit: bool = False  # the tree was named (--sglang), not the one this Python imports
+    nvidia_smi: str | None = None  # a stand-in nvidia-smi (tests, a host without GPUs)
+    drafts: bool = True  # judge the draft too (bench sweep checks each draft on its own)
 
 
-def run(
+def prepare(
     settings: ServerSettings,
     sglang_target: sglang_source.SGLangTree | str | None = None,
     nvidia_smi: str | None = None,
     drafts: bool = True,
-) -> Preflight:
-    """Every check before the load. ``drafts=False``: the host, SGLang and the target only, for a caller
-    that checks each draft on its own (bench sweep across drafts)."""
-    result = Preflight()
-
-    # GPUs first: on a machine without them nothing else matters much, but we still
-    # report every check so one run shows every problem.
+    plan: LaunchPlan | None = None,
+) -> Launch:
+    """The Launch preflight judges: the plan the caller built (or one built here), the tree named or importable."""
+    plan = plan or launch_plan.build(settings)
+    drafts = drafts and bool(settings.speculative_algorithm)
     try:
-        result.gpus = host_gpus.query_gpus(nvidia_smi)
+        given = isinstance(sglang_target, sglang_source.SGLangTree)
+        tree = sglang_target if given else sglang_source.locate(sglang_target)
+    except sglang_source.SGLangNotFound as err:
+        return Launch(settings, plan, None, str(err), sglang_target is not None, nvidia_smi, drafts)
+    return Launch(settings, plan, tree, None, sglang_target is not None, nvidia_smi, drafts)
+
+
+def check_gpus(result: Preflight, launch: Launch) -> None:
+    """GPUs first: on a machine without them nothing else matters much, but every check still reports, so one
+    run shows every problem."""
+    settings = launch.settings
+    try:
+        result.gpus = host_gpus.query_gpus(launch.nvidia_smi)
     except FileNotFoundError:
         devices = host_gpus.device_nodes()
         if devices:
@@ -163,7 +196,7 @@ def run(
                 "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
                 "container toolkit mounts it with the utility capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
             )
-            check_driver(result, nvidia_smi, os.environ)
+            check_driver(result, launch.nvidia_smi, os.environ)
         else:
             result.add(
                 "gpus",
@@ -188,90 +221,62 @@ def run(
                 Status.OK,
                 f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
             )
-            check_driver(result, nvidia_smi, os.environ)
+            check_driver(result, launch.nvidia_smi, os.environ)
 
-    arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
-    drafts = drafts and bool(settings.speculative_algorithm)
-    if drafts:
+
+def check_models(result: Preflight, launch: Launch) -> None:
+    """The target (its architecture, for the probe) and, when judged, the draft."""
+    settings = launch.settings
+    result.arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
+    if launch.drafts:
         check_model_dir(
             result, "draft model", settings.speculative_draft_model_path,
             settings.speculative_draft_model_revision, "speculative_draft_model_revision",
         )  # fmt: skip
 
-    compute_capability = result.gpus[0].compute_capability if result.gpus else TUNED_COMPUTE_CAPABILITY
-    # The link between the GPUs this node's ranks use, which decides SGLang's all-reduce paths.
-    topology = host_gpus.query_topology(nvidia_smi, settings.gpus_per_node) if result.gpus else None
-    if topology is not None:
-        result.add("topology", Status.OK, f"{'NVLink' if topology.kind == 'nvlink' else 'PCIe'} ({topology.how})")
-    elif result.gpus and settings.gpus_per_node > 1:
-        span = f"GPU0-GPU{settings.gpus_per_node - 1}"
+
+def check_topology(result: Preflight, launch: Launch) -> None:
+    """The link between the GPUs this node's ranks use, which decides SGLang's all-reduce paths."""
+    per_node = launch.settings.gpus_per_node
+    result.topology = host_gpus.query_topology(launch.nvidia_smi, per_node) if result.gpus else None
+    if result.topology is not None:
+        kind = "NVLink" if result.topology.kind == "nvlink" else "PCIe"
+        result.add("topology", Status.OK, f"{kind} ({result.topology.how})")
+    elif result.gpus and per_node > 1:
         result.add(
             "topology", Status.NOT_CHECKED,
-            f"nvidia-smi topo -m gave no link for each pair of {span}; the all-reduce paths are judged for PCIe "
-            "(the tuned host's)",
+            f"nvidia-smi topo -m gave no link for each pair of GPU0-GPU{per_node - 1}; the all-reduce paths are "
+            "judged for PCIe (the tuned host's)",
         )  # fmt: skip
+
+
+def check_sglang(result: Preflight, launch: Launch) -> None:
+    """The SGLang tree the other checks read: found, and a version this launcher is written for."""
+    tree = launch.tree
+    if tree is None:
+        result.add("sglang", Status.FAIL, launch.tree_problem or "no SGLang found")
+    elif tree.version not in SGLANG_VERSIONS:
+        result.add(
+            "sglang", Status.WARN,
+            f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
+            f"{' and '.join(SGLANG_VERSIONS)}",
+        )  # fmt: skip
+
+
+def check_settings(result: Preflight, launch: Launch) -> None:
+    settings_rules.check_settings_version(
+        result, launch.settings, launch.plan.args, launch.tree, result.compute_capability
+    )
+
+
+def check_probe(result: Preflight, launch: Launch) -> None:
+    """The probe of the tree for these settings (the target's methods, the all-reduce requests on these GPUs)."""
+    settings, tree, topology = launch.settings, launch.tree, result.topology
     try:
-        given = isinstance(sglang_target, sglang_source.SGLangTree)
-        tree = sglang_target if given else sglang_source.locate(sglang_target)
-    except sglang_source.SGLangNotFound as err:
-        result.add("sglang", Status.FAIL, str(err))
-    else:
-        if tree.version not in SGLANG_VERSIONS:
-            result.add(
-                "sglang", Status.WARN,
-                f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
-                f"{' and '.join(SGLANG_VERSIONS)}",
-            )  # fmt: skip
-        settings_rules.check_settings_version(result, settings, tree, compute_capability)
-        check_probe(result, settings, tree, arch, compute_capability, topology)
-        if drafts:
-            draft_settings.check_draft_path(result, settings, tree, arch)
-            draft_settings.check_draft_revision(result, settings, SourceIndex(tree))
-        settings_rules.check_extra_args(result, settings, tree)
-        models_ok = findings.passed(f for f in result.findings if f.name.endswith("model"))
-        if drafts and models_ok:
-            draft_settings.check_draft(result, settings, tree)
-        if models_ok:
-            sglang_validation.check(result, settings, tree, result.gpus, explicit=sglang_target is not None)
-    check_port(result, settings.host, settings.port)
-    check_key_files(result, settings, os.environ)
-    return result
-
-
-def check_key_files(result: Report, settings: ServerSettings, environ) -> None:
-    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
-    for secret in credentials.SECRET_ARGS:
-        path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
-        if path is None:
-            continue
-        problem = credentials.check_key_file(path, secret.setting)
-        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
-        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
-
-
-def check_probe(
-    result: Report,
-    settings: ServerSettings,
-    tree,
-    arch: str,
-    compute_capability: str,
-    topology: Topology | None = None,
-) -> None:
-    try:
-        probed = probe.probe(
-            tree,
-            arch=arch,
-            algorithm=settings.speculative_algorithm or default("speculative_algorithm"),
-            compute_capability=compute_capability,
-            tp_size=settings.tp_size,
-            torch_symm_mem=settings.enable_torch_symm_mem,
-            allreduce_fusion=settings.enable_flashinfer_allreduce_fusion,
-            pcie_ipc=settings.pcie_ipc_allreduce,
-            topology=topology.kind if topology else None,
-            topology_how=topology.how if topology else None,
-            environment=settings.environment,
-            nnodes=settings.nnodes,
-        )
+        probed = probe.probe_settings(
+            tree, settings, result.arch, result.compute_capability, topology.kind if topology else None,
+            topology.how if topology else None,
+        )  # fmt: skip
     except SourceLayoutError as err:
         result.add("probe", Status.FAIL, sglang_release.layout_problem(tree, err))
         return
@@ -295,3 +300,81 @@ def check_probe(
     for finding in found:
         if finding.name in flags and finding.status in (Status.WARN, Status.NOT_CHECKED):
             result.add("optimisations", finding.status, f"{finding.name}: {finding.message}")
+
+
+def check_draft_source(result: Preflight, launch: Launch) -> None:
+    """The draft's path and revision against what this tree does with them."""
+    if launch.drafts:
+        draft_settings.check_draft_path(result, launch.settings, launch.tree, result.arch)
+        draft_settings.check_draft_revision(result, launch.settings, SourceIndex(launch.tree))
+
+
+def check_extra_args(result: Preflight, launch: Launch) -> None:
+    settings_rules.check_extra_args(result, launch.settings, launch.plan.args, launch.tree)
+
+
+def _models_passed(result: Preflight) -> bool:
+    return findings.passed(f for f in result.findings if f.name.endswith("model"))
+
+
+def check_draft(result: Preflight, launch: Launch) -> None:
+    """The draft's config and weights against the target and this tree (once both models are there)."""
+    if launch.drafts and _models_passed(result):
+        draft_settings.check_draft(result, launch.settings, launch.tree)
+
+
+def check_sglang_own(result: Preflight, launch: Launch) -> None:
+    """SGLang's own validation of the plan (once the models are there: it reads the target's config.json)."""
+    if _models_passed(result):
+        sglang_validation.check(
+            result, launch.settings, launch.plan, launch.tree, result.gpus, explicit=launch.explicit
+        )
+
+
+def check_port(result: Preflight, launch: Launch) -> None:
+    host, port = launch.settings.host, launch.settings.port
+    problem = port_problem(host, port)
+    result.add("port", Status.FAIL if problem else Status.OK, problem or f"{host}:{port} is free")
+
+
+def check_key_files(result: Preflight, launch: Launch) -> None:
+    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
+    for secret in credentials.SECRET_ARGS:
+        path = credentials.key_file(secret, getattr(launch.settings, secret.setting), os.environ)
+        if path is None:
+            continue
+        problem = credentials.check_key_file(path, secret.setting)
+        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
+        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
+
+
+Check = Callable[[Preflight, Launch], None]
+# Every check before the load, in order; each adds its findings. The host first, then the models, then what reads
+# the SGLang tree (ON_TREE: skipped when there is none, which check_sglang reports), then the port and key files.
+CHECKS: tuple[Check, ...] = (
+    check_gpus, check_models, check_topology, check_sglang, check_settings, check_probe, check_draft_source,
+    check_extra_args, check_draft, check_sglang_own, check_port, check_key_files,
+)  # fmt: skip
+ON_TREE = frozenset({check_settings, check_probe, check_draft_source, check_extra_args, check_draft, check_sglang_own})
+
+
+def judge(launch: Launch) -> Preflight:
+    """Every check of CHECKS on one launch."""
+    result = Preflight()
+    for check in CHECKS:
+        if launch.tree is not None or check not in ON_TREE:
+            check(result, launch)
+    return result
+
+
+def run(
+    settings: ServerSettings,
+    sglang_target: sglang_source.SGLangTree | str | None = None,
+    nvidia_smi: str | None = None,
+    drafts: bool = True,
+    plan: LaunchPlan | None = None,
+) -> Preflight:
+    """Every check before the load, on the launch plan ``plan`` (built from the settings when not given).
+    ``drafts=False``: the host, SGLang and the target only, for a caller that checks each draft on its own
+    (bench sweep across drafts)."""
+    return judge(prepare(settings, sglang_target, nvidia_smi, drafts, plan))

@@ -248,6 +248,25 @@ def probe(
     )
 
 
+def probe_settings(
+    tree: SGLangTree,
+    server: settings.ServerSettings,
+    arch: str,
+    compute_capability: str,
+    topology: str | None = None,
+    topology_how: str | None = None,
+) -> ProbeResult:
+    """The probe of what `serve` starts with these settings (the probe command's and preflight's one reading of
+    them): its algorithm (the baseline has none: the default's is probed, and preflight judges only the
+    all-reduce flags then), tensor parallel size, all-reduce requests, environment and nodes."""
+    return probe(
+        tree, arch=arch, algorithm=server.speculative_algorithm or settings.default("speculative_algorithm"),
+        compute_capability=compute_capability, tp_size=server.tp_size, torch_symm_mem=server.enable_torch_symm_mem,
+        allreduce_fusion=server.enable_flashinfer_allreduce_fusion, pcie_ipc=server.pcie_ipc_allreduce,
+        topology=topology, topology_how=topology_how, environment=server.environment, nnodes=server.nnodes,
+    )  # fmt: skip
+
+
 def render_text(result: ProbeResult) -> str:
     found = result.findings
     by_name = {f.name: f for f in found}

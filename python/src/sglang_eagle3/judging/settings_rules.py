@@ -23,7 +23,6 @@ from .. import SGLANG_VERSIONS
 from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
-from ..serving.launch_plan import sglang_args
 from ..serving.settings import ServerSettings, field_flag
 from ..source import allreduce_gates, environ_values, sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
@@ -63,9 +62,10 @@ class Given:
         return f"--{field_name.replace('_', '-')}" in self.spellings
 
 
-def given_flags(settings: ServerSettings, known: sglang_source.Flags) -> list[Given]:
-    """Each flag of the argv the settings render (settings, then extra_args), with its value."""
-    found, rendered = [], set(sglang_args(settings))
+def given_flags(settings: ServerSettings, args: list[str], known: sglang_source.Flags) -> list[Given]:
+    """Each flag of the launch plan's SGLang arguments ``args`` (the settings', then extra_args), with its value and
+    the setting it comes from."""
+    found, rendered = [], set(args)
     for name, value in settings:
         flag = field_flag(name)
         if flag and flag in rendered and value is not None and value is not False:
@@ -447,18 +447,19 @@ KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each k
 
 
 def check_settings_version(
-    result: Report, settings: ServerSettings, tree: SGLangTree, compute_capability: str | None = None
+    result: Report, settings: ServerSettings, args: list[str], tree: SGLangTree, compute_capability: str | None = None
 ) -> None:
-    """Every setting SGLang gets (a flag, or a variable of its environ.py) must be one this SGLang has: a flag it
-    lacks stops it at start-up, a variable it lacks is silently ignored; every value one its parser takes; and no
-    combination a restated rule of this tree refuses. Read from the tree's own source. ``compute_capability``: the
-    GPUs' (None: the tuned host's), for the rules that depend on it."""
+    """Every setting SGLang gets (a flag of ``args``, the launch plan's SGLang arguments, or a variable of its
+    environ.py) must be one this SGLang has: a flag it lacks stops it at start-up, a variable it lacks is silently
+    ignored; every value one its parser takes; and no combination a restated rule of this tree refuses. Read from
+    the tree's own source. ``compute_capability``: the GPUs' (None: the tuned host's), for the rules that depend
+    on it."""
     try:
         known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
     except sglang_source.SGLangNotFound as err:
         result.add("settings", Status.FAIL, str(err))
         return
-    rendered = set(sglang_args(settings))
+    rendered = set(args)
     problems = []
     for name, value in settings:
         flag, env = field_flag(name), server_settings.field_env(name)
@@ -489,7 +490,7 @@ def check_settings_version(
             )
     problems += [p for variable, text in sorted(settings.environment.items())
                  if variable in variables and (p := _unread(tree, variable, text))]  # fmt: skip
-    given = given_flags(settings, known)
+    given = given_flags(settings, args, known)
     problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
     applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
     try:
@@ -530,8 +531,9 @@ def _mentioned(tree: SGLangTree, variable: str) -> bool:
     return any(needle in path.read_bytes() for path in tree.package.rglob("*.py"))
 
 
-def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
-    """extra_args must be flags this SGLang knows, not ones a setting already owns, with values its parser takes."""
+def check_extra_args(result: Report, settings: ServerSettings, args: list[str], tree: SGLangTree) -> None:
+    """extra_args must be flags this SGLang knows, not ones a setting already owns, with values its parser takes
+    (``args``: the launch plan's SGLang arguments, which end with them)."""
     if not settings.extra_args:
         return
     try:
@@ -570,7 +572,7 @@ def check_extra_args(result: Report, settings: ServerSettings, tree: SGLangTree)
                 result.add("extra_args", Status.FAIL, f"{name} needs a value")
                 return
             args.pop(0)
-    refused = [p for g, p in value_problems(given_flags(settings, known), tree, known)
+    refused = [p for g, p in value_problems(given_flags(settings, args, known), tree, known)
                if g.setting.startswith("extra_args")]  # fmt: skip
     if refused:
         result.add("extra_args", Status.FAIL, "; ".join(refused))

@@ -21,7 +21,7 @@ import sys
 
 from ..errors import shown
 from ..host.gpus import Gpu
-from ..serving.launch_plan import sglang_args, sglang_env
+from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import draft_inputs, sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
@@ -52,9 +52,11 @@ def model_here(settings: ServerSettings) -> str | None:
     return None
 
 
-def check(result: Report, settings: ServerSettings, tree: SGLangTree, gpus: list[Gpu], explicit: bool) -> None:
-    """Run SGLang's own validation on the settings' argv (see the module docstring); ``explicit``: the tree was
-    named (--sglang), so it goes first on the run's import path."""
+def check(
+    result: Report, settings: ServerSettings, plan: LaunchPlan, tree: SGLangTree, gpus: list[Gpu], explicit: bool
+) -> None:
+    """Run SGLang's own validation on the launch plan's SGLang arguments and environment (see the module
+    docstring); ``explicit``: the tree was named (--sglang), so it goes first on the run's import path."""
     blocking = [f.name for f in result.findings if f.status is Status.FAIL and f.name not in NOT_BLOCKING]
     if blocking:  # it takes seconds: run once the rest passes (settings refused are said again in SGLang's words)
         result.add(NAME, Status.NOT_CHECKED, f"SGLang's own checks are run once the rest passes; first fix what "
@@ -69,7 +71,7 @@ def check(result: Report, settings: ServerSettings, tree: SGLangTree, gpus: list
     facts_from = gpus or [Gpu(i, TUNED_GPU.name, TUNED_GPU.compute_capability, TUNED_GPU.memory)
                           for i in range(settings.gpus_per_node)]  # fmt: skip
     request = {
-        "argv": sglang_args(settings),
+        "argv": plan.args,
         "facts": {
             "compute_capability": facts_from[0].compute_capability,
             "names": [g.name for g in facts_from],
@@ -77,8 +79,8 @@ def check(result: Report, settings: ServerSettings, tree: SGLangTree, gpus: list
         },
         "modules": validation_sites.imported_by_validation(tree),
     }
-    outcome = run(request, settings, tree, explicit)
-    judge(result, outcome, settings, tree, assumed=not gpus)
+    outcome = run(request, plan, tree, explicit)
+    judge(result, outcome, settings, plan, tree, assumed=not gpus)
 
 
 def _mib(memory: str) -> int | None:
@@ -88,9 +90,10 @@ def _mib(memory: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def run(request: dict, settings: ServerSettings, tree: SGLangTree, explicit: bool) -> dict:
-    """The outcome sglang_validation_main printed (its last line), or {"stage": "run", "error": ...}."""
-    env = {**os.environ, **sglang_env(settings), **settings.environment, "HF_HUB_OFFLINE": "1"}
+def run(request: dict, plan: LaunchPlan, tree: SGLangTree, explicit: bool) -> dict:
+    """The outcome sglang_validation_main printed (its last line), or {"stage": "run", "error": ...}. It runs in
+    the environment the server gets (the plan's, over this one), offline."""
+    env = {**os.environ, **plan.env, "HF_HUB_OFFLINE": "1"}
     if explicit:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree.root), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "sglang_eagle3.judging.sglang_validation_main"]
@@ -109,7 +112,9 @@ def run(request: dict, settings: ServerSettings, tree: SGLangTree, explicit: boo
         return {"stage": "run", "error": tail[0][-300:]}
 
 
-def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangTree, assumed: bool = False) -> None:
+def judge(
+    result: Report, outcome: dict, settings: ServerSettings, plan: LaunchPlan, tree: SGLangTree, assumed: bool = False
+) -> None:
     """The run's outcome as findings: FAIL naming the settings behind SGLang's refusal, WARN for each value the
     user set that SGLang changes, OK; NOT CHECKED when it could not run."""
     version = f"SGLang {tree.version}"
@@ -123,7 +128,7 @@ def judge(result: Report, outcome: dict, settings: ServerSettings, tree: SGLangT
         result.add(NAME, Status.NOT_CHECKED, f"{version}'s own checks need {outcome['missing_fact']}, which "
                    "preflight did not get from nvidia-smi", outcome.get("where"))  # fmt: skip
         return
-    given = given_flags(settings, sglang_source.server_flags(tree))
+    given = given_flags(settings, plan.args, sglang_source.server_flags(tree))
     if stage != "done":
         where = outcome.get("where")
         if stage == "parse":

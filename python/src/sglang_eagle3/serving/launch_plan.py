@@ -42,10 +42,14 @@ def sglang_env(settings: ServerSettings) -> dict[str, str]:
 
 @dataclass
 class LaunchPlan:
+    """What the launcher starts, built once from the settings: preflight judges this very plan (its SGLang
+    arguments and environment), and the launcher runs it."""
+
     argv: list[str]
     env: dict[str, str]  # only what the launcher adds to the inherited environment
     key_files: dict[str, Path] = field(default_factory=dict)  # SGLang's secret field -> the file holding it
     sglang_argv: list[str] = field(default_factory=list)  # the equivalent python -m sglang.launch_server argv
+    args: list[str] = field(default_factory=list)  # SGLang's arguments (sglang_args): what its parser gets
 
     def shell(self) -> str:
         return shlex.join(self.argv)
@@ -64,8 +68,8 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
             key_files[secret.field] = path
             env[secret.env] = str(path)  # the path, never the key
     if not key_files:
-        return LaunchPlan(sglang_argv, env, {}, sglang_argv)
-    return LaunchPlan([python, "-m", "sglang_eagle3.serving.sglang_main", *args], env, key_files, sglang_argv)
+        return LaunchPlan(sglang_argv, env, {}, sglang_argv, args)
+    return LaunchPlan([python, "-m", "sglang_eagle3.serving.sglang_main", *args], env, key_files, sglang_argv, args)
 
 
 FIND_SGLANG = (

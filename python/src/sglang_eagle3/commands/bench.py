@@ -1,4 +1,4 @@
-"""`sglang-eagle3 bench`: run, summary, compare (the A/B gate), sweep."""
+"""`sglang-eagle3 bench`: run, summary, compare (the A/B gate), ab, sweep."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from ..errors import CheckFailed, Interrupted, shown
 from ..exit_status import ExitStatus, for_signal
 from ..judging import draft_settings, preflight
 from ..judging.findings import Status
-from ..serving import credentials, launch_plan, settings
-from ..source import draft_inputs, sglang_release
+from ..serving import credentials, settings
+from ..source import draft_inputs
+from . import preflight_step
 
 
 @click.group("bench")
@@ -73,14 +74,14 @@ class _Progress:
         self.task = self.progress.add_task(f"{label} concurrency {concurrency}".strip(), total=total, last="")
 
     def result(self, result) -> None:
-        from .runner import result_summary_line
+        from ..bench.runner import result_summary_line
 
         if self.task is not None:
             self.progress.update(self.task, advance=1, last=result_summary_line(result))
 
 
 def _finish(output: Path, plot: bool) -> None:
-    from . import report
+    from ..bench import report
 
     records = report.load(output)
     click.echo(report.render_summary(report.summarize(records)))
@@ -100,7 +101,7 @@ def bench_run(
     ignore_eos, plot,
 ):  # fmt: skip
     """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
-    from .runner import RunConfig, run
+    from ..bench.runner import RunConfig, run
 
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
     config = RunConfig(url=url, output=output or _default_output(label), label=label, api=api,
@@ -137,8 +138,8 @@ def bench_summary(results, plot):
 
 def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
     """A results file, or a server URL that is measured now (single stream, defaults)."""
-    from . import report
-    from .runner import RunConfig, run
+    from ..bench import report
+    from ..bench.runner import RunConfig, run
 
     if source.startswith(("http://", "https://")):
         config = RunConfig(url=source, output=_default_output(label), label=label, api_key_file=api_key_file)
@@ -164,7 +165,7 @@ def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dic
 @options.api_key_file
 def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
     """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
-    from . import report
+    from ..bench import report
 
     key_file = _key_file(api_key_file)
     verdict = report.compare(
@@ -213,8 +214,8 @@ def bench_ab(a_program, a_label, a_profile, a_assignments, b_program, b_label, b
     `nix run .#upgrade-ab -- --config settings.json` (SGLang 0.5.9 as A, 0.5.23 as B). Each side
     starts through its own `serve`, so its own SGLang judges the settings first.
     """
-    from . import ab, report
-    from .runner import RunConfig
+    from ..bench import ab, report
+    from ..bench.runner import RunConfig
 
     sides = [ab.Side(a_label, a_program, a_profile, list(a_assignments)),
              ab.Side(b_label, b_program, b_profile, list(b_assignments))]  # fmt: skip
@@ -274,8 +275,8 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     With several --draft, each draft is checked (as serve's preflight does) and swept over
     the same grid; accept length and decode tok/s are reported per draft and setting.
     """
-    from . import sweep
-    from .runner import RunConfig
+    from ..bench import sweep
+    from ..bench.runner import RunConfig
 
     base = load_settings(config, assignments, profile)
     check_key_files(base)
@@ -289,18 +290,11 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
             where = "--draft" if draft in given else "speculative_draft_model_path"
             raise click.BadParameter(f"{shown(draft)} is no directory; give a draft model's directory or its hub id",
                                      param_hint=where)  # fmt: skip
-    # The host, SGLang and the target once; then each draft on its own (a draft that fails is skipped).
-    tree = sglang_release.resolve(sglang) if sglang is not None else None
-    checks = preflight.run(base, tree, drafts=False)
-    click.echo(checks.render_text())
-    plan = launch_plan.build(base)  # every point runs what this plan's Python imports
-    if note := sglang_release.not_the_one_run(tree or sglang_release.importable(), launch_plan.imported_sglang(plan),
-                                              plan.argv[0]):  # fmt: skip
-        click.echo(f"note: {note}", err=True)
-    if not checks.passed:
-        raise CheckFailed("preflight failed; nothing was started. Fix the items marked FAIL above.")
+    # The host, SGLang and the target once (every point runs what this plan's Python imports); then each draft on
+    # its own (a draft that fails is skipped).
+    judged = preflight_step.preflight_or_refuse(base, sglang, drafts=False)
     points = sweep.grid(base, *grid, drafts)
-    if not _check_drafts(points, base, drafts, tree or sglang_release.importable()):  # preflight found it
+    if not _check_drafts(points, base, drafts, judged.tree):  # preflight found it
         raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
@@ -329,7 +323,7 @@ def _check_drafts(points, base, drafts, tree) -> bool:
 
     True if at least one draft passed.
     """
-    from .sweep import draft_names
+    from ..bench.sweep import draft_names
 
     names, passed = draft_names(drafts), False
     for draft in drafts:

@@ -22,8 +22,8 @@ from .. import errors, options
 from ..cli_common import JSON_PRINTED, writable_file
 from ..errors import BadInput
 from ..exit_status import ExitStatus, for_signal
-from . import ModelsError, fetch, hub, lockfile, verify
-from .progress import human_bytes
+from ..models import ModelsError, fetch, hub, lockfile, verify
+from ..models.progress import human_bytes
 
 
 @click.group("models")
