@@ -2,6 +2,7 @@
 """How long does the test suite take, cold and warm?
 
     python benchmarks/suite_time.py [--cold] [--warm] [--quick] [--slowest SECONDS] [-- PYTEST ARGS]
+    python benchmarks/suite_time.py --report JUNIT.xml [--slowest SECONDS]
 
 cold:  a fresh clone of this checkout's HEAD in a temporary folder, `.ci/run` there (which
        creates the test environment, installs Nix and Prometheus where missing, and runs the
@@ -15,7 +16,10 @@ output goes to a log file whose path is printed, so a failure can be read.
 
 --slowest SECONDS: the warm run also writes pytest's JUnit report, and the test functions whose
 parametrizations took SECONDS or more in all are printed as tests/slow-tests.txt lines (the
-list is kept by hand: this shows what to move in or out of it).
+list is kept by hand: this shows what to move in or out of it), then each test file's share of the
+workers' time (with `--dist loadfile` a file stays on one worker: no run is shorter than its largest file).
+
+--report JUNIT.xml: print those two tables from a report an earlier run wrote (pytest --junitxml), run nothing.
 """
 
 from __future__ import annotations
@@ -49,8 +53,17 @@ def main() -> int:
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--slowest", type=float, metavar="SECONDS")
+    parser.add_argument("--report", type=Path, metavar="JUNIT.xml")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
+    if args.report is not None:
+        if not args.report.is_file():
+            parser.error(f"--report {args.report}: no such file (write one with pytest --junitxml=FILE)")
+        try:
+            print_report(args.report, 3.0 if args.slowest is None else args.slowest)
+        except ElementTree.ParseError as err:
+            parser.error(f"--report {args.report}: not a JUnit XML report ({err})")
+        return 0
     phases = [p for p in ("cold", "warm", "quick") if getattr(args, p)] or ["cold", "warm", "quick"]
     work = Path(tempfile.mkdtemp(prefix="suite-time-"))
     rows = []
@@ -71,20 +84,45 @@ def main() -> int:
         goal = f"{GOALS[phase] / 60:6.0f}" if GOALS[phase] else "     -"
         print(f"{phase:<6} {seconds / 60:8.1f} {goal}  {code:>4}  {closing}")
     if args.slowest is not None and (work / "junit.xml").exists():
-        print(f"\ntest functions of {args.slowest:g} s or more (warm run; tests/slow-tests.txt lines):")
-        for seconds, name in slowest(work / "junit.xml", args.slowest):
-            print(f"{name:<100} # {seconds:.1f} s")
+        print_report(work / "junit.xml", args.slowest)
     return max(code for _, _, code, _ in rows)
+
+
+def print_report(junit: Path, threshold: float) -> None:
+    functions, files = slowest(junit, threshold), by_file(junit)  # both read the report before anything prints
+    print(f"\ntest functions of {threshold:g} s or more (tests/slow-tests.txt lines):")
+    for seconds, name in functions:
+        print(f"{name:<100} # {seconds:.1f} s")
+    total = sum(files.values()) or 1.0
+    print(f"\ntest files by the workers' time they took ({total / 60:.1f} min in all):")
+    for name, seconds in sorted(files.items(), key=lambda item: -item[1]):
+        print(f"{name:<40} {seconds:8.1f} s {100 * seconds / total:5.1f} %")
+
+
+def by_file(junit: Path) -> dict[str, float]:
+    """Seconds each test file took, setup and teardown included (pytest's JUnit "time")."""
+    totals: dict[str, float] = {}
+    for name, seconds in cases(junit):
+        module = name.split("::", 1)[0]
+        totals[module] = totals.get(module, 0.0) + seconds
+    return totals
+
+
+def cases(junit: Path) -> list[tuple[str, float]]:
+    """("test_x.py::test_y", seconds) of each test case of the report, parametrizations apart."""
+    found = []
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        module = next((p for p in case.get("classname", "").split(".") if p.startswith("test_")), "?")
+        found.append((f"{module}.py::{case.get('name', '')}", float(case.get("time") or 0)))
+    return found
 
 
 def slowest(junit: Path, threshold: float) -> list[tuple[float, str]]:
     """(seconds, "test_x.py::test_y") of each test function whose parametrizations took threshold or more."""
     totals: dict[str, float] = {}
-    for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        module = next((p for p in case.get("classname", "").split(".") if p.startswith("test_")), "?")
-        function = case.get("name", "").split("[", 1)[0]
-        name = f"{module}.py::{function}"
-        totals[name] = totals.get(name, 0.0) + float(case.get("time") or 0)
+    for name, seconds in cases(junit):
+        function = name.split("[", 1)[0]
+        totals[function] = totals.get(function, 0.0) + seconds
     return sorted(((t, n) for n, t in totals.items() if t >= threshold), reverse=True)
 
 
