@@ -16,9 +16,10 @@ from .errors import BadInput, CheckFailed, printable
 from .exit_status import ExitStatus, help_text
 from .host import gpus
 from .judging import draft_check, patch_check, preflight, probe
+from .models import draft_inputs
 from .models.cli import models_group
 from .serving import credentials, launch_plan, launcher, settings
-from .source import allreduce_gates, draft_inputs, patchset, sglang_release, sglang_source
+from .source import allreduce_gates, patchset, sglang_release, sglang_source
 from .source.source_index import SourceLayoutError
 
 

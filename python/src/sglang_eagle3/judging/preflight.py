@@ -21,9 +21,10 @@ from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
+from ..models import draft_inputs
 from ..serving import credentials
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings, default
-from ..source import draft_inputs, sglang_release, sglang_source
+from ..source import sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
