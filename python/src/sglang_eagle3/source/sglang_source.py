@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput, shown_path
+from . import source_index
 
 
 class SGLangNotFound(BadInput):
@@ -97,10 +98,9 @@ Flags = dict[str, tuple[frozenset[str], bool]]
 
 
 def parse_source(source: Path) -> ast.Module:
-    try:
-        return ast.parse(source.read_bytes(), filename=str(source))
-    except (OSError, SyntaxError, ValueError) as err:
-        raise SGLangNotFound(f"cannot read SGLang's flags from {source}: {err}") from None
+    """A file of the tree parsed (source_index.parse_source), SGLangNotFound where it cannot be: these readers'
+    callers catch that."""
+    return source_index.parse_source(source, SGLangNotFound)
 
 
 def server_flags(tree: SGLangTree) -> Flags:
