@@ -51,7 +51,8 @@ from pathlib import Path
 
 from ..errors import BadInput
 from . import source_index
-from .source_index import ServerArgsField, SourceLayoutError, own_nodes, parse_source, server_args_fields
+from .sglang_source import parse_source
+from .source_index import ServerArgsField, SourceLayoutError, own_nodes, server_args_fields
 
 DATA_FILE = "secret-exits.json"
 

@@ -8,8 +8,8 @@ validation sites (validation_sites.py), the secret exits (secret_exits.py), the
 start-up gates of any wheel (startup_gates.py) and the run-time lookups
 (nix/scripts/audit-runtime-lookups.py). What they share lives here, once:
 
-- parse_source: a file parsed, with an error that names it (and no warnings about
-  the tree's own invalid escapes);
+- parse_source (sglang_source's, which reads the tree's flags with it): a file parsed, with
+  the error its caller names (and no warnings about the tree's own invalid escapes);
 - own_nodes: the code of one scope, without the functions and classes nested in it;
 - dotted_name, import_aliases, resolved_name: what a name means through a module's imports;
 - SourceIndex: a tree's modules parsed once each, their functions and classes, and the
@@ -23,17 +23,13 @@ import ast
 import difflib
 import inspect
 import re
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import BadInput
-
-if TYPE_CHECKING:  # only a type here: sglang_source imports parse_source from this module
-    from .sglang_source import SGLangTree
+from .sglang_source import SGLangTree, parse_source
 
 
 class SourceLayoutError(BadInput, ValueError):
@@ -45,19 +41,6 @@ def expect(value, what: str):
     if value is None:
         raise SourceLayoutError(f"no {what}")
     return value
-
-
-def parse_source(path: Path, error: type[BadInput] = SourceLayoutError, shown: str | None = None) -> ast.Module:
-    """``path`` parsed; ``error`` (the one its callers catch) naming the file (as ``shown``) when it cannot be read
-    or is not Python. SyntaxWarnings (invalid escapes in the tree's strings) are the tree's own, not ours to print."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.parse(path.read_bytes(), filename=str(path))
-    except OSError as err:
-        raise error(f"cannot read {shown or path}: {err.strerror or err}") from None
-    except (SyntaxError, ValueError) as err:  # ValueError: not UTF-8, NUL bytes
-        raise error(f"{shown or path} is not Python source: {err}") from None
 
 
 def own_nodes(nodes: Iterable[ast.AST], lambdas: bool = True) -> Iterator[ast.AST]:
@@ -430,7 +413,7 @@ def _text(node: ast.expr | None) -> str:
 def _dataclass_fields(root: Path, path: Path) -> list[ServerArgsField]:
     """0.5.9: the dataclass's annotated fields; help and flag from ``add_cli_args``'s ``add_argument`` calls."""
     rel = path.relative_to(root / "sglang").as_posix()
-    module = parse_source(path, shown=rel)
+    module = parse_source(path, SourceLayoutError, rel)
     cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
     if cls is None:
         raise SourceLayoutError(f"{path} defines no ServerArgs class")
@@ -457,7 +440,7 @@ def _namespace_fields(root: Path, directory: Path) -> list[ServerArgsField]:
     found = []
     for path in sorted(directory.glob("*.py")):
         rel = path.relative_to(root / "sglang").as_posix()
-        for cls in (n for n in parse_source(path, shown=rel).body if isinstance(n, ast.ClassDef)):
+        for cls in (n for n in parse_source(path, SourceLayoutError, rel).body if isinstance(n, ast.ClassDef)):
             ns = next((ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)
                        and ast.unparse(s.targets[0]) == "_NS_PATH"), None)  # fmt: skip
             if ns is not None:

@@ -26,14 +26,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .sglang_source import SGLangNotFound, SGLangTree, namespace_classes
+from .sglang_source import SGLangNotFound, SGLangTree, namespace_classes, parse_source
 from .source_index import (
     ParsedModule,
     SourceIndex,
     Target,
     module_dotted,
     own_nodes,
-    parse_source,
     server_args_field_names,
 )
 
@@ -504,7 +503,7 @@ def worker_assertion(tree: SGLangTree, message: str, rel: str = "srt/speculative
     path = tree.package / rel
     if not path.is_file():
         return None
-    for node in ast.walk(parse_source(path, SGLangNotFound)):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Assert) and node.msg is not None and message in _message(node.msg):
             return f"{rel}:{node.lineno}"
     return None
