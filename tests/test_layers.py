@@ -5,8 +5,8 @@
     source/       reads SGLang's source without importing it
     host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
-    models/       pinned weights: lock, fetch, verify (and the hub)
-    judging/      probe, draft checks, preflight: judge a setup from what source/ read
+    models/       a model's files: pinned weights (lock, fetch, verify, the hub), a config.json and safetensors headers
+    judging/      probe, draft checks, preflight: judge a setup from what source/ and models/ read
     bench/        the benchmark, the A/B gate, the sweep
     cli support   what the command modules share: cli_common, options (the settings define their defaults)
     commands      the click commands: commands/ (one module per command group), cli (the top-level group that
@@ -42,8 +42,8 @@ BELOW = {
     "host": {"base"},
     "serving": {"base"},
     "models": {"base", "serving"},  # serving.credentials: the systemd credential of the hub token
-    "judging": {"base", "source", "host", "serving"},
-    "bench": {"base", "source", "host", "serving", "judging"},
+    "judging": {"base", "source", "host", "serving", "models"},  # models.draft_inputs: the model's config.json
+    "bench": {"base", "source", "host", "serving", "models", "judging"},
     "cli support": {"base", "serving"},
     "commands": {"base", "source", "host", "serving", "models", "judging", "bench", "cli support"},
 }

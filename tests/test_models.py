@@ -889,7 +889,7 @@ def test_progress_on_a_terminal_is_a_bar(hub, env, tmp_path):
 LOCATE = """
 import json, sys
 from huggingface_hub import __version__, scan_cache_dir
-from sglang_eagle3.source.draft_inputs import DraftInputError, locate
+from sglang_eagle3.models.draft_inputs import DraftInputError, locate
 out = {"version": __version__, "cached": sorted(r.repo_id for r in scan_cache_dir(sys.argv[1]).repos)}
 for given in sys.argv[2:]:
     try:
@@ -903,7 +903,7 @@ print(json.dumps(out))
 
 @both_hubs
 def test_the_draft_checks_find_hub_ids_in_the_local_cache(tmp_path, client):
-    """The probe's and preflight's hub ids (source/draft_inputs.py `locate`, through the client's
+    """The probe's and preflight's hub ids (models/draft_inputs.py `locate`, through the client's
     snapshot_download with local_files_only) under each stack's hub; the full checks are in
     tests/test_draft_check.py."""
     cache = tmp_path / "hub"

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
+from sglang_eagle3.source.source_index import name_resolution_code
 
 SCRIPT = REPO / "nix" / "scripts" / "audit-runtime-lookups.py"
 SHARED_ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
@@ -71,7 +72,7 @@ def scanned(path: Path) -> dict:
     """audit.scan of a wheel, kept in the test cache under the wheel's name (download checked its
     sha256 against the lock) and the scanner's text: scanning both closures takes minutes of CPU,
     and the result depends on nothing else."""
-    key = hashlib.sha256(path.name.encode() + SCRIPT.read_bytes()).hexdigest()[:24]
+    key = hashlib.sha256(path.name.encode() + SCRIPT.read_bytes() + name_resolution_code()).hexdigest()[:24]
     kept = CACHE / "runtime-lookup-scans" / f"{path.stem}-{key}.json"
     if kept.is_file():
         return json.loads(kept.read_text())

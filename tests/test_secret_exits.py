@@ -37,6 +37,7 @@ from conftest import REPO, STAND_INS
 from sglang_eagle3.serving import credentials
 from sglang_eagle3.source import patchset
 from sglang_eagle3.source import secret_exits as se
+from sglang_eagle3.source.source_index import server_args_fields
 
 DRIVER = Path(__file__).parent / "support" / "drivers" / "secret_exits_driver.py"
 ENV = {"PYTHONPATH": str(REPO / "python" / "src")}
@@ -76,7 +77,7 @@ def proofs(entry: dict) -> list[str]:
 
 def test_the_secret_fields_are_the_rules_matches(stack):
     version, data, pristine, _ = stack
-    fields = se.server_args_fields(pristine)
+    fields = server_args_fields(pristine)
     looking = se.secret_looking(fields)
     assert set(looking) == set(data.secret_fields) | set(data.not_secret), "the data and the source disagree"
     assert not set(data.secret_fields) & set(data.not_secret)
@@ -110,7 +111,7 @@ def test_a_new_secret_looking_field_is_reported(pristine_tree, tmp_path):
     (tree / "sglang" / "srt" / "server_args.py").write_text(
         source.replace(field, field + "    hf_token: Optional[str] = None\n    s3_credentials: Optional[str] = None\n")
     )
-    looking = se.secret_looking(se.server_args_fields(tree))
+    looking = se.secret_looking(server_args_fields(tree))
     data = audit("0.5.9")
     assert sorted(n for n in looking if n not in data.secret_fields and n not in data.not_secret) == [
         "hf_token", "s3_credentials"]  # fmt: skip
@@ -215,7 +216,7 @@ def test_each_closing_patch_changes_the_definition_that_closes_the_exit(stack):
 
 def test_every_secret_flag_comes_from_a_file_or_is_refused(stack):
     version, data, pristine, _ = stack
-    fields = {f.name: f for f in se.server_args_fields(pristine)}
+    fields = {f.name: f for f in server_args_fields(pristine)}
     for name in data.secret_fields:
         flag = fields[name].flag
         if flag is None:  # watermark_key, _b: resolved from --watermark-config, no flag of their own
@@ -239,7 +240,7 @@ def test_every_secret_flag_comes_from_a_file_or_is_refused(stack):
 def test_the_launchers_secret_lists_are_the_audits(pristine_tree, newest_tree):
     union = set(audit("0.5.9").secret_fields) | set(audit("0.5.23").secret_fields)
     assert credentials.SERVER_SECRET_FIELDS == union  # what bench drops from a recorded /server_info
-    flags = {f.flag for tree in (pristine_tree, newest_tree) for f in se.server_args_fields(tree)}
+    flags = {f.flag for tree in (pristine_tree, newest_tree) for f in server_args_fields(tree)}
     assert credentials.PUBLIC_PREFIX_FLAGS <= flags  # each is a real flag of a stack
 
 
@@ -414,7 +415,7 @@ def test_the_scan_finds_each_kind_of_exit(tmp_path):
     srt.mkdir(parents=True)
     (srt / "server_args.py").write_text(textwrap.dedent(SMALL_SERVER_ARGS))
     (srt / "exits.py").write_text(textwrap.dedent(SMALL_EXITS))
-    looking = se.secret_looking(se.server_args_fields(tmp_path))
+    looking = se.secret_looking(server_args_fields(tmp_path))
     assert looking == {"hf_token": "its name has the word 'token'", "signing": "its help says 'private key'"}
     found = {(e.function, e.kind) for e in se.scan_exits(tmp_path, looking) if e.file == "srt/exits.py"}
     assert found == {("log_it", "log"), ("show", "text"), ("info", "dict"), ("caller", "dict"), ("dump", "bytes"),

@@ -49,7 +49,8 @@ environment sets something names that entry (its "relies"), and the entry must e
 A stack (nix/pins.json "stacks") names its uv.lock and the directory of its policy and data
 (0.5.9, the default: python/uv.lock and nix/; 0.5.23: nix/stacks/sglang-0.5.23/).
 
-Needs: packaging and pyelftools (in the test environment); network access to PyPI.
+Needs: packaging and pyelftools (in the test environment), the repository's sglang_eagle3 package (its
+source_index resolves names through imports, as the start-up gate audit does); network access to PyPI.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from __future__ import annotations
 import argparse
 import ast
 import fnmatch
+import functools
 import importlib.util
 import io
 import json
@@ -75,6 +77,9 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "src"))
+from sglang_eagle3.source.source_index import import_aliases, resolved_name  # noqa: E402 - the repository's, found above
+
 ENV = REPO / "nix" / "runtime-env.json"
 SECTIONS = ("programs", "libraries", "environment", "paths", "caches")
 
@@ -111,45 +116,16 @@ CYTHON_SOURCES = (".pyx", ".pxi", ".pxd")
 EXTENSION = re.compile(r"\.(cpython-\d+[\w-]*|abi3)\.so$")
 
 
-def dotted(node: ast.AST) -> str | None:
-    """ctypes.util.find_library for that call's function; None for anything not a plain name chain."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
-
-
-def aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> what it was imported as: {"sp": "subprocess", "CDLL": "ctypes.CDLL"}."""
-    names = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update({a.asname or a.name: a.name for a in node.names})
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                if a.name == "*":  # from ctypes import * (pynvml): the lookup functions by their bare names
-                    known = PROGRAM_CALLS | LIBRARY_CALLS
-                    names.update({n.rsplit(".", 1)[1]: n for n in known if n.rsplit(".", 1)[0] == node.module})
-                else:
-                    names[a.asname or a.name] = f"{node.module}.{a.name}"
-    return names
+def star_names(module: str) -> dict[str, str]:
+    """What ``from MODULE import *`` binds that this audit looks for (pynvml's ``from ctypes import *``): the lookup
+    functions by their bare names."""
+    known = PROGRAM_CALLS | LIBRARY_CALLS
+    return {n.rsplit(".", 1)[1]: n for n in known if n.rsplit(".", 1)[0] == module}
 
 
 def resolver(imported: dict[str, str]):
     """resolve(node) -> the dotted name it refers to, through the module's imports."""
-
-    def resolve(node):
-        name = dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        head = imported.get(head, head)
-        return f"{head}.{rest}" if rest else head
-
-    return resolve
+    return functools.partial(resolved_name, aliases=imported)
 
 
 def literal_or_dynamic(node: ast.AST | None, first_word: bool) -> str:
@@ -269,7 +245,7 @@ def module_scopes(tree: ast.Module) -> tuple[list[list[tuple[ast.AST, ast.AST]]]
                 stack.append((value, node, scope))
             elif isinstance(value, list):
                 stack.extend((item, node, scope) for item in value if isinstance(item, ast.AST))
-    return scopes, aliases(ast.Module(body=imports, type_ignores=[]))
+    return scopes, import_aliases(imports, star=star_names)
 
 
 def fixed_paths(text: str) -> list[str]:
@@ -341,7 +317,7 @@ def lookups_in_cython(source: str, filename: str) -> Iterator[tuple[str, str, in
 
 
 def cython_aliases(tokens: list) -> dict[str, str]:
-    """import, cimport, from ... import and from ... cimport, each with its "as", as aliases() reads Python's."""
+    """import, cimport, from ... import and from ... cimport, each with its "as", as import_aliases() reads Python's."""
     names = {}
     for line in logical_lines(tokens):
         words = [t.string for t in line if t.type in (tokenize.NAME, tokenize.OP) and t.string not in "()"]

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
-from sglang_eagle3.source import startup_gates  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source import source_index, startup_gates  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
 DATA, POLICY = "startup-gates.json", "startup-gate-policy.json"
@@ -102,7 +102,8 @@ def composed(stack: str, closure: dict[str, dict], modules: dict[str, str]) -> s
 def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str]]:
     """(the gates of a wheel as records, its top-level modules), kept in the cache under the wheel's name and
     the scanner's hash: reading torch takes a minute."""
-    digest = hashlib.sha256(SCANNER.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SCANNER.read_bytes() + source_index.name_resolution_code() + Path(__file__).read_bytes())
+    digest = digest.hexdigest()[:16]
     kept = cache / "startup-gates" / digest / f"{wheel.name}.json"
     if kept.is_file():
         record = json.loads(kept.read_text())

@@ -16,8 +16,8 @@ from ..errors import CheckFailed, Interrupted, shown
 from ..exit_status import ExitStatus, for_signal
 from ..judging import draft_settings, preflight
 from ..judging.findings import Status
+from ..models import draft_inputs
 from ..serving import credentials, settings
-from ..source import draft_inputs
 from . import preflight_step
 
 

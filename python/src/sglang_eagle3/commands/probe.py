@@ -13,8 +13,9 @@ from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..host import gpus
 from ..judging import draft_check, probe
+from ..models import draft_inputs
 from ..serving import settings
-from ..source import allreduce_gates, draft_inputs, sglang_release
+from ..source import allreduce_gates, sglang_release
 from ..source.source_index import SourceLayoutError
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..errors import shown
+from ..models import draft_inputs
+from ..models.draft_inputs import DraftInputError, Fields
 from ..serving import settings
-from ..source import draft_inputs, eagle3_source, patchset
-from ..source.draft_inputs import DraftInputError, Fields
+from ..source import eagle3_source, patchset
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
 from . import findings

@@ -12,8 +12,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..models import draft_inputs
 from ..serving.settings import ServerSettings
-from ..source import attention_backends, draft_inheritance, draft_inputs, eagle3_source, sglang_release, sglang_source
+from ..source import attention_backends, draft_inheritance, eagle3_source, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_check, findings
 from .findings import Finding, Report, Status

@@ -24,10 +24,11 @@ from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
+from ..models import draft_inputs
 from ..serving import credentials, launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source import draft_inputs, sglang_release, sglang_source
+from ..source import sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status

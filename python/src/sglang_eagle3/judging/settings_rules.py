@@ -24,7 +24,7 @@ from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
-from ..source import allreduce_gates, environ_values, sglang_source, validation_sites
+from ..source import allreduce_gates, environ_values, sglang_source, source_index, validation_sites
 from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
 
@@ -316,7 +316,7 @@ def _fusion_turned_off(tree: SGLangTree, given: list[Given]) -> bool:
         if site.kind == "set" and site.key.endswith(f"::set {FUSION_BACKEND}") and site.text.endswith("None}"):
             located = validation_sites.locate(tree, site.where)
             fields = {n.attr for t in (located.tests if located else []) for n in ast.walk(t)
-                      if isinstance(n, ast.Attribute)} & validation_sites.server_args_fields(tree)  # fmt: skip
+                      if isinstance(n, ast.Attribute)} & source_index.server_args_field_names(tree)  # fmt: skip
             switches = [given_value(given, f) for f in fields - {FUSION_BACKEND}]
             if switches and all(g is not None and g.value is None for g in switches):
                 return True

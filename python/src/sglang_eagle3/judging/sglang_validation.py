@@ -21,9 +21,10 @@ import sys
 
 from ..errors import shown
 from ..host.gpus import Gpu
+from ..models import draft_inputs
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source import draft_inputs, sglang_source, validation_sites
+from ..source import sglang_source, validation_sites
 from ..source.sglang_source import SGLangTree
 from .findings import Report, Status
 from .settings_rules import Given, given_flags, tree_sites

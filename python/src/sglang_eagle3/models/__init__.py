@@ -1,4 +1,4 @@
-"""Model weights pinned by commit and per-file hash: lock, fetch, verify.
+"""A model's files: weights pinned by commit and per-file hash (lock, fetch, verify), and what the checks read of them.
 
 - ``lockfile``: the lock format (one JSON file per model: repo, commit, every file with
   its size, sha256 and git blob id) and its validation.
@@ -11,6 +11,9 @@
 - ``fetch``: a directory made to match a lock: resumable, parallel, each file verified
   before it is put in place.
 - ``progress``: a progress bar on a terminal, periodic lines in logs.
+- ``draft_inputs``: a model directory (local, or a hub id in the local cache) and its config.json and
+  safetensors headers, read without torch or the network: what the probe and preflight judge a draft and its
+  target by.
 - ``cli``: the ``sglang-eagle3 models`` commands.
 """
 

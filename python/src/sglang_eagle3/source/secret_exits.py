@@ -50,6 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
+from . import source_index
+from .sglang_source import parse_source
+from .source_index import ServerArgsField, SourceLayoutError, own_nodes, server_args_fields
 
 DATA_FILE = "secret-exits.json"
 
@@ -60,24 +63,15 @@ SECRET_HELP = re.compile(r"\b(?:password|passphrase|secrets?|credentials?|privat
 TEXT_TYPES = frozenset({"str", "Any", "dict", "Dict", "object"})
 
 
-@dataclass(frozen=True)
-class ServerArgsField:
-    name: str
-    where: str  # srt/server_args.py:404
-    annotation: str
-    help: str
-    flag: str | None  # "--api-key" when SGLang's parser takes it, else None
-    namespace: str | None = None  # 0.5.23: "serving", "exec.features"
-
-    def looks_secret(self) -> str | None:
-        """Why the rule calls this field secret-looking, or None."""
-        if not _takes_text(self.annotation):
-            return None
-        words = sorted(set(self.name.split("_")) & SECRET_WORDS)
-        if words:
-            return f"its name has the word {words[0]!r}"
-        found = SECRET_HELP.search(self.help)
-        return f"its help says {found.group(0)!r}" if found else None
+def looks_secret(field: ServerArgsField) -> str | None:
+    """Why the rule calls this field secret-looking, or None."""
+    if not _takes_text(field.annotation):
+        return None
+    words = sorted(set(field.name.split("_")) & SECRET_WORDS)
+    if words:
+        return f"its name has the word {words[0]!r}"
+    found = SECRET_HELP.search(field.help)
+    return f"its help says {found.group(0)!r}" if found else None
 
 
 def _takes_text(annotation: str) -> bool:
@@ -97,91 +91,17 @@ class SecretAuditError(BadInput):
     """The tree does not have the layout this audit reads, or the data file is unusable."""
 
 
-def _parse(path: Path) -> ast.Module:
+def _fields(root: Path) -> list[ServerArgsField]:
+    """source_index.server_args_fields, its layout errors said as this audit's (patch check catches those)."""
     try:
-        return ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError) as err:
-        raise SecretAuditError(f"cannot read {path} as Python: {err}") from None
-
-
-def _text(node: ast.expr | None) -> str:
-    if node is None:
-        return ""
-    try:
-        value = ast.literal_eval(node)
-    except ValueError:
-        return ast.unparse(node)  # an f-string help: its source, which holds its words
-    return value if isinstance(value, str) else ""
-
-
-def server_args_fields(root: Path) -> list[ServerArgsField]:
-    """Every field of the tree's ServerArgs (``root`` holds ``sglang/``), with its help text and flag."""
-    srt = root / "sglang" / "srt"
-    if (srt / "arg_groups" / "fields").is_dir():
-        return _namespace_fields(root, srt / "arg_groups" / "fields")
-    if (srt / "server_args.py").is_file():
-        return _dataclass_fields(root, srt / "server_args.py")
-    raise SecretAuditError(f"{srt} has neither server_args.py nor arg_groups/fields/: is this an SGLang tree?")
-
-
-def _dataclass_fields(root: Path, path: Path) -> list[ServerArgsField]:
-    """0.5.9: the dataclass's annotated fields; help and flag from ``add_cli_args``'s ``add_argument`` calls."""
-    module = _parse(path)
-    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
-    if cls is None:
-        raise SecretAuditError(f"{path} defines no ServerArgs class")
-    helps: dict[str, tuple[str, str]] = {}
-    for call in ast.walk(cls):
-        if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("add_argument"):
-            flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            keywords = {k.arg: k.value for k in call.keywords}
-            dest = keywords.get("dest")
-            name = dest.value if isinstance(dest, ast.Constant) else (flags[0][2:].replace("-", "_") if flags else "")
-            if name and name not in helps:
-                helps[name] = (_text(keywords.get("help")), flags[0] if flags else "")
-    rel = path.relative_to(root / "sglang").as_posix()
-    return [
-        ServerArgsField(
-            n.target.id, f"{rel}:{n.lineno}", ast.unparse(n.annotation), *helps.get(n.target.id, ("", None))
-        )  # fmt: skip
-        for n in cls.body
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-    ]
-
-
-def _namespace_fields(root: Path, directory: Path) -> list[ServerArgsField]:
-    """0.5.23: the ``A[type, help]`` / ``A[type, Arg(help=..., no_cli=...)]`` fields of classes with ``_NS_PATH``."""
-    found = []
-    for path in sorted(directory.glob("*.py")):
-        rel = path.relative_to(root / "sglang").as_posix()
-        for cls in (n for n in _parse(path).body if isinstance(n, ast.ClassDef)):
-            ns = next((ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)
-                       and ast.unparse(s.targets[0]) == "_NS_PATH"), None)  # fmt: skip
-            if ns is None:
-                continue
-            for stmt in cls.body:
-                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-                    continue
-                annotation, help_node, flag = stmt.annotation, None, "--" + stmt.target.id.replace("_", "-")
-                if isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple):
-                    annotation, help_node = annotation.slice.elts[0], annotation.slice.elts[1]
-                    if isinstance(help_node, ast.Call):  # Arg(help=..., no_cli=True, cli_name=...)
-                        keywords = {k.arg: k.value for k in help_node.keywords}
-                        help_node = keywords.get("help")
-                        if _text(keywords.get("cli_name")):
-                            flag = "--" + _text(keywords["cli_name"]).lstrip("-")
-                        if isinstance(keywords.get("no_cli"), ast.Constant) and keywords["no_cli"].value is True:
-                            flag = None
-                found.append(ServerArgsField(stmt.target.id, f"{rel}:{stmt.lineno}", ast.unparse(annotation),
-                                             _text(help_node), flag, ns))  # fmt: skip
-    if not found:
-        raise SecretAuditError(f"{directory} declares no namespace fields (classes with _NS_PATH)")
-    return found
+        return server_args_fields(root)
+    except SourceLayoutError as err:
+        raise SecretAuditError(str(err)) from None
 
 
 def secret_looking(fields: Iterable[ServerArgsField]) -> dict[str, str]:
     """Field name -> why the rule calls it secret-looking."""
-    return {f.name: why for f in fields if (why := f.looks_secret())}
+    return {f.name: why for f in fields if (why := looks_secret(f))}
 
 
 # -- exits ---------------------------------------------------------------------------------------
@@ -265,28 +185,14 @@ class _Function:
     idents: set[str] | None = None  # every name and attribute it mentions, once asked for
 
 
-def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
-    """Every node of ``body`` in source order, not descending into nested functions or classes."""
-    out: list[ast.AST] = []
-    stack = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            stack.extend(reversed(node.decorator_list))  # decorators run in the enclosing scope
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-    return out
-
-
 def _functions(rel: str, module: ast.Module) -> Iterator[_Function]:
     def visit(node, qual: str, server_args_class: bool, method: bool):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = node.args
             params = [p.arg for p in (*a.posonlyargs, *a.args)] + [p.arg for p in a.kwonlyargs]
-            yield _Function(rel, qual, node.name, params, _own_nodes(node.body), server_args_class, method)
+            yield _Function(rel, qual, node.name, params, list(own_nodes(node.body)), server_args_class, method)
         else:
-            yield _Function(rel, qual or "<module>", None, [], _own_nodes(node.body), False, False)
+            yield _Function(rel, qual or "<module>", None, [], list(own_nodes(node.body)), False, False)
         for child in _direct_definitions(node):
             name = f"{qual}.{child.name}" if qual else child.name
             if isinstance(child, ast.ClassDef):
@@ -442,7 +348,7 @@ class _Scan:
         if not self.package.is_dir():
             raise SecretAuditError(f"{root} has no sglang/ package")
         self.secrets = secrets
-        fields = server_args_fields(root)
+        fields = _fields(root)
         namespaces = {f.namespace for f in fields if f.name in secrets and f.namespace}
         self.bag_getters = {f"get_{ns.split('.')[0]}" for ns in namespaces}
         self.sub_bags = {part for ns in namespaces for part in ns.split(".")[1:]}
@@ -466,11 +372,7 @@ class _Scan:
             return
         self.parsed.add(path)
         rel = path.relative_to(self.package).as_posix()
-        try:
-            module = ast.parse(self.texts[path], filename=str(path))
-        except (SyntaxError, ValueError) as err:
-            raise SecretAuditError(f"cannot parse {path}: {err}") from None
-        for function in _functions(rel, module):
+        for function in _functions(rel, parse_source(path, SecretAuditError)):
             self.functions.append(function)
             if function.name:
                 self.by_name[function.name].append(function)
@@ -571,11 +473,11 @@ def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
     """Every exit of the SGLang tree at ``root`` (holding ``sglang/``), for the given secret field names.
 
     A scan of 0.5.23 takes most of a minute; its result is kept in $XDG_CACHE_HOME/sglang-eagle3/secret-exits,
-    under a hash of every source file, the secret names and this module (a cache only: when it cannot be
-    read or written, the scan runs).
+    under a hash of every source file, the secret names and the modules that read them (this one and
+    source_index; a cache only: when it cannot be read or written, the scan runs).
     """
     scan = _Scan(root, set(secrets))
-    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest = hashlib.sha256(Path(__file__).read_bytes() + Path(source_index.__file__).read_bytes())
     digest.update(json.dumps(sorted(scan.secrets)).encode())
     for path, text in scan.texts.items():
         digest.update(path.relative_to(scan.package).as_posix().encode() + b"\0" + text + b"\0")
@@ -650,7 +552,7 @@ class TreeReport:
 
 def audit_tree(root: Path, audit: SecretAudit) -> TreeReport:
     """Scan the tree at ``root`` and set it against ``audit``: new secret-looking fields, exits with no disposition."""
-    looking = secret_looking(server_args_fields(root))
+    looking = secret_looking(_fields(root))
     secrets = sorted(n for n in looking if n not in audit.not_secret)
     exits = scan_exits(root, secrets)
     known = {**audit.exits, **audit.patched_exits}

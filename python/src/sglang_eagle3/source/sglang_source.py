@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,11 +97,18 @@ def locate(target: str | Path | None = None) -> SGLangTree:
 Flags = dict[str, tuple[frozenset[str], bool]]
 
 
-def parse_source(source: Path) -> ast.Module:
+def parse_source(path: Path, error: type[BadInput] = SGLangNotFound, shown: str | None = None) -> ast.Module:
+    """``path`` parsed: the one parser of the tree's files (source_index and every audit read through it).
+    ``error`` (the one its callers catch) names the file (as ``shown``) when it cannot be read or is not Python.
+    SyntaxWarnings (invalid escapes in the tree's strings) are the tree's own, not ours to print."""
     try:
-        return ast.parse(source.read_bytes(), filename=str(source))
-    except (OSError, SyntaxError, ValueError) as err:
-        raise SGLangNotFound(f"cannot read SGLang's flags from {source}: {err}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.parse(path.read_bytes(), filename=str(path))
+    except OSError as err:
+        raise error(f"cannot read {shown or path}: {err.strerror or err}") from None
+    except (SyntaxError, ValueError) as err:  # ValueError: not UTF-8, NUL bytes
+        raise error(f"{shown or path} is not Python source: {err}") from None
 
 
 def server_flags(tree: SGLangTree) -> Flags:

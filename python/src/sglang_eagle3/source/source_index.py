@@ -1,22 +1,35 @@
-"""Read SGLang's Python source as syntax trees: modules, classes, and `if` conditions.
+"""Read SGLang's Python source as syntax trees: the one parser and call resolver every reader of it uses.
 
 The probe answers questions about an SGLang install ("which methods does the
 EAGLE-3 path call on the target model?", "does this class provide them?") by
 reading its source, so it needs no GPU, no torch import and no weights, and it
-stays right when SGLang's code moves.
+stays right when SGLang's code moves. The audits read it the same way: the
+validation sites (validation_sites.py), the secret exits (secret_exits.py), the
+start-up gates of any wheel (startup_gates.py) and the run-time lookups
+(nix/scripts/audit-runtime-lookups.py). What they share lives here, once:
+
+- parse_source (sglang_source's, which reads the tree's flags with it): a file parsed, with
+  the error its caller names (and no warnings about the tree's own invalid escapes);
+- own_nodes: the code of one scope, without the functions and classes nested in it;
+- dotted_name, import_aliases, resolved_name: what a name means through a module's imports;
+- SourceIndex: a tree's modules parsed once each, their functions and classes, and the
+  function(s) a call calls, where that can be told statically;
+- server_args_fields: every ServerArgs field with its help and flag, in both layouts.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import inspect
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from ..errors import BadInput
-from .sglang_source import SGLangTree
+from .sglang_source import SGLangTree, parse_source
 
 
 class SourceLayoutError(BadInput, ValueError):
@@ -28,6 +41,79 @@ def expect(value, what: str):
     if value is None:
         raise SourceLayoutError(f"no {what}")
     return value
+
+
+def own_nodes(nodes: Iterable[ast.AST], lambdas: bool = True) -> Iterator[ast.AST]:
+    """Every node under ``nodes`` in source order that runs in their scope: the functions and classes defined there
+    and their decorators, not their bodies; ``lambdas=False`` leaves out what a lambda runs only when called."""
+    stack = list(reversed(list(nodes)))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stack.extend(reversed(node.decorator_list))
+        elif lambdas or not isinstance(node, ast.Lambda):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def dotted_name(node: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name; None for anything else (a call, a subscript)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def import_aliases(
+    nodes: Iterable[ast.AST], package: str | None = None, star: Callable[[str], dict[str, str]] | None = None
+) -> dict[str, str]:
+    """Local name -> the dotted name it was imported as, for the imports among ``nodes`` (``ast.walk`` of a module,
+    or own_nodes of one scope): ``{"sp": "subprocess", "CDLL": "ctypes.CDLL"}``. ``package``: the module's package,
+    against which relative imports resolve; ``star``: the names ``from MODULE import *`` binds, where the reader
+    knows them (else it binds none)."""
+    names: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:  # import a.b binds a; import a.b as c binds c to a.b
+                names[a.asname or a.name.partition(".")[0]] = a.name if a.asname else a.name.partition(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level and package is not None:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            for a in node.names:
+                if a.name != "*":
+                    names[a.asname or a.name] = f"{module}.{a.name}"
+                elif star is not None:
+                    names.update(star(module))
+    return names
+
+
+def resolved_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The dotted name ``node`` refers to through a module's import aliases: ``sp.run`` -> ``subprocess.run``."""
+    name = dotted_name(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    head = aliases.get(head, head)
+    return f"{head}.{rest}" if rest else head
+
+
+def name_resolution_code() -> bytes:
+    """The source of dotted_name, import_aliases and resolved_name: what the start-up gate and run-time lookup scans
+    of the wheels (minutes each) depend on of this module, and so key their caches by; the rest of it may change
+    without a re-scan."""
+    return "".join(inspect.getsource(f) for f in (dotted_name, import_aliases, resolved_name)).encode()
+
+
+def module_dotted(tree: SGLangTree, path: Path) -> str:
+    """srt/utils/common.py of the tree -> ``sglang.srt.utils.common`` (a package's __init__.py -> the package)."""
+    parts = list(path.relative_to(tree.root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @dataclass(frozen=True)
@@ -72,22 +158,140 @@ def own_expressions(stmt: ast.stmt):
                 yield from (n for n in ast.walk(item) if isinstance(n, ast.expr))
 
 
-class SourceIndex:
-    """Parsed modules of one SGLang tree, parsed lazily and cached."""
+@dataclass
+class ParsedModule:
+    """One module of the tree with what calls are resolved against: its functions, classes and imports."""
 
-    def __init__(self, tree: SGLangTree):
+    rel: str  # srt/server_args.py
+    dotted: str  # sglang.srt.server_args
+    tree: ast.Module
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)  # qualname -> def
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)  # module-level classes
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted sglang name (module level)
+
+    def __post_init__(self):
+        self._index(self.tree, "")
+        self.imports = self.imports_in(self.tree)
+
+    def _index(self, node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                self.functions[prefix + child.name] = child
+                self._index(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                if not prefix:
+                    self.classes[child.name] = child
+                self._index(child, f"{prefix}{child.name}.")
+
+    def imports_in(self, scope: ast.AST) -> dict[str, str]:
+        """Local name -> dotted sglang name, for the imports in ``scope``'s own code (a function imports lazily)."""
+        package = self.dotted if self.rel.endswith("__init__.py") else self.dotted.rpartition(".")[0]
+        # The first import of a name wins: a fallback in ``except ImportError`` runs only when the first fails.
+        nodes = reversed(list(own_nodes(ast.iter_child_nodes(scope), lambdas=False)))
+        found = import_aliases(nodes, package)
+        return {k: v for k, v in found.items() if v.startswith("sglang") and k != v}  # not a bare `import sglang.x`
+
+    def class_of(self, qualname: str) -> str | None:
+        """The module-level class a function is a method of (``ServerArgs`` of ``ServerArgs.check``), or None."""
+        owner = qualname.split(".")[0]
+        return owner if owner in self.classes else None
+
+
+Target = tuple[ParsedModule, str]  # a function: its module and qualified name
+
+
+class SourceIndex:
+    """Parsed modules of one SGLang tree, parsed lazily and cached; and the calls between their functions."""
+
+    def __init__(self, tree: SGLangTree, error: type[BadInput] = SourceLayoutError):
         self.tree = tree
+        self.error = error  # what a file that cannot be parsed raises: the error the caller's callers catch
         self._modules: dict[Path, ast.Module] = {}
+        self._parsed: dict[str, ParsedModule | None] = {}
 
     def module(self, path: Path) -> ast.Module:
         if path not in self._modules:
-            try:
-                self._modules[path] = ast.parse(path.read_bytes(), filename=str(path))
-            except OSError as err:
-                raise SourceLayoutError(f"cannot read {self.rel(path)}: {err.strerror}") from None
-            except (SyntaxError, ValueError) as err:  # ValueError: not UTF-8, NUL bytes
-                raise SourceLayoutError(f"{self.rel(path)} is not Python source SGLang 0.5.9 has: {err}") from None
+            self._modules[path] = parse_source(path, self.error, self.rel(path))
         return self._modules[path]
+
+    def parsed(self, dotted: str) -> ParsedModule | None:
+        """``sglang.srt.server_args`` -> its module with its functions indexed (None: not a module of this tree)."""
+        if dotted not in self._parsed:
+            path = self.module_path(dotted)
+            self._parsed[dotted] = None if path is None else ParsedModule(self.rel(path), dotted, self.module(path))
+        return self._parsed[dotted]
+
+    def parsed_modules(self) -> list[ParsedModule]:
+        """The modules parsed so far."""
+        return [m for m in self._parsed.values() if m is not None]
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    def called(self, module: ParsedModule, caller: str, call: ast.AST, local: dict[str, str]) -> list[Target]:
+        """The function(s) a call (or a callable passed by name) in ``caller`` calls, where that can be told
+        statically. ``local``: the imports inside the caller itself."""
+        func = call.func if isinstance(call, ast.Call) else call
+        imports = {**module.imports, **local}
+        if isinstance(func, ast.Name):
+            return self._called_name(module, caller, func.id, imports)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            return self._called_attribute(module, module.class_of(caller), func.value.id, func.attr, imports)
+        return []
+
+    def _called_name(self, module: ParsedModule, caller: str, name: str, imports: dict[str, str]) -> list[Target]:
+        if f"{caller}.{name}" in module.functions:  # a function nested in the caller
+            return [(module, f"{caller}.{name}")]
+        if name in module.functions:
+            return [(module, name)]
+        if name in module.classes:
+            return _listed(_constructor(module, name))
+        return _listed(self._imported(imports.get(name)))
+
+    def _called_attribute(self, module, cls, owner: str, attr: str, imports: dict[str, str]) -> list[Target]:
+        if owner in ("self", "cls") and cls and f"{cls}.{attr}" in module.functions:
+            return [(module, f"{cls}.{attr}")]
+        if owner in module.classes and f"{owner}.{attr}" in module.functions:
+            return [(module, f"{owner}.{attr}")]
+        target = imports.get(owner)
+        if target:
+            found = self.parsed(target)
+            if found is not None and attr in found.functions:  # import sglang.x.y as m; m.f()
+                return [(found, attr)]
+            owner_module = self.parsed(target.rsplit(".", 1)[0]) if "." in target else None
+            cls_name = target.rsplit(".", 1)[-1]  # from sglang.x import Cls; Cls.method()
+            if owner_module is not None and f"{cls_name}.{attr}" in owner_module.functions:
+                return [(owner_module, f"{cls_name}.{attr}")]
+        return self._method_of_known_class(module, imports, attr)
+
+    def _method_of_known_class(self, module: ParsedModule, imports: dict[str, str], method: str) -> list[Target]:
+        """``obj.method()`` on an object of a class this module imports or defines: each of those classes' method of
+        that name (``algo.handle_server_args(...)``, algo a SpeculativeAlgorithm or its CustomSpecAlgo)."""
+        candidates = {(module.rel, f"{c}.{method}"): module for c in module.classes if f"{c}.{method}" in
+                      module.functions}  # fmt: skip
+        for target in set(imports.values()):
+            cls = target.rsplit(".", 1)[-1]
+            if "." not in target or not cls[:1].isupper():  # classes only (CapWords): a module is parsed for each
+                continue
+            owner = self.parsed(target.rsplit(".", 1)[0])
+            if owner is not None and cls in owner.classes and f"{cls}.{method}" in owner.functions:
+                candidates[(owner.rel, f"{cls}.{method}")] = owner
+        return [(owner, name) for (_, name), owner in sorted(candidates.items())]
+
+    def _imported(self, target: str | None) -> Target | None:
+        """The function (or class's constructor) an imported dotted name denotes, through re-exports."""
+        if not target or "." not in target:
+            return None
+        owner, name = target.rsplit(".", 1)
+        found = self.parsed(owner)
+        if found is None:
+            return None
+        if name in found.functions:
+            return found, name
+        if name in found.classes:
+            return _constructor(found, name)
+        if name in found.imports and found.imports[name] != target:  # re-exported (from .x import f in __init__)
+            return self._imported(found.imports[name])
+        return None
 
     def module_path(self, dotted: str) -> Path | None:
         """``sglang.srt.models.llama`` -> its file in this tree (module or package)."""
@@ -153,3 +357,111 @@ class SourceIndex:
             for m in re.findall(r"^class (\w+)\(", path.read_text(errors="replace"), re.MULTILINE)
         }
         return difflib.get_close_matches(name, sorted(names), n=3)
+
+
+def _listed(found: Target | None) -> list[Target]:
+    return [found] if found else []
+
+
+def _constructor(module: ParsedModule, cls: str) -> Target | None:
+    """What calling a class runs of its own: its __post_init__ (a dataclass) or its __init__."""
+    for method in ("__post_init__", "__init__"):
+        if f"{cls}.{method}" in module.functions:
+            return module, f"{cls}.{method}"
+    return None
+
+
+# -- ServerArgs' fields ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerArgsField:
+    name: str
+    where: str  # srt/server_args.py:404
+    annotation: str
+    help: str
+    flag: str | None  # "--api-key" when SGLang's parser takes it, else None
+    namespace: str | None = None  # 0.5.23: "serving", "exec.features"
+
+
+def server_args_fields(root: Path) -> list[ServerArgsField]:
+    """Every field of the tree's ServerArgs (``root`` holds ``sglang/``), with its help text and flag: 0.5.9's
+    dataclass (srt/server_args.py), 0.5.23's namespaces (srt/arg_groups/fields/*.py)."""
+    srt = root / "sglang" / "srt"
+    if (srt / "arg_groups" / "fields").is_dir():
+        return _namespace_fields(root, srt / "arg_groups" / "fields")
+    if (srt / "server_args.py").is_file():
+        return _dataclass_fields(root, srt / "server_args.py")
+    raise SourceLayoutError(f"{srt} has neither server_args.py nor arg_groups/fields/: is this an SGLang tree?")
+
+
+def server_args_field_names(tree: SGLangTree) -> frozenset[str]:
+    """The names of ServerArgs' fields: what ``self.FIELD`` may name in its validation."""
+    return frozenset(f.name for f in server_args_fields(tree.root))
+
+
+def _text(node: ast.expr | None) -> str:
+    if node is None:
+        return ""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)  # an f-string help: its source, which holds its words
+    return value if isinstance(value, str) else ""
+
+
+def _dataclass_fields(root: Path, path: Path) -> list[ServerArgsField]:
+    """0.5.9: the dataclass's annotated fields; help and flag from ``add_cli_args``'s ``add_argument`` calls."""
+    rel = path.relative_to(root / "sglang").as_posix()
+    module = parse_source(path, SourceLayoutError, rel)
+    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
+    if cls is None:
+        raise SourceLayoutError(f"{path} defines no ServerArgs class")
+    helps: dict[str, tuple[str, str]] = {}
+    for call in ast.walk(cls):
+        if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("add_argument"):
+            flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            keywords = {k.arg: k.value for k in call.keywords}
+            dest = keywords.get("dest")
+            name = dest.value if isinstance(dest, ast.Constant) else (flags[0][2:].replace("-", "_") if flags else "")
+            if name and name not in helps:
+                helps[name] = (_text(keywords.get("help")), flags[0] if flags else "")
+    return [
+        ServerArgsField(
+            n.target.id, f"{rel}:{n.lineno}", ast.unparse(n.annotation), *helps.get(n.target.id, ("", None))
+        )  # fmt: skip
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    ]
+
+
+def _namespace_fields(root: Path, directory: Path) -> list[ServerArgsField]:
+    """0.5.23: the ``A[type, help]`` / ``A[type, Arg(help=..., no_cli=...)]`` fields of classes with ``_NS_PATH``."""
+    found = []
+    for path in sorted(directory.glob("*.py")):
+        rel = path.relative_to(root / "sglang").as_posix()
+        for cls in (n for n in parse_source(path, SourceLayoutError, rel).body if isinstance(n, ast.ClassDef)):
+            ns = next((ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)
+                       and ast.unparse(s.targets[0]) == "_NS_PATH"), None)  # fmt: skip
+            if ns is not None:
+                found += [_namespace_field(stmt, rel, ns) for stmt in cls.body
+                          if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]  # fmt: skip
+    if not found:
+        raise SourceLayoutError(f"{directory} declares no namespace fields (classes with _NS_PATH)")
+    return found
+
+
+def _namespace_field(stmt: ast.AnnAssign, rel: str, namespace: str) -> ServerArgsField:
+    """One ``name: A[type, "help" | Arg(help=..., no_cli=True, cli_name=...)]`` field of a namespace class."""
+    annotation, help_node, flag = stmt.annotation, None, "--" + stmt.target.id.replace("_", "-")
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple):
+        annotation, help_node = annotation.slice.elts[0], annotation.slice.elts[1]
+        if isinstance(help_node, ast.Call):
+            keywords = {k.arg: k.value for k in help_node.keywords}
+            help_node = keywords.get("help")
+            if _text(keywords.get("cli_name")):
+                flag = "--" + _text(keywords["cli_name"]).lstrip("-")
+            if isinstance(keywords.get("no_cli"), ast.Constant) and keywords["no_cli"].value is True:
+                flag = None
+    return ServerArgsField(stmt.target.id, f"{rel}:{stmt.lineno}", ast.unparse(annotation), _text(help_node), flag,
+                           namespace)  # fmt: skip

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import packaging.version
 
+from .source_index import import_aliases, resolved_name
+
 # Subjects, by the dotted name the source refers to after its imports are resolved. The value is the kind of
 # quantity: the caller's Values supplies it. "host" kinds are the GPU's, not the stack's.
 ATTRIBUTE_SUBJECTS = {
@@ -326,35 +328,6 @@ def resolve_object(dotted: str):
     return value
 
 
-def dotted_name(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
-
-
-def imports(tree: ast.Module, package: str | None = None) -> dict[str, str]:
-    """Local name -> what it was imported as (relative imports resolved against the module's package)."""
-    names = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                names[a.asname or a.name.partition(".")[0]] = a.name if a.asname else a.name.partition(".")[0]
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level and package is not None:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                module = ".".join([*base, module] if module else base)
-            for a in node.names:
-                if a.name != "*":
-                    names[a.asname or a.name] = f"{module}.{a.name}"
-    return names
-
-
 class ModuleGates:
     """The gates of one module. `exported` maps module-level names assigned from a subject to their
     expression (for other modules of the wheel: `shared`); `helpers` maps each module-level function that
@@ -364,7 +337,8 @@ class ModuleGates:
     def __init__(self, source: str, file: str, module: str):
         self.tree = ast.parse(source)
         self.text, self.file, self.module = source, file, module
-        self.aliases = imports(self.tree, module.rpartition(".")[0] if not file.endswith("__init__.py") else module)
+        package = module.rpartition(".")[0] if not file.endswith("__init__.py") else module
+        self.aliases = import_aliases(ast.walk(self.tree), package)
         self.shared: dict = {}
         self.helpers: dict[str, tuple[Gate, list[str]]] = {}
         self.helpers_here: set[str] = set()  # names of this module's helpers (known after the first pass)
@@ -384,12 +358,7 @@ class ModuleGates:
         }
 
     def resolve(self, node: ast.AST) -> str | None:
-        name = dotted_name(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        head = self.aliases.get(head, head)
-        return f"{head}.{rest}" if rest else head
+        return resolved_name(node, self.aliases)
 
     def subject_of(self, node: ast.AST) -> tuple[str, str | None] | None:
         """(kind, argument) when the node itself reads a subject."""

@@ -23,12 +23,18 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-from .sglang_source import SGLangTree, namespace_classes, parse_source
+from .sglang_source import SGLangNotFound, SGLangTree, namespace_classes, parse_source
+from .source_index import (
+    ParsedModule,
+    SourceIndex,
+    Target,
+    module_dotted,
+    own_nodes,
+    server_args_field_names,
+)
 
 VALIDATION_FILES = ("srt/server_args.py", "srt/arg_groups")
 # Where validation starts (those a tree has): the parse, the resolution, the engine's check before start-up.
@@ -98,211 +104,73 @@ def _message(node: ast.AST | None) -> str:
 def _detail(node: ast.AST, fields: frozenset[str]) -> list[tuple[str, str]]:
     """(kind, detail) of each site a statement or expression is."""
     if isinstance(node, ast.Raise):
-        if node.exc is None:
-            return [("raise", "raise (re-raised)")]
-        exc = node.exc
-        name = ast.unparse(exc.func if isinstance(exc, ast.Call) else exc)
-        text = _message(exc.args[0]) if isinstance(exc, ast.Call) and exc.args else ""
-        return [("raise", _short(f"raise {name}: {text}" if text else f"raise {name}", 100))]
+        return [("raise", _raised(node))]
     if isinstance(node, ast.Assert):
         return [("assert", _short("assert " + ast.unparse(node.test), 100))]
-    found = []
+    return [("set", f"set {name}") for name in _fields_set(node, fields)]
+
+
+def _raised(node: ast.Raise) -> str:
+    """``raise ValueError: its message`` (f-string values as {}), or ``raise (re-raised)``."""
+    if node.exc is None:
+        return "raise (re-raised)"
+    exc = node.exc
+    name = ast.unparse(exc.func if isinstance(exc, ast.Call) else exc)
+    text = _message(exc.args[0]) if isinstance(exc, ast.Call) and exc.args else ""
+    return _short(f"raise {name}: {text}" if text else f"raise {name}", 100)
+
+
+def _fields_set(node: ast.AST, fields: frozenset[str]) -> list[str]:
+    """The ServerArgs fields a node rewrites: 0.5.9's ``self.FIELD = ...`` (or ``server_args.``/``args.``,
+    ``setattr(self, "FIELD", ...)``), 0.5.23's ``declare_resolution(..., FIELD=...)`` and the keys of the dict a
+    post-process pass returns."""
     if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
-            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
-                if (
-                    isinstance(element, ast.Attribute)
-                    and element.attr in fields
-                    and isinstance(element.value, ast.Name)
-                    and element.value.id in ("self", "server_args", "args")
-                ):
-                    found.append(("set", f"set {element.attr}"))
+        return _assigned_fields(node, fields)
     if isinstance(node, ast.Call):
-        name = ast.unparse(node.func)
-        if name.endswith("declare_resolution"):
-            found += [("set", f"set {k.arg}") for k in node.keywords if k.arg in fields]
-        elif name == "setattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
-            if node.args[1].value in fields:
-                found.append(("set", f"set {node.args[1].value}"))
+        return _declared_fields(node, fields)
     if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):  # a post-process pass's decisions
-        found += [
-            ("set", f"set {k.value}")
-            for k in node.value.keys
-            if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields
-        ]
-    return found
+        keys = node.value.keys
+        return [k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields]
+    return []
 
 
-@dataclass
-class _Module:
-    rel: str  # srt/server_args.py
-    tree: ast.Module
-    functions: dict[str, ast.AST] = field(default_factory=dict)  # qualname -> def
-    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
-    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted sglang name (module level)
+def _assigned_fields(node: ast.Assign | ast.AugAssign | ast.AnnAssign, fields: frozenset[str]) -> list[str]:
+    """``self.FIELD = ...``, ``server_args.FIELD += ...``, ``args.a, args.b = ...``."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    elements = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return [e.attr for e in elements if isinstance(e, ast.Attribute) and e.attr in fields
+            and isinstance(e.value, ast.Name) and e.value.id in ("self", "server_args", "args")]  # fmt: skip
 
 
-class _Reader:
-    """The tree's modules, parsed once each, and the call graph between their functions."""
-
-    def __init__(self, tree: SGLangTree):
-        self.tree = tree
-        self.modules: dict[str, _Module | None] = {}
-
-    def module(self, dotted: str) -> _Module | None:
-        """``sglang.srt.server_args`` -> its parsed module (None: not a module of this tree)."""
-        if dotted in self.modules:
-            return self.modules[dotted]
-        parts = dotted.split(".")
-        base = self.tree.root.joinpath(*parts)
-        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
-        found = None
-        if parts[0] == "sglang" and path.is_file():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # invalid escape sequences in the tree are its own
-                found = _Module(self.tree.relative(path), parse_source(path))
-            _index(found, found.tree, "")
-            found.imports = _imports(found.tree, dotted, path.name == "__init__.py")
-        self.modules[dotted] = found
-        return found
-
-    def resolve(self, module: _Module, caller: str, local_imports: dict[str, str], cls: str | None, call: ast.AST):
-        """[(module, qualname)] of the function(s) a call calls, where that can be told statically."""
-        func = call.func if isinstance(call, ast.Call) else call
-        imports = {**module.imports, **local_imports}
-        if isinstance(func, ast.Name):
-            if f"{caller}.{func.id}" in module.functions:  # a function nested in the caller
-                return [(module, f"{caller}.{func.id}")]
-            if func.id in module.functions:
-                return [(module, func.id)]
-            if func.id in module.classes:
-                return _listed(self._class_entry(module, func.id))
-            return _listed(self._imported(imports.get(func.id)))
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            owner, attr = func.value.id, func.attr
-            if owner in ("self", "cls") and cls and f"{cls}.{attr}" in module.functions:
-                return [(module, f"{cls}.{attr}")]
-            if owner in module.classes and f"{owner}.{attr}" in module.functions:
-                return [(module, f"{owner}.{attr}")]
-            target = imports.get(owner)
-            if target:
-                found = self.module(target)
-                if found is not None and attr in found.functions:  # import sglang.x.y as m; m.f()
-                    return [(found, attr)]
-                owner_module = self.module(target.rsplit(".", 1)[0]) if "." in target else None
-                cls_name = target.rsplit(".", 1)[-1]  # from sglang.x import Cls; Cls.method()
-                if owner_module is not None and f"{cls_name}.{attr}" in owner_module.functions:
-                    return [(owner_module, f"{cls_name}.{attr}")]
-            return self._method_of_imported_class(module, imports, attr)
-        return []
-
-    def _method_of_imported_class(self, module: _Module, imports: dict[str, str], method: str):
-        """``obj.method()`` on an object of a class this module imports or defines: each of those classes' method of
-        that name (``algo.handle_server_args(...)``, algo a SpeculativeAlgorithm or its CustomSpecAlgo)."""
-        candidates = {(module.rel, f"{c}.{method}"): module for c in module.classes if f"{c}.{method}" in
-                      module.functions}  # fmt: skip
-        for target in set(imports.values()):
-            cls = target.rsplit(".", 1)[-1]
-            if "." not in target or not cls[:1].isupper():  # classes only (CapWords): a module is parsed for each
-                continue
-            owner = self.module(target.rsplit(".", 1)[0])
-            if owner is not None and cls in owner.classes and f"{cls}.{method}" in owner.functions:
-                candidates[(owner.rel, f"{cls}.{method}")] = owner
-        return [(owner, name) for (_, name), owner in sorted(candidates.items())]
-
-    def _imported(self, target: str | None):
-        if not target or "." not in target:
-            return None
-        owner, name = target.rsplit(".", 1)
-        found = self.module(owner)
-        if found is None:
-            return None
-        if name in found.functions:
-            return found, name
-        if name in found.classes:
-            return self._class_entry(found, name)
-        if name in found.imports and found.imports[name] != target:  # re-exported (from .x import f in __init__)
-            return self._imported(found.imports[name])
-        return None
-
-    @staticmethod
-    def _class_entry(module: _Module, cls: str):
-        for method in ("__post_init__", "__init__"):
-            if f"{cls}.{method}" in module.functions:
-                return module, f"{cls}.{method}"
-        return None
+def _declared_fields(node: ast.Call, fields: frozenset[str]) -> list[str]:
+    """``declare_resolution(..., FIELD=value)`` and ``setattr(obj, "FIELD", value)``."""
+    name = ast.unparse(node.func)
+    if name.endswith("declare_resolution"):
+        return [k.arg for k in node.keywords if k.arg in fields]
+    if name == "setattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+        return [node.args[1].value] if node.args[1].value in fields else []
+    return []
 
 
-def _index(module: _Module, node: ast.AST, prefix: str) -> None:
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-            module.functions[prefix + child.name] = child
-            _index(module, child, f"{prefix}{child.name}.")
-        elif isinstance(child, ast.ClassDef):
-            if not prefix:
-                module.classes[child.name] = child
-            _index(module, child, f"{prefix}{child.name}.")
+def _code(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function or module that run when it does: not the bodies of the functions, classes and
+    lambdas nested in it."""
+    return own_nodes(ast.iter_child_nodes(scope), lambdas=False)
 
 
-def _listed(found) -> list:
-    return [found] if found else []
+def _index(tree: SGLangTree) -> SourceIndex:
+    """A fresh index of the tree; a file it cannot parse raises SGLangNotFound, as the flags' reader does."""
+    return SourceIndex(tree, SGLangNotFound)
 
 
-def _registered(module: _Module, name: str) -> bool:
+def _registered(module: ParsedModule, name: str) -> bool:
     """A function put in a registry by its decorator (``@register_post_process``, ``@_register_for(...)``), whose
     runner the resolution reaches; or an argparse action's ``__call__``, which the parser calls."""
     node = module.functions[name]
     if name.endswith(".__call__") and name.count(".") == 1:
-        bases = [ast.unparse(b) for b in module.classes[name.split(".")[0]].bases] if name.split(".")[0] in \
-            module.classes else []  # fmt: skip
-        return any(b.endswith("Action") for b in bases)
+        cls = module.class_of(name)
+        return cls is not None and any(ast.unparse(b).endswith("Action") for b in module.classes[cls].bases)
     return any("register" in ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list)
-
-
-def _imports(node: ast.AST, dotted: str, package: bool) -> dict[str, str]:
-    """Local name -> dotted sglang name, for the imports directly in ``node``'s body (not in nested functions)."""
-    found = {}
-    for child in _own_nodes(node):
-        if isinstance(child, ast.ImportFrom):
-            base = child.module or ""
-            if child.level:
-                parts = dotted.split(".")[: len(dotted.split(".")) - child.level + (1 if package else 0)]
-                base = ".".join([*parts, base] if base else parts)
-            if base.startswith("sglang"):
-                found.update({a.asname or a.name: f"{base}.{a.name}" for a in child.names if a.name != "*"})
-        elif isinstance(child, ast.Import):
-            found.update({a.asname or a.name: a.name for a in child.names if a.name.startswith("sglang") and a.asname})
-    return found
-
-
-def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function or module, not those of the functions and classes nested in it."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def server_args_fields(tree: SGLangTree) -> frozenset[str]:
-    """The names of ServerArgs' fields: 0.5.9's dataclass annotations, 0.5.23's namespace classes' fields."""
-    module = parse_source(tree.srt / "server_args.py")
-    names = set()
-    for node in module.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            names |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    for _path, cls in namespace_classes(tree, module):
-        names |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    return frozenset(names)
-
-
-def _dotted(tree: SGLangTree, path: Path) -> str:
-    rel = path.relative_to(tree.root).with_suffix("")
-    parts = list(rel.parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def validation_modules(tree: SGLangTree) -> list[str]:
@@ -311,85 +179,87 @@ def validation_modules(tree: SGLangTree) -> list[str]:
     for rel in VALIDATION_FILES:
         path = tree.package / rel
         paths = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
-        found += [_dotted(tree, p) for p in paths]
+        found += [module_dotted(tree, p) for p in paths]
     return found
 
 
-def _reached(tree: SGLangTree) -> tuple[_Reader, set[tuple[str, str]]]:
+def _reached(tree: SGLangTree) -> tuple[SourceIndex, set[tuple[str, str]]]:
     """_call_graph, read once per tree (and again when its server_args.py changes, as tests' copies do)."""
     return _call_graph(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
 
 
 @functools.cache
-def _call_graph(tree: SGLangTree, _stamp: int) -> tuple[_Reader, set[tuple[str, str]]]:
+def _call_graph(tree: SGLangTree, _stamp: int) -> tuple[SourceIndex, set[tuple[str, str]]]:
     """The static call graph from ROOTS: (file, function) of every function a reached one calls, passes on as a
     callback (run_hook(f, ...)), or calls as a method of a class it imports; and every registered one."""
-    reader = _Reader(tree)
-    server_args = reader.module("sglang.srt.server_args")
+    index = _index(tree)
+    server_args = index.parsed("sglang.srt.server_args")
     reached: set[tuple[str, str]] = set()
     todo = [(server_args, name) for name in ROOTS if name in server_args.functions]
     for dotted in validation_modules(tree):  # functions a registry runs: @register_post_process, ...
-        module = reader.module(dotted)
+        module = index.parsed(dotted)
         todo += [(module, name) for name in module.functions if _registered(module, name)]
     while todo:
         module, name = todo.pop()
         if (module.rel, name) in reached:
             continue
         reached.add((module.rel, name))
-        node = module.functions[name]
-        cls = name.split(".")[0] if name.split(".")[0] in module.classes else None
-        local = _local_imports(tree, module, node)
-        for child in _own_nodes(node):
-            if isinstance(child, ast.Call):
-                for candidate in [child, *child.args]:  # callbacks passed by name run too
-                    if candidate is child or isinstance(candidate, ast.Name | ast.Attribute):
-                        found = reader.resolve(module, name, local, cls, candidate)
-                        todo += [f for f in found if (f[0].rel, f[1]) not in reached]
-    return reader, reached
+        todo += [f for f in _callees(index, module, name) if (f[0].rel, f[1]) not in reached]
+    return index, reached
 
 
-def _local_imports(tree: SGLangTree, module: _Module, node: ast.AST) -> dict[str, str]:
-    return _imports(node, _dotted(tree, tree.package / module.rel), module.rel.endswith("__init__.py"))
+def _callees(index: SourceIndex, module: ParsedModule, name: str) -> list[Target]:
+    """What one function calls, and the callables it passes by name (callbacks run too)."""
+    local = module.imports_in(module.functions[name])
+    found = []
+    for child in _code(module.functions[name]):
+        if isinstance(child, ast.Call):
+            for candidate in [child, *child.args]:
+                if candidate is child or isinstance(candidate, ast.Name | ast.Attribute):
+                    found += index.called(module, name, candidate, local)
+    return found
 
 
 def imported_by_validation(tree: SGLangTree) -> list[str]:
     """The tree's modules its validation imports: the validation files and what reached functions import inside
     themselves (SGLang imports lazily; sglang_validation_main imports them all before it answers the GPU facts)."""
-    reader, reached = _reached(tree)
+    index, reached = _reached(tree)
     found = set(validation_modules(tree))
-    by_rel = {m.rel: m for m in reader.modules.values() if m is not None}
+    by_rel = {m.rel: m for m in index.parsed_modules()}
     for rel, name in reached:
         module = by_rel[rel]
-        for target in _local_imports(tree, module, module.functions[name]).values():
-            found.add(target if reader.module(target) is not None else target.rsplit(".", 1)[0])
-    return sorted(m for m in found if reader.module(m) is not None)
+        for target in module.imports_in(module.functions[name]).values():
+            found.add(target if index.parsed(target) is not None else target.rsplit(".", 1)[0])
+    return sorted(m for m in found if index.parsed(m) is not None)
 
 
 def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
     """Every validation site of the tree (see the module docstring), in file and line order. ``helpers=False``:
     those of the validation files only, without the call graph (``reached`` None: not computed), in a fraction of
     the time (preflight's restated rules need no more)."""
-    reader, reached = _reached(tree) if helpers else (_Reader(tree), None)
-    fields = server_args_fields(tree)
-    whole = validation_modules(tree)
-    functions: list[tuple[_Module, str, bool | None]] = []
-    for dotted in whole:
-        module = reader.module(dotted)
-        functions += [(module, name, None if reached is None else (module.rel, name) in reached)
-                      for name in module.functions]  # fmt: skip
-    whole_files = {reader.module(d).rel for d in whole}
-    for rel, name in sorted(reached or ()):
-        if rel not in whole_files:
-            module = next(m for m in reader.modules.values() if m is not None and m.rel == rel)
-            functions.append((module, name, True))
+    index, reached = _reached(tree) if helpers else (_index(tree), None)
+    fields = server_args_field_names(tree)
     found: list[Site] = []
-    for module, name, is_reached in functions:
-        for node in _own_nodes(module.functions[name]):
+    for module, name, is_reached in _functions_read(tree, index, reached):
+        for node in _code(module.functions[name]):
             for kind, detail in _detail(node, fields):
                 found.append(Site(f"{module.rel}::{name}::{detail}", kind, module.rel, node.lineno, name,
                                   _short(ast.unparse(node)), is_reached))  # fmt: skip
-    found += parser_sites(tree, reader)
+    found += parser_sites(tree, index)
     return _numbered(sorted(found, key=lambda s: (s.file, s.line, s.key)))
+
+
+def _functions_read(tree: SGLangTree, index: SourceIndex, reached: set[tuple[str, str]] | None):
+    """(module, function, reached) of every function of the validation files, then of every reached one elsewhere."""
+    whole = [index.parsed(dotted) for dotted in validation_modules(tree)]
+    for module in whole:
+        yield from ((module, name, None if reached is None else (module.rel, name) in reached)
+                    for name in module.functions)  # fmt: skip
+    by_rel = {m.rel: m for m in index.parsed_modules()}
+    whole_files = {m.rel for m in whole}
+    for rel, name in sorted(reached or ()):
+        if rel not in whole_files:
+            yield by_rel[rel], name, True
 
 
 def _numbered(found: list[Site]) -> list[Site]:
@@ -406,52 +276,65 @@ def _numbered(found: list[Site]) -> list[Site]:
 # -- the parser --------------------------------------------------------------------------------------------------
 
 
-def parser_sites(tree: SGLangTree, reader: _Reader | None = None) -> list[Site]:
+def parser_sites(tree: SGLangTree, index: SourceIndex | None = None) -> list[Site]:
     """A ``choices`` and a ``type`` site for each flag that has them: add_argument calls in server_args.py, and
     (0.5.23) the ``Arg(choices=..., type_parser=...)`` or ``Literal[...]`` of the namespace classes' fields."""
-    reader = reader or _Reader(tree)
-    server_args = reader.module("sglang.srt.server_args")
+    index = index or _index(tree)
+    server_args = index.parsed("sglang.srt.server_args")
     found = []
     for function, definition in server_args.functions.items():
-        for node in _own_nodes(definition):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "add_argument"):  # fmt: skip
-                continue
-            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
-            if flags:
-                keywords = {k.arg: k.value for k in node.keywords}
-                found += _flag_sites(reader, server_args, function, flags[0], node.lineno, keywords.get("choices"),
-                                     keywords.get("type"))  # fmt: skip
+        for node in _code(definition):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                found += _argument_sites(index, server_args, function, node)
     for path, cls in namespace_classes(tree, server_args.tree):
-        module = reader.module(_dotted(tree, path))
+        module = index.parsed(module_dotted(tree, path))
         for item in cls.body:
-            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
-                continue
-            ann = item.annotation
-            if not (isinstance(ann, ast.Subscript) and ast.unparse(ann.value) in ("A", "Annotated")):
-                continue
-            elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-            arg = next((e for e in elts[1:] if isinstance(e, ast.Call) and ast.unparse(e.func) == "Arg"), None)
-            keywords = {k.arg: k.value for k in arg.keywords} if arg is not None else {}
-            if arg is None and not any(isinstance(e, ast.Constant) for e in elts[1:]):
-                continue  # no Arg nor help: not a flag
-            if "no_cli" in keywords and ast.unparse(keywords["no_cli"]) == "True":
-                continue
-            cli = keywords.get("cli_name")
-            flag = cli.value if isinstance(cli, ast.Constant) else "--" + item.target.id.replace("_", "-")
-            choices, kind = keywords.get("choices"), keywords.get("type_parser")
-            literal = _literal_annotation(elts[0])
-            if choices is None and literal is not None:
-                choices = literal
-            if kind is None:
-                inner = ast.unparse(elts[0]).replace(" ", "")
-                scalar = re.fullmatch(r"(?:Optional\[)?(int|float)(?:\])?|(int|float)\|None|None\|(int|float)", inner)
-                kind = ast.Name(next(g for g in scalar.groups() if g)) if scalar else None
-                if literal is not None and literal.elts and isinstance(literal.elts[0], ast.Constant):
-                    first = literal.elts[0].value
-                    kind = ast.Name(type(first).__name__) if isinstance(first, int | float) else None
-            found += _flag_sites(reader, module, f"{cls.name}.{item.target.id}", flag, item.lineno, choices, kind)
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                found += _field_sites(index, module, cls, item)
     return found
+
+
+def _argument_sites(index: SourceIndex, module: ParsedModule, function: str, call: ast.Call) -> list[Site]:
+    """The sites of one ``parser.add_argument("--flag", choices=..., type=...)``."""
+    flags = [a.value for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+    if not flags:
+        return []
+    keywords = {k.arg: k.value for k in call.keywords}
+    return _flag_sites(index, module, function, flags[0], call.lineno, keywords.get("choices"), keywords.get("type"))
+
+
+def _field_sites(index: SourceIndex, module: ParsedModule, cls: ast.ClassDef, item: ast.AnnAssign) -> list[Site]:
+    """The sites of one ``name: A[type, Arg(...) | "help"]`` field of a namespace class (none: not a flag)."""
+    ann = item.annotation
+    if not (isinstance(ann, ast.Subscript) and ast.unparse(ann.value) in ("A", "Annotated")):
+        return []
+    elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    arg = next((e for e in elts[1:] if isinstance(e, ast.Call) and ast.unparse(e.func) == "Arg"), None)
+    keywords = {k.arg: k.value for k in arg.keywords} if arg is not None else {}
+    if arg is None and not any(isinstance(e, ast.Constant) for e in elts[1:]):
+        return []  # no Arg nor help: not a flag
+    if "no_cli" in keywords and ast.unparse(keywords["no_cli"]) == "True":
+        return []
+    cli = keywords.get("cli_name")
+    flag = cli.value if isinstance(cli, ast.Constant) else "--" + item.target.id.replace("_", "-")
+    literal = _literal_annotation(elts[0])
+    choices = keywords.get("choices")
+    if choices is None and literal is not None:
+        choices = literal
+    kind = keywords.get("type_parser") or _field_type(elts[0], literal)
+    return _flag_sites(index, module, f"{cls.name}.{item.target.id}", flag, item.lineno, choices, kind)
+
+
+def _field_type(annotation: ast.expr, literal: ast.List | None) -> ast.Name | None:
+    """The type a field's flag parses its value with, where the annotation says one that refuses text: int or
+    float (or Optional of one), or a Literal of numbers."""
+    inner = ast.unparse(annotation).replace(" ", "")
+    scalar = re.fullmatch(r"(?:Optional\[)?(int|float)(?:\])?|(int|float)\|None|None\|(int|float)", inner)
+    kind = ast.Name(next(g for g in scalar.groups() if g)) if scalar else None
+    if literal is not None and literal.elts and isinstance(literal.elts[0], ast.Constant):
+        first = literal.elts[0].value
+        kind = ast.Name(type(first).__name__) if isinstance(first, int | float) else None
+    return kind
 
 
 def _literal_annotation(node: ast.AST) -> ast.List | None:
@@ -463,10 +346,10 @@ def _literal_annotation(node: ast.AST) -> ast.List | None:
     return None
 
 
-def _flag_sites(reader, module, function, flag, line, choices, kind) -> list[Site]:
+def _flag_sites(index, module, function, flag, line, choices, kind) -> list[Site]:
     found = []
     if choices is not None:
-        values = _values(reader, module, choices)
+        values = _values(index, module, choices)
         text = _short(f"{flag} choices={ast.unparse(choices)}")
         found.append(Site(f"{module.rel}::{function}::choices {flag}", "choices", module.rel, line, function, text,
                           True, values, flag))  # fmt: skip
@@ -477,40 +360,57 @@ def _flag_sites(reader, module, function, flag, line, choices, kind) -> list[Sit
     return found
 
 
-def _values(reader: _Reader, module: _Module, node: ast.AST, depth: int = 0) -> list | None:
+def _values(index: SourceIndex, module: ParsedModule, node: ast.AST, depth: int = 0) -> list | None:
     """The values of a choices expression where they can be read without running code: literals, module-level
     names bound to literals (here or imported from the tree), list()/sorted()/tuple() of those, keys of a literal
     dict, and sums of lists. None: computed at run time (SGLang's own parser run checks those)."""
     if depth > 5:
         return None
-    if isinstance(node, ast.List | ast.Tuple | ast.Set):
-        values = [_values(reader, module, e, depth + 1) if not isinstance(e, ast.Constant) else [e.value]
-                  for e in node.elts]  # fmt: skip
-        if any(v is None or len(v) != 1 for v in values):
-            return None
-        return [v[0] for v in values]
     if isinstance(node, ast.Constant):
         return [node.value]
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return _listed_values(index, module, node.elts, depth + 1)
     if isinstance(node, ast.Dict):
-        return _values(reader, module, ast.List(elts=list(node.keys)), depth + 1)
+        return _values(index, module, ast.List(elts=list(node.keys)), depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _values(reader, module, node.left, depth + 1), _values(reader, module, node.right, depth + 1)
+        left, right = _values(index, module, node.left, depth + 1), _values(index, module, node.right, depth + 1)
         return None if left is None or right is None else left + right
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple", "sorted"):
-        return _values(reader, module, node.args[0], depth + 1) if len(node.args) == 1 else None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "keys":
-        return _values(reader, module, node.func.value, depth + 1)
+    if isinstance(node, ast.Call):
+        return _call_values(index, module, node, depth)
     if isinstance(node, ast.Name):
-        for statement in module.tree.body:
-            targets = statement.targets if isinstance(statement, ast.Assign) else (
-                [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else [])  # fmt: skip
-            if any(isinstance(t, ast.Name) and t.id == node.id for t in targets):
-                return _values(reader, module, statement.value, depth + 1)
-        target = module.imports.get(node.id)
-        if target and "." in target:
-            owner = reader.module(target.rsplit(".", 1)[0])
-            if owner is not None:
-                return _values(reader, owner, ast.Name(target.rsplit(".", 1)[1]), depth + 1)
+        return _name_values(index, module, node.id, depth)
+    return None
+
+
+def _listed_values(index: SourceIndex, module: ParsedModule, elements: list, depth: int) -> list | None:
+    """The values of a literal list's elements (read at ``depth``), each one value; None if any is not."""
+    values = [[e.value] if isinstance(e, ast.Constant) else _values(index, module, e, depth) for e in elements]
+    if any(v is None or len(v) != 1 for v in values):
+        return None
+    return [v[0] for v in values]
+
+
+def _call_values(index: SourceIndex, module: ParsedModule, node: ast.Call, depth: int) -> list | None:
+    """``list(X)``, ``tuple(X)``, ``sorted(X)`` and ``X.keys()``: the values of X."""
+    if isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple", "sorted"):
+        return _values(index, module, node.args[0], depth + 1) if len(node.args) == 1 else None
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "keys":
+        return _values(index, module, node.func.value, depth + 1)
+    return None
+
+
+def _name_values(index: SourceIndex, module: ParsedModule, name: str, depth: int) -> list | None:
+    """The values of a module-level name: bound in this module, or imported from another of the tree."""
+    for statement in module.tree.body:
+        targets = statement.targets if isinstance(statement, ast.Assign) else (
+            [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else [])  # fmt: skip
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return _values(index, module, statement.value, depth + 1)
+    target = module.imports.get(name)
+    if target and "." in target:
+        owner = index.parsed(target.rsplit(".", 1)[0])
+        if owner is not None:
+            return _values(index, owner, ast.Name(target.rsplit(".", 1)[1]), depth + 1)
     return None
 
 
@@ -523,8 +423,8 @@ class Located:
 
     statement: ast.stmt
     tests: list[ast.expr]
-    module: _Module
-    reader: _Reader
+    module: ParsedModule
+    index: SourceIndex
 
 
 def locate(tree: SGLangTree, where: str) -> Located | None:
@@ -532,13 +432,13 @@ def locate(tree: SGLangTree, where: str) -> Located | None:
     rel, _, line = where.rpartition(":")
     if not rel or not line.isdigit() or not (tree.package / rel).is_file():
         return None
-    reader = _Reader(tree)
-    module = reader.module(_dotted(tree, tree.package / rel))
+    index = _index(tree)
+    module = index.parsed(module_dotted(tree, tree.package / rel))
     found: list[Located] = []
 
     def visit(node: ast.AST, tests: list[ast.expr]) -> None:
         if isinstance(node, ast.stmt) and node.lineno == int(line):
-            found.append(Located(node, tests, module, reader))
+            found.append(Located(node, tests, module, index))
         if isinstance(node, ast.If):  # its body runs when the test holds; its else branch when it does not
             for child in node.body:
                 visit(child, [*tests, node.test])
@@ -558,7 +458,7 @@ def fields_named(tree: SGLangTree, where: str) -> set[str]:
     located = locate(tree, where)
     if located is None:
         return set()
-    fields = server_args_fields(tree)
+    fields = server_args_field_names(tree)
     names = set()
     for node in [located.statement, *located.tests]:
         for sub in ast.walk(node):
@@ -579,7 +479,7 @@ def tested_values(tree: SGLangTree, where: str, field_name: str) -> list | None:
         for sub in ast.walk(test):
             if (isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], ast.In | ast.NotIn)
                     and ast.unparse(sub.left).endswith(f".{field_name}")):  # fmt: skip
-                values = _values(located.reader, located.module, sub.comparators[0])
+                values = _values(located.index, located.module, sub.comparators[0])
                 if values is None and isinstance(sub.comparators[0], ast.Name):  # bound in the function itself
                     values = _function_constant(located, sub.comparators[0].id)
                 return values
@@ -587,11 +487,13 @@ def tested_values(tree: SGLangTree, where: str, field_name: str) -> list | None:
 
 
 def _function_constant(located: Located, name: str) -> list | None:
+    """The values of the last assignment to ``name`` in the (outermost) function around the located statement."""
     for function in located.module.functions.values():
         if any(node is located.statement for node in ast.walk(function)):
-            for node in _own_nodes(function):
-                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-                    return _values(located.reader, located.module, node.value)
+            bound = [node for node in _code(function) if isinstance(node, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]  # fmt: skip
+            if bound:
+                return _values(located.index, located.module, bound[-1].value)
     return None
 
 
@@ -609,5 +511,5 @@ def worker_assertion(tree: SGLangTree, message: str, rel: str = "srt/speculative
 
 def roots(tree: SGLangTree) -> list[str]:
     """The ROOTS this tree defines (qualified names in srt/server_args.py): where its validation starts."""
-    functions = _Reader(tree).module("sglang.srt.server_args").functions
+    functions = _index(tree).parsed("sglang.srt.server_args").functions
     return [name for name in ROOTS if name in functions]
