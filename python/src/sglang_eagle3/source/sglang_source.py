@@ -8,6 +8,7 @@ the files instead.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import warnings
@@ -100,15 +101,24 @@ Flags = dict[str, tuple[frozenset[str], bool]]
 def parse_source(path: Path, error: type[BadInput] = SGLangNotFound, shown: str | None = None) -> ast.Module:
     """``path`` parsed: the one parser of the tree's files (source_index and every audit read through it).
     ``error`` (the one its callers catch) names the file (as ``shown``) when it cannot be read or is not Python.
-    SyntaxWarnings (invalid escapes in the tree's strings) are the tree's own, not ours to print."""
+    SyntaxWarnings (invalid escapes in the tree's strings) are the tree's own, not ours to print.
+
+    A file is parsed once while it is unchanged (its size and mtime): preflight's rules locate their sites in
+    server_args.py again and again. The tree is shared, so readers copy before they change a node."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.parse(path.read_bytes(), filename=str(path))
+        stat = path.stat()
+        return _parsed(str(path), stat.st_mtime_ns, stat.st_size)
     except OSError as err:
         raise error(f"cannot read {shown or path}: {err.strerror or err}") from None
     except (SyntaxError, ValueError) as err:  # ValueError: not UTF-8, NUL bytes
         raise error(f"{shown or path} is not Python source: {err}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, _mtime_ns: int, _size: int) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(Path(path).read_bytes(), filename=path)
 
 
 def server_flags(tree: SGLangTree) -> Flags:

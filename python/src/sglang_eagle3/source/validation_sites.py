@@ -222,15 +222,21 @@ def _callees(index: SourceIndex, module: ParsedModule, name: str) -> list[Target
 
 def imported_by_validation(tree: SGLangTree) -> list[str]:
     """The tree's modules its validation imports: the validation files and what reached functions import inside
-    themselves (SGLang imports lazily; sglang_validation_main imports them all before it answers the GPU facts)."""
-    index, reached = _reached(tree)
+    themselves (SGLang imports lazily; sglang_validation_main imports them all before it answers the GPU facts).
+    Read once per call graph: preflight and its tests ask for every judged setting."""
+    return list(_imported_by_validation(tree, (tree.srt / "server_args.py").stat().st_mtime_ns))
+
+
+@functools.cache
+def _imported_by_validation(tree: SGLangTree, _stamp: int) -> tuple[str, ...]:
+    index, reached = _call_graph(tree, _stamp)
     found = set(validation_modules(tree))
     by_rel = {m.rel: m for m in index.parsed_modules()}
     for rel, name in reached:
         module = by_rel[rel]
         for target in module.imports_in(module.functions[name]).values():
             found.add(target if index.parsed(target) is not None else target.rsplit(".", 1)[0])
-    return sorted(m for m in found if index.parsed(m) is not None)
+    return tuple(sorted(m for m in found if index.parsed(m) is not None))
 
 
 def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
@@ -432,6 +438,12 @@ def locate(tree: SGLangTree, where: str) -> Located | None:
     rel, _, line = where.rpartition(":")
     if not rel or not line.isdigit() or not (tree.package / rel).is_file():
         return None
+    return _located(tree, rel, int(line), (tree.package / rel).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _located(tree: SGLangTree, rel: str, line: int, _stamp: int) -> Located | None:
+    """locate's answer, found once while the file is unchanged (every judged setting asks again)."""
     index = _index(tree)
     module = index.parsed(module_dotted(tree, tree.package / rel))
     found: list[Located] = []
