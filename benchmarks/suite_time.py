@@ -17,7 +17,8 @@ output goes to a log file whose path is printed, so a failure can be read.
 --slowest SECONDS: the cold or warm run (the warm one when both run) also writes pytest's JUnit
 report, and the test functions whose parametrizations took SECONDS or more in all are printed as
 tests/slow-tests.txt lines (the list is kept by hand: this shows what to move in or out of it),
-then each test file's share of the workers' time (with `--dist loadfile` a file stays on one worker: no run is shorter than its largest file).
+then each test file's share of the workers' time (with `--dist loadfile` a file stays on one
+worker: no run is shorter than its largest file).
 
 --report JUNIT.xml: print those two tables from a report an earlier run wrote (pytest --junitxml), run nothing.
 """
