@@ -10,7 +10,6 @@ paths it skips with their reason. The GPU run is skipped without GPUs (docs/gpu-
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import pytest
 import torch
 from conftest import CACHE, REPO
 from support.pinned_wheels import fetch_wheel
+from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "allreduce-check.py"
 RUNTIME_ENV = REPO / "nix" / "runtime-env.json"
@@ -41,14 +41,7 @@ OFFER_FILES = (
 WHEELS = {"0.6.3": ("flashinfer-python", None), "0.7.2": ("flashinfer-python-0.7.2", "flashinfer-python")}
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("allreduce_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ar = load_script()
+ar = load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

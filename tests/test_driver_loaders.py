@@ -15,7 +15,6 @@ find it on NixOS on its own.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import CACHE, REPO
 from support.flashinfer_site import flashinfer_site
+from support.scripts import load_script
 
 DATA = json.loads((REPO / "nix" / "driver-loaders.json").read_text())
 ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
@@ -35,14 +35,7 @@ FIGURES = json.loads((REPO / "docs" / "gpu-host-figures.json").read_text())
 DRIVER = "/run/opengl-driver/lib"
 
 
-def load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = load("audit_driver_loaders", REPO / "nix" / "scripts" / "audit-driver-loaders.py")
+audit = load_script("nix/scripts/audit-driver-loaders.py")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ The build itself needs nvcc and ran on the lent H200 (docs/gpu-host.md (h)).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from conftest import CACHE, REPO
 from support.flake_eval import Workspace, needs_flake_eval
 from support.flashinfer_site import flashinfer_site
 from support.pinned_wheels import fetch_wheel, unpack
+from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "flashinfer-aot.py"
 PLAN = json.loads((REPO / "nix" / "flashinfer-aot.json").read_text())
@@ -120,9 +120,7 @@ def test_the_modules_are_flashinfers_names_for_sglangs_calls(tmp_path):
 
 @pytest.mark.skipif(shutil.which("patchelf") is None or shutil.which("cc") is None, reason="needs patchelf and cc")
 def test_runpath_drops_the_toolkit_and_puts_the_given_directory_first(tmp_path):
-    spec = importlib.util.spec_from_file_location("aot", SCRIPT)
-    aot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(aot)
+    aot = load_script(SCRIPT)
     lib = tmp_path / "m.so"
     rpath = "-Wl,-rpath,/nix/store/toolkit/lib64:/nix/store/toolkit/lib64/stubs:/nix/store/gcc-lib/lib"
     subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "/dev/null", "-o", str(lib), rpath], check=True)

@@ -14,16 +14,10 @@ import sys
 
 import pytest
 from conftest import REPO
+from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "gpu-runtime-check.py"
 SECTIONS = ("triton", "flashinfer", "layout", "comm", "preflight", "aot")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_runtime_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def dry_run(tmp_path, *extra):
@@ -73,7 +67,7 @@ def test_dry_run_prints_every_section_and_the_wrapper_variables(tmp_path):
 
 
 def test_path_defaults_to_the_tools_directories():
-    args = load_script().parse_args(["--cc", "/cc-wrapper/bin/cc", "--sections", "triton"])
+    args = load_script(SCRIPT).parse_args(["--cc", "/cc-wrapper/bin/cc", "--sections", "triton"])
     assert args.path.split(":")[0] == "/cc-wrapper/bin"
     assert args.sections == ["triton"]
 
@@ -85,7 +79,7 @@ def test_nix_layout_has_lib_and_only_optionally_lib64(tmp_path, link):
         (real / d).mkdir(parents=True)
     (real / "targets/lib/libcudart.so").write_text("")
     (real / "lib64").symlink_to("targets/lib")  # the layout of /usr/local/cuda on the H200
-    home = load_script().nix_layout(real, tmp_path / "nix", link)
+    home = load_script(SCRIPT).nix_layout(real, tmp_path / "nix", link)
     assert (home / "lib" / "libcudart.so").exists() and (home / "lib" / "stubs").is_dir()
     assert (home / "bin").resolve() == (real / "bin").resolve()
     assert (home / "lib64").is_symlink() is link

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -30,11 +29,10 @@ import yaml
 from conftest import REPO
 from sglang_eagle3.serving import credentials, launch_plan, settings
 from support import harness_env, k8s_crds, nix_harness
+from support.scripts import load_script
 
 FOLDER = REPO / "kubernetes"
-_spec = importlib.util.spec_from_file_location("generate", FOLDER / "generate.py")
-generate = sys.modules.setdefault("generate", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(generate)
+generate = load_script(FOLDER / "generate.py")
 
 FILES = sorted(p for p in FOLDER.rglob("*.yaml") if p.name != "kustomization.yaml")
 OBJECTS = [(path, doc) for path in FILES for doc in yaml.safe_load_all(path.read_text())]

@@ -16,7 +16,6 @@ nix/runtime-env.json is its one definition; nix/runtime-env.nix renders it for t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -31,11 +30,10 @@ import pytest
 from conftest import CACHE, REPO
 from support.flake_eval import Workspace, unavailable
 from support.pinned_wheels import fetch_wheel
+from support.scripts import load_script
 
 SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
-_spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-runtime-lookups.py")
-audit = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(audit)
+audit = load_script("nix/scripts/audit-runtime-lookups.py")
 # Each stack's wrapper: the flake's package for it, and its view of the definition.
 STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
@@ -601,11 +599,7 @@ def test_closure_report_is_built_here_and_adds_up(ws):
 
 
 def test_closure_components_group_outputs_and_versions():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("closure_report", REPO / "nix" / "scripts" / "closure-report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("nix/scripts/closure-report.py")
     h = "/nix/store/" + "a" * 32 + "-"
     names = {
         "cuda13.0-libcublas-13.1.0.3-lib": "cuda: libcublas",

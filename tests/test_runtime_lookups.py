@@ -27,7 +27,6 @@ import copy
 import fnmatch
 import functools
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
@@ -40,19 +39,13 @@ from pathlib import Path
 import pytest
 from conftest import CACHE, REPO
 from sglang_eagle3.source.source_index import name_resolution_code
+from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "audit-runtime-lookups.py"
 SHARED_ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
 
 
-def generator():
-    spec = importlib.util.spec_from_file_location("audit", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = generator()
+audit = load_script(SCRIPT)
 wheels = audit.wheel_audit()
 STACKS = [v for v in json.loads((REPO / "nix" / "pins.json").read_text())["stacks"] if not v.startswith("_")]
 FILES = {version: wheels.stack_files(version) for version in STACKS}

@@ -18,7 +18,6 @@ reason it cannot be checked before start-up. These tests prove, for both stacks:
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -38,11 +37,10 @@ from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
 from support.pins import stack_dir
+from support.scripts import load_script
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
-spec = importlib.util.spec_from_file_location("audit_rules", REPO / "nix" / "scripts" / "audit-sglang-rules.py")
-audit = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(audit)
+audit = load_script("nix/scripts/audit-sglang-rules.py")
 
 DIRS = {v: stack_dir(v) for v in ("0.5.9", "0.5.23")}
 DATA = {v: json.loads((d / audit.DATA).read_text()) for v, d in DIRS.items()}

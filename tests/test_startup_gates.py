@@ -24,25 +24,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import importlib.util
 import json
 
 import pytest
 from conftest import CACHE, REPO
 from sglang_eagle3.source import startup_gates
+from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "audit-startup-gates.py"
 STACKS = ["0.5.9", "0.5.23"]
 
 
-def generator():
-    spec = importlib.util.spec_from_file_location("audit_startup_gates", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = generator()
+audit = load_script(SCRIPT)
 DATA = {v: json.loads((audit.data_dir(v) / audit.DATA).read_text()) for v in STACKS}
 POLICY = {v: json.loads((audit.data_dir(v) / audit.POLICY).read_text()) for v in STACKS}
 

@@ -20,7 +20,6 @@ Refresh the data after changing uv.lock or the pins: python nix/scripts/audit-wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import tomllib
@@ -30,6 +29,7 @@ import pytest
 from conftest import REPO
 from support.flake_eval import Workspace, unavailable
 from support.pins import stack_dir
+from support.scripts import load_script
 
 DATA = json.loads((stack_dir("0.5.9") / "wheel-libraries.json").read_text())
 POLICY = json.loads((stack_dir("0.5.9") / "wheel-closure.json").read_text())
@@ -40,10 +40,7 @@ IGNORED = {name: sonames for name, sonames in POLICY["ignoreMissing"].items() if
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-wheel-libraries.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("nix/scripts/audit-wheel-libraries.py")
 
 
 def resolve(name: str, soname: str) -> tuple[str, str | None]:

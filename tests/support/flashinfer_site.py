@@ -14,16 +14,13 @@ import zipfile
 from pathlib import Path
 
 from support.pinned_wheels import fetch_wheel
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def tvm_ffi_wheel(cache: Path) -> Path:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("audit_wheels", REPO / "nix" / "scripts" / "audit-wheel-libraries.py")
-    audit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(audit)
+    audit = load_script("nix/scripts/audit-wheel-libraries.py")
     lock = tomllib.loads((REPO / "python" / "uv.lock").read_text())
     package = next(p for p in lock["package"] if p["name"] == "apache-tvm-ffi")
     wheel = audit.best_wheel(package, f"cp{sys.version_info.major}{sys.version_info.minor}")
