@@ -19,6 +19,14 @@ from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Python keeps the byte code of what the tests import. Processes by the hundred import the SGLang trees and the
+# libraries this suite unpacks from wheels (no byte code in them), and compiling them in each process costs minutes
+# of CPU; where the environment sets PYTHONDONTWRITEBYTECODE (the CI machine's does) every process would. Byte code
+# is never what a test judges (snapshot() leaves __pycache__ out). The workers and every process they start inherit
+# this environment.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 CACHE = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")

@@ -249,11 +249,13 @@ def test_apply_on_a_read_only_tree(pristine_tree, tree_copy, run_cli):
 
 
 def slow_patch(tmp_path: Path) -> dict[str, str]:
-    """PATH with a `patch` that waits 3 s before running GNU patch: time to signal an apply midway."""
+    """PATH with a `patch` that waits 3 s before patching the staging copy (verify's dry runs go at full speed): time
+    to signal an apply midway."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     wrapper = bin_dir / "patch"
-    wrapper.write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("patch")} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *{patchset.STAGING_PREFIX}*) sleep 3;; esac\n'
+                       f'exec {shutil.which("patch")} "$@"\n')  # fmt: skip
     wrapper.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
