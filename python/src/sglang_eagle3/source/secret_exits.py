@@ -16,7 +16,8 @@ attribute ending in ``server_args``, ``get_global_server_args()``, ``get_server_
 ``prepare_server_args()``, ``resolving_view(...)``, the config bags that hold a secret
 (0.5.23: ``get_serving()``, ``get_exec().features``), ``self`` inside ``ServerArgs``, a
 local name assigned from a carrier, a parameter some call passes a carrier to, and a call
-of a function that returns one (the last two across the package, by unique function name).
+of a function that returns one (the last two across the package, by function name where
+the tree defines it once: source_index's SourceIndex.defined_once).
 An exit is where a carrier (or a container holding one) becomes
 
 - ``text``: f-string, ``repr``/``str``/``format``/``print``, ``%``, raised with;
@@ -51,8 +52,8 @@ from pathlib import Path
 
 from ..errors import BadInput
 from . import source_index
-from .sglang_source import parse_source
-from .source_index import ServerArgsField, SourceLayoutError, own_nodes, server_args_fields
+from .sglang_source import SGLangTree
+from .source_index import ServerArgsField, SourceIndex, SourceLayoutError, own_nodes, server_args_fields
 
 DATA_FILE = "secret-exits.json"
 
@@ -352,11 +353,8 @@ class _Scan:
         namespaces = {f.namespace for f in fields if f.name in secrets and f.namespace}
         self.bag_getters = {f"get_{ns.split('.')[0]}" for ns in namespaces}
         self.sub_bags = {part for ns in namespaces for part in ns.split(".")[1:]}
-        self.texts = {p: p.read_bytes() for p in sorted(self.package.rglob("*.py"))}
-        self.defined: dict[str, list[Path]] = defaultdict(list)  # function name -> the files defining it
-        for path, text in self.texts.items():
-            for match in re.finditer(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", text, re.MULTILINE):
-                self.defined[match.group(1).decode()].append(path)
+        self.index = SourceIndex(SGLangTree(root, None), SecretAuditError)  # parses, and resolves calls by name
+        self.texts = self.index.sources
         self.functions: list[_Function] = []
         self.by_name: dict[str, list[_Function]] = defaultdict(list)
         self.parsed: set[Path] = set()
@@ -372,7 +370,7 @@ class _Scan:
             return
         self.parsed.add(path)
         rel = path.relative_to(self.package).as_posix()
-        for function in _functions(rel, parse_source(path, SecretAuditError)):
+        for function in _functions(rel, self.index.module(path)):
             self.functions.append(function)
             if function.name:
                 self.by_name[function.name].append(function)
@@ -417,15 +415,17 @@ class _Scan:
             f = pending.pop()
             _, passes, returns = self._analyse(f)
             returned = self.returns_carrier if returns == "carrier" else self.returns_view if returns else None
-            if returned is not None and f.name and self._unique(f.name) and (f.name, f.method) not in returned:
+            unique = f.name is not None and self.index.defined_once(f.name) is not None
+            if returned is not None and unique and (f.name, f.method) not in returned:
                 returned.add((f.name, f.method))
                 self.starts.add(f.name)
                 pending.extend(g for g in self.functions if f.name in self._calls(g))
             for (callee, method), position, keyword in passes:
-                if not self._unique(callee):
+                defined = self.index.defined_once(callee)
+                if defined is None:
                     continue
                 before = len(self.functions)
-                self._load(self.defined[callee][0])
+                self._load(defined)
                 pending.extend(self.functions[before:])
                 for g in self.by_name.get(callee, []):
                     if not _may_call(method, callee, g.method):
@@ -458,9 +458,6 @@ class _Scan:
         """Whether ``call`` may call a function of ``table`` ((name, method) pairs)."""
         name, method_call = _callee(call)
         return any((name, method) in table and _may_call(method_call, name, method) for method in (True, False))
-
-    def _unique(self, name: str) -> bool:
-        return len(self.defined.get(name, ())) == 1 and not name.startswith("__")
 
     @staticmethod
     def _calls(f: _Function) -> set[str]:

@@ -13,7 +13,9 @@ start-up gates of any wheel (startup_gates.py) and the run-time lookups
 - own_nodes: the code of one scope, without the functions and classes nested in it;
 - dotted_name, import_aliases, resolved_name: what a name means through a module's imports;
 - SourceIndex: a tree's modules parsed once each, their functions and classes, and the
-  function(s) a call calls, where that can be told statically;
+  function(s) a call calls: by its imports and classes where that can be told statically
+  (``called``), or by the function's name alone where it is defined once in the tree
+  (``defined_once``: the secret-exit scan, which must follow a call whatever its receiver);
 - server_args_fields: every ServerArgs field with its help and flag, in both layouts.
 """
 
@@ -23,6 +25,7 @@ import ast
 import difflib
 import inspect
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -292,6 +295,29 @@ class SourceIndex:
         if name in found.imports and found.imports[name] != target:  # re-exported (from .x import f in __init__)
             return self._imported(found.imports[name])
         return None
+
+    # -- calls by name alone ------------------------------------------------------------
+
+    @cached_property
+    def sources(self) -> dict[Path, bytes]:
+        """Every module of the package, as bytes: what a text search, or a digest of the tree, reads."""
+        return {p: p.read_bytes() for p in sorted(self.tree.package.rglob("*.py"))}
+
+    @cached_property
+    def _definitions(self) -> dict[str, list[Path]]:
+        """Function name -> the file of each ``def`` of that name (a file twice when it defines it twice)."""
+        found: dict[str, list[Path]] = defaultdict(list)
+        for path, text in self.sources.items():
+            for match in re.finditer(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", text, re.MULTILINE):
+                found[match.group(1).decode()].append(path)
+        return found
+
+    def defined_once(self, name: str) -> Path | None:
+        """The file of the one function (or method) named ``name`` in the tree; None where there are none or
+        several, and for dunders. ``called`` needs the receiver's class; this needs the name only, so ``x.f(a)``
+        resolves whatever ``x`` is, as long as one ``f`` exists: what an audit that must over-approximate uses."""
+        paths = self._definitions.get(name, ())
+        return paths[0] if len(paths) == 1 and not name.startswith("__") else None
 
     def module_path(self, dotted: str) -> Path | None:
         """``sglang.srt.models.llama`` -> its file in this tree (module or package)."""
