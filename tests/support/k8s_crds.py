@@ -49,9 +49,11 @@ def release_directory(repo: str, tag: str) -> Path:
     return DIRECTORY / "releases" / repo.replace("/", "+") / tag
 
 
-def how_to_stage_release(repo: str, tag: str) -> str:
+def how_to_stage_release(repo: str, *tags: str) -> str:
+    """The one command that stages every release of ``repo`` named."""
     return (
-        f"python3 tests/support/k8s_crds.py --stage MIRRORS {repo} {tag} (MIRRORS: {HOW_TO_STAGE.split(', then')[0]})"
+        f"python3 tests/support/k8s_crds.py --stage MIRRORS {repo} {' '.join(tags)} "
+        f"(MIRRORS: {HOW_TO_STAGE.split(', then')[0]})"
     )
 
 
