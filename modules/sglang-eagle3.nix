@@ -63,6 +63,8 @@ let
           types.listOf types.str
         else if d.kind == "attrsOfStr" then
           types.attrsOf types.str
+        else if d.kind == "nonEmptyStr" then
+          types.nonEmptyStr
         else
           types.str;
     in

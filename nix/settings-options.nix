@@ -5,6 +5,7 @@
 #   { tp_size = { kind = "int"; nullable = false; min = 1; max = null; values = null;
 #                 default = 8; description = "..."; flag = "--tp-size"; }; ... }
 #
+# kind "nonEmptyStr" for a string the schema gives minLength 1 (model_path, host: types.nonEmptyStr),
 # and multiNodeDefault where the schema gives it (enable_flashinfer_allreduce_fusion).
 {
   schema ? builtins.fromJSON (builtins.readFile ../modules/settings-schema.json),
@@ -30,6 +31,8 @@ let
           "listOfStr"
         else if v.type == "object" then
           "attrsOfStr"
+        else if v.type == "string" && (v.minLength or 0) >= 1 then
+          "nonEmptyStr"
         else
           kinds.${v.type} or (throw "settings-options.nix: ${name} has unsupported type ${v.type}");
     in

@@ -109,6 +109,14 @@ def test_settings_options_are_derived_from_the_launchers_schema():
     assert (options["port"]["min"], options["port"]["max"]) == (1, 65535)
     assert options["speculative_algorithm"]["kind"] == "enum" and options["speculative_algorithm"]["nullable"]
     assert options["extra_args"]["kind"] == "listOfStr" and options["environment"]["kind"] == "attrsOfStr"
+    # every text the settings refuse empty (the schema's minLength) is nonEmptyStr, and only those
+    schema = settings.json_schema()["properties"]
+    never_empty = {
+        name for name, prop in schema.items()
+        if any(v.get("type") == "string" and v.get("minLength") == 1 for v in prop.get("anyOf", [prop]))
+    }  # fmt: skip
+    assert {"model_path", "host", "served_model_name", "revision"} <= never_empty
+    assert {name for name, o in options.items() if o["kind"] == "nonEmptyStr"} == never_empty
     multi = {name: o["multiNodeDefault"] for name, o in options.items() if "multiNodeDefault" in o}
     assert multi == settings.multi_node_defaults() == {"enable_flashinfer_allreduce_fusion": False}
 
@@ -347,6 +355,15 @@ def test_module_assertions_fire(override, message):
     config = f"{{ lib, ... }}: {{ imports = [ {REPO / 'modules' / 'examples' / 'two-node.nix'} ]; }} // ({override})"
     out = evaluate_module(f"({config})")
     assert any(message in m for m in out["failedAssertions"]), out["failedAssertions"]
+
+
+@needs_lib
+@pytest.mark.parametrize("setting", ["model_path", "host", "served_model_name"])
+def test_module_rejects_an_empty_text_setting_as_the_launcher_does(setting):
+    error = evaluate_module_error(f'{{ services.sglang-eagle3 = {{ enable = true; settings.{setting} = ""; }}; }}')
+    assert setting in error and "is not of type" in error and "non-empty string" in error
+    with pytest.raises(settings.SettingsError, match=f"{setting}: String should have at least 1 character"):
+        settings.load(assignments=[f"{setting}="], environ={})
 
 
 @needs_lib

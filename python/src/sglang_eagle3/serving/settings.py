@@ -27,7 +27,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,7 @@ from pydantic import (
     Field,
     StrictFloat,
     StrictInt,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -59,6 +60,9 @@ NOT_SETTINGS = {"config", "patches", "nvidia_smi", "libcuda", "traceback"}
 # A variable name every consumer of `environment` takes: the process environment (no "=", not empty), systemd's
 # Environment= (the NixOS module) and Kubernetes' env (the manifests). POSIX's portable names.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Text that is never empty: an empty model path, revision, backend or host is a slip, not a value (SGLang would get
+# `--host ''` or read the working directory as the model). The schema says minLength 1, the NixOS option nonEmptyStr.
+Text = Annotated[str, StringConstraints(min_length=1)]
 
 
 class SettingsError(BadInput):
@@ -93,14 +97,14 @@ class ServerSettings(BaseModel):
     )
 
     # -- the model ---------------------------------------------------------------------
-    model_path: str = Field(
+    model_path: Text = Field(
         "nvidia/Kimi-K2.5-NVFP4",
         description="Target model: a Hugging Face id or a local directory holding config.json.",
     )
-    revision: str | None = Field(
+    revision: Text | None = Field(
         None, description="Hub revision of model_path; a 40-hex commit sha pins it (a branch or tag can move)."
     )
-    served_model_name: str | None = Field(None, description="Model name reported by the API (default: model_path).")
+    served_model_name: Text | None = Field(None, description="Model name reported by the API (default: model_path).")
     trust_remote_code: bool = Field(True, description="Allow the model's own code from the hub (Kimi-K2.5 needs it).")
     context_length: StrictInt | None = Field(None, ge=1, description="Maximum context length (default: the model's).")
 
@@ -108,10 +112,10 @@ class ServerSettings(BaseModel):
     speculative_algorithm: SpeculativeAlgorithm | None = Field(
         "EAGLE3", description="Speculative decoding algorithm; null turns speculation off."
     )
-    speculative_draft_model_path: str | None = Field(
+    speculative_draft_model_path: Text | None = Field(
         "AQ-MedAI/Kimi-K25-eagle3", description="EAGLE-3 draft model (Llama architecture): hub id or local directory."
     )
-    speculative_draft_model_revision: str | None = Field(
+    speculative_draft_model_revision: Text | None = Field(
         None, description="Hub revision of the draft model; a 40-hex commit sha pins it."
     )
     speculative_num_steps: StrictInt = Field(3, ge=1, description="Draft steps per verification.")
@@ -119,7 +123,7 @@ class ServerSettings(BaseModel):
     speculative_num_draft_tokens: StrictInt = Field(
         4, ge=2, description="Tokens verified per step; with top-k 1 it must be steps + 1."
     )
-    speculative_draft_attention_backend: str | None = Field(
+    speculative_draft_attention_backend: Text | None = Field(
         None, description="Attention backend of the draft model (default: SGLang's choice)."
     )
 
@@ -127,7 +131,7 @@ class ServerSettings(BaseModel):
     tp_size: StrictInt = Field(8, ge=1, description="Tensor parallel size: GPUs per model replica.")
     nnodes: StrictInt = Field(1, ge=1, description="Number of hosts the model spans.")
     node_rank: StrictInt = Field(0, ge=0, description="This host's rank among nnodes.")
-    dist_init_addr: str | None = Field(None, description="host:port of node 0 for multi-host rendezvous.")
+    dist_init_addr: Text | None = Field(None, description="host:port of node 0 for multi-host rendezvous.")
     mem_fraction_static: StrictFloat | None = Field(
         None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache."
     )
@@ -137,7 +141,7 @@ class ServerSettings(BaseModel):
     )
 
     # -- kernels and communication ------------------------------------------------------------
-    attention_backend: str = Field("flashinfer", description="Attention backend of the target model.")
+    attention_backend: Text = Field("flashinfer", description="Attention backend of the target model.")
     enable_torch_symm_mem: bool = Field(
         True, description="All-reduce through torch symmetric memory (SM120 needs patch 0002)."
     )
@@ -156,7 +160,7 @@ class ServerSettings(BaseModel):
     )  # fmt: skip
 
     # -- serving ---------------------------------------------------------------------------
-    host: str = Field("127.0.0.1", description="Address the HTTP server listens on.")
+    host: Text = Field("127.0.0.1", description="Address the HTTP server listens on.")
     port: StrictInt = Field(30000, ge=1, le=65535, description="HTTP port.")
     enable_metrics: bool = Field(True, description="Prometheus metrics at /metrics (acceptance length gauges).")
 
