@@ -543,6 +543,21 @@ def test_settings_files_say_what_their_format_is(run_cli, tmp_path, name, conten
     assert message in clean(result)
 
 
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("s.json", "\ufeff" + '{"tp_size": 4}'),  # the byte-order mark some Windows editors write
+        ("s.toml", "\ufeff" + "tp_size = 4\n"),
+        ("S.TOML", "tp_size = 4\n"),  # the extension's case does not matter, as for .YAML
+    ],
+)
+def test_settings_files_a_user_may_well_have_are_read(run_cli, tmp_path, name, content):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    result = run_cli("settings", "show", "--config", str(tmp_path / name))
+    assert result.returncode == ExitStatus.OK, result.stderr
+    assert json.loads(result.stdout)["tp_size"] == 4
+
+
 def test_bench_ab_names_its_own_option(run_cli, tmp_path):
     for option in ("--a-set", "--b-set"):
         result = run_cli("bench", "ab", "--a", "true", "--b", "true", option, "foo",

@@ -387,7 +387,7 @@ def read_file(path: Path) -> dict:
     if path.exists() and not path.is_file():  # a FIFO or device would block or never end
         raise SettingsError(f"settings file {shown_path(path)} is not a regular file")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # UTF-8, with the byte-order mark some Windows editors write
     except OSError as err:
         raise SettingsError(f"cannot read settings file {shown_path(path)}: {err.strerror}") from None
     except UnicodeDecodeError:
@@ -397,10 +397,11 @@ def read_file(path: Path) -> dict:
     formats = "the file name's extension picks the format: .toml is read as TOML, any other as JSON"
     if path.suffix.lower() in (".yaml", ".yml"):
         raise SettingsError(f"settings file {shown_path(path)}: YAML is not read; write it as JSON or TOML ({formats})")
+    toml = path.suffix.lower() == ".toml"
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text, object_pairs_hook=_no_duplicates)
+        data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicates)
     except (tomllib.TOMLDecodeError, ValueError) as err:  # ValueError: JSON's, or a number of over 4,300 digits
-        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        kind = "TOML" if toml else "JSON"
         raise SettingsError(f"{shown_path(path)} is not valid {kind}: {err} ({formats})") from None
     except SettingsError as err:  # a key given twice
         raise SettingsError(f"{shown_path(path)}: {err}") from None
