@@ -156,6 +156,23 @@ def test_bad_urls(tmp_path, run_cli, url, message):
     assert not (tmp_path / "r.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:s3cret@127.0.0.1:30000",  # refused for its user: the message still hides the password
+        "http://user:s3cret@127.0.0.1:99999",  # refused for its port
+        "user:s3cret@127.0.0.1:30000",  # no scheme
+        "ftp://user:s3cret@127.0.0.1:30000",
+        "http://127.0.0.1:30000/v1?api_key=s3cret",
+        "http://u:p@ss:s3cret@127.0.0.1:30000",  # an unescaped @ in the password
+    ],
+)
+def test_a_url_with_a_credential_is_refused_without_showing_it(tmp_path, run_cli, url):
+    result = run_cli("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "s3cret" not in result.stdout + result.stderr and "***" in clean(result)
+
+
 # -- 10: compare --threshold / --floor ----------------------------------------------------------------
 
 

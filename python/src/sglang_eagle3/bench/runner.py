@@ -15,6 +15,7 @@ import contextlib
 import datetime as dt
 import gc
 import json
+import re
 import signal
 import time
 import urllib.parse
@@ -69,24 +70,29 @@ class RunConfig:
 def base_url(url: str) -> str:
     """A server's base URL, checked: http(s), a host, a valid port, no path beyond '/'."""
     example = "e.g. http://127.0.0.1:30000"
+    said = _shown_url(url)
     try:
         parts = urllib.parse.urlsplit(url.strip())
         port = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError as err:
-        raise BenchError(f"{shown(url)} is not a valid URL ({err}); {example}") from None
+        raise BenchError(f"{said} is not a valid URL ({err}); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchError(f"{shown(url)} is not an http(s) URL with a host; {example}")
+        raise BenchError(f"{said} is not an http(s) URL with a host; {example}")
     try:
         parts.hostname.encode("idna")  # what aiohttp will do with it: labels of 1-63 characters
     except UnicodeError as err:
-        raise BenchError(
-            f"{shown(url)}: {shown(parts.hostname[:40])}... is not a host name ({err}); {example}"
-        ) from None
+        raise BenchError(f"{said}: {shown(parts.hostname[:40])}... is not a host name ({err}); {example}") from None
     if port == 0:
-        raise BenchError(f"{shown(url)}: port 0 is not a server's port; {example}")
+        raise BenchError(f"{said}: port 0 is not a server's port; {example}")
     if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
-        raise BenchError(f"{shown(url)}: give the server's base URL only, without path, query or user; {example}")
+        raise BenchError(f"{said}: give the server's base URL only, without path, query or user; {example}")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def _shown_url(url: str) -> str:
+    """A URL as messages show it: a user:password@ and a query hidden, as either may hold a credential."""
+    hidden = re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@", r"\1***@", url)
+    return shown(re.sub(r"\?[^#]*", "?***", hidden))
 
 
 @dataclass
