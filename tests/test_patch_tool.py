@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import SERIES_DIR, gnu_patch, series_names, snapshot
+from sglang_eagle3.source import patchset
 
 
 def sglang_files(tree):
@@ -51,6 +52,24 @@ def test_conflict_leaves_the_tree_exactly_as_it_was(pristine_tree, tree_copy, ru
     assert "the tree was left unchanged" in result.stderr
     assert "0003-sm120-flashinfer-allreduce-fusion-opt-in.patch conflicts" in result.stderr
     assert snapshot(tree) == before  # the first two patches were not applied either
+
+
+def test_a_tree_missing_a_file_the_series_changes_is_bad_input_naming_it(pristine_tree, tree_copy, run_cli):
+    """A partial install (a file deleted, or the wrong directory) is not a conflict: the message names the file
+    and the patch, not GNU patch's "can't find file to patch" after the patch's header."""
+    tree = tree_copy(pristine_tree)
+    series = patchset.PatchSeries.load(SERIES_DIR)
+    changed = [rel for patch in series.patches for rel in patch.changed_files]
+    assert changed and all((tree / rel).is_file() for rel in changed)  # the pristine wheel has them all
+    rel = changed[-1]
+    (tree / rel).unlink()
+    before = snapshot(tree)
+    for command in ("apply", "verify"):
+        result = run_cli("patch", command, "--sglang", str(tree))
+        assert result.returncode == 2, result.stderr
+        assert f"lacks {rel}, which " in result.stderr and "not a whole SGLang 0.5.9 install" in result.stderr
+        assert "can't find file to patch" not in result.stderr
+    assert snapshot(tree) == before
 
 
 def test_wrong_version_is_refused_with_the_version_found(pristine_tree, tree_copy, run_cli):

@@ -41,6 +41,12 @@ class TreeNotWritable(PatchError):
     status = ExitStatus.BAD_INPUT
 
 
+class TreeIncomplete(PatchError):
+    """The tree lacks a file the series changes: not a whole install of its SGLang version."""
+
+    status = ExitStatus.BAD_INPUT
+
+
 class ApplyInterrupted(PatchError):
     """SIGINT/SIGTERM arrived while applying; the tree was left as it was."""
 
@@ -76,6 +82,11 @@ class Patch:
     def files(self) -> list[str]:
         """Paths (relative to the tree root, -p1 stripped) this patch changes."""
         return [m.split("/", 1)[1] for m in re.findall(r"^\+\+\+ (\S+)", self.text, re.MULTILINE)]
+
+    @property
+    def changed_files(self) -> list[str]:
+        """The files this patch changes that must be there already (not those it creates from /dev/null)."""
+        return [m.split("/", 1)[1] for m in re.findall(r"^--- (\S+)", self.text, re.MULTILINE) if m != "/dev/null"]
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,17 @@ def apply_command(tree: SGLangTree) -> str:
 def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
     """The state of every patch in the series, checked against the tree as it is."""
     check_version(series, tree)
+    missing = [
+        (patch, rel) for patch in series.patches for rel in patch.changed_files if not (tree.root / rel).is_file()
+    ]
+    if missing:  # GNU patch would only say "can't find file to patch" after the patch's whole header
+        patch, rel = missing[0]
+        more = f" (and {len(missing) - 1} more file(s) the series changes)" if len(missing) > 1 else ""
+        raise TreeIncomplete(
+            f"{tree.root} lacks {rel}, which {patch.name} changes{more}: not a whole SGLang {series.sglang_version} "
+            f"install. Reinstall it (pip install --force-reinstall --no-deps sglang=={series.sglang_version}) or "
+            "point --sglang at the directory that holds the whole sglang/ package"
+        )
     return [_status(patch, tree.root) for patch in series.patches]
 
 
