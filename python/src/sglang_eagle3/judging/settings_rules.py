@@ -459,7 +459,35 @@ def check_settings_version(
     except sglang_source.SGLangNotFound as err:
         result.add("settings", Status.FAIL, str(err))
         return
-    rendered = set(args)
+    given = given_flags(settings, args, known)
+    applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
+    problems = [
+        *_settings_it_lacks(settings, set(args), tree, known, variables),
+        *_environment_it_ignores(settings, tree, variables),
+        *(p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")),
+        *_restated_rules_refusing(settings, given, tree, applied, compute_capability),
+    ]
+    if problems:
+        result.add("settings", Status.FAIL, "; ".join(problems))
+    elif tree.version not in SGLANG_VERSIONS:
+        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
+                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
+                   "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
+    else:
+        result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
+                   f"{tree.version} takes, and none of the {len(applied)} of its rules restated here refuses them "
+                   "(docs/sglang-rules.md)")  # fmt: skip
+
+
+def _settings_it_lacks(
+    settings: ServerSettings,
+    rendered: set[str],
+    tree: SGLangTree,
+    known: sglang_source.Flags,
+    variables: dict[str, int],
+) -> list[str]:
+    """Settings whose flag (rendered) or variable (switched on) this SGLang does not have, and secrets' files whose
+    flag it lacks (the launcher hands a secret over as its flag)."""
     problems = []
     for name, value in settings:
         flag, env = field_flag(name), server_settings.field_env(name)
@@ -475,13 +503,19 @@ def check_settings_version(
             f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
             f"nix run .#{server_settings.stack_app(version)}"
         )
-    for secret in credentials.SECRET_ARGS:  # a secret's file: the launcher hands it over as the secret's flag
+    for secret in credentials.SECRET_ARGS:
         if getattr(settings, secret.setting) is not None and secret.flag not in known:
             problems.append(
                 f"{secret.setting}: SGLang {tree.version} has no flag {secret.flag} ({PARSER}): it would refuse "
                 f"the {secret.field.replace('_', ' ')} at launch. Unset {secret.setting}, or serve with an SGLang "
                 f"that has {secret.flag}"
             )
+    return problems
+
+
+def _environment_it_ignores(settings: ServerSettings, tree: SGLangTree, variables: dict[str, int]) -> list[str]:
+    """SGLANG_ variables this SGLang never reads, and values of those it reads that its own parse() refuses."""
+    problems = []
     for variable in sorted(v for v in settings.environment if v.startswith("SGLANG_") and v not in variables):
         if not variable.startswith(ENV_TOOL_PREFIX) and not _mentioned(tree, variable):
             problems.append(
@@ -490,26 +524,26 @@ def check_settings_version(
             )
     problems += [p for variable, text in sorted(settings.environment.items())
                  if variable in variables and (p := _unread(tree, variable, text))]  # fmt: skip
-    given = given_flags(settings, args, known)
-    problems += [p for g, p in value_problems(given, tree, known) if not g.setting.startswith("extra_args")]
-    applied = [(rule, site) for rule in RULES if (site := rule.site(tree)) is not None]  # the tree has the check
+    return problems
+
+
+def _restated_rules_refusing(
+    settings: ServerSettings,
+    given: list[Given],
+    tree: SGLangTree,
+    applied: list[tuple[Rule, validation_sites.Site]],
+    compute_capability: str | None,
+) -> list[str]:
+    """What the restated rules of this tree refuse; the GPU-dependent ones judged for ``compute_capability``."""
     try:
         major = allreduce_gates.capability_major(compute_capability or server_settings.TUNED_COMPUTE_CAPABILITY)
     except ValueError:  # no NVIDIA GPU's: the probe says so
         major = None
+    problems = []
     for rule, site in applied:
         problem = rule.judge(settings, given, tree, site, **({"major": major} if rule.by_gpu else {}))
         problems += [problem] if problem else []
-    if problems:
-        result.add("settings", Status.FAIL, "; ".join(problems))
-    elif tree.version not in SGLANG_VERSIONS:
-        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
-                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
-                   "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
-    else:
-        result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
-                   f"{tree.version} takes, and none of the {len(applied)} of its rules restated here refuses them "
-                   "(docs/sglang-rules.md)")  # fmt: skip
+    return problems
 
 
 def _unread(tree: SGLangTree, variable: str, text: str) -> str | None:
