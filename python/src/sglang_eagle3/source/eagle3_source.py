@@ -117,59 +117,78 @@ def draft_class_facts(index: SourceIndex, arch: str) -> DraftClassFacts | None:
     if found is None:
         return None
     path, cls = found
-    module = index.module(path)
-    facts = DraftClassFacts(location=f"{index.rel(path)}:{cls.lineno}")
+    module, rel = index.module(path), index.rel(path)
+    facts = DraftClassFacts(location=f"{rel}:{cls.lineno}")
+    _read_init(facts, cls, rel)
+    width_attr = _read_fc(facts, module, rel)
+    if width_attr:
+        _read_width(facts, module, rel, width_attr)
+    return facts
+
+
+def _read_init(facts: DraftClassFacts, cls: ast.ClassDef, rel: str) -> None:
+    """From the class's __init__: the layer count it requires (``if config.num_hidden_layers != 1: raise``) and
+    where it reads draft_vocab_size unguarded, each with the tie_word_embeddings branch it is on."""
     init = defines(cls, "__init__")
     for stmt, conditions in statements_with_conditions(init.body if init else []):
         test = conditions[-1].test if conditions else None
-        if (
-            isinstance(stmt, ast.Raise)
-            and isinstance(test, ast.Compare)
-            and _attribute_chain(test.left).endswith(".num_hidden_layers")
-            and isinstance(test.ops[0], ast.NotEq)
-            and isinstance(test.comparators[0], ast.Constant)
-        ):
-            facts.required_layers = (test.comparators[0].value, f"{index.rel(path)}:{test.lineno}")
+        if isinstance(stmt, ast.Raise) and _is_layer_count_test(test):
+            facts.required_layers = (test.comparators[0].value, f"{rel}:{test.lineno}")
         tie = [c.polarity for c in conditions if _attribute_chain(c.test).endswith(".tie_word_embeddings")]
+        guarded = "draft_vocab_size" in _hasattr_fields(conditions)
         for node in own_expressions(stmt):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Load)
-                and node.attr == "draft_vocab_size"
-                and "draft_vocab_size" not in _hasattr_fields(conditions)
-            ):
-                facts.draft_vocab_reads.append((f"{index.rel(path)}:{node.lineno}", tie[-1] if tie else None))
-    # self.fc = torch.nn.Linear(self.<width> * K, ...) anywhere in the draft's module.
+            if _loads(node, "draft_vocab_size") and not guarded:
+                facts.draft_vocab_reads.append((f"{rel}:{node.lineno}", tie[-1] if tie else None))
+
+
+def _is_layer_count_test(test: ast.expr | None) -> bool:
+    """``<...>.num_hidden_layers != <constant>``."""
+    return (
+        isinstance(test, ast.Compare)
+        and _attribute_chain(test.left).endswith(".num_hidden_layers")
+        and isinstance(test.ops[0], ast.NotEq)
+        and isinstance(test.comparators[0], ast.Constant)
+    )
+
+
+def _loads(node: ast.AST, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr == attr
+
+
+def _read_fc(facts: DraftClassFacts, module: ast.Module, rel: str) -> str | None:
+    """``self.fc = torch.nn.Linear(self.<width> * K, ...)`` anywhere in the draft's module: K, the hidden states
+    the draft takes, into ``facts``; the width's attribute chain (``self.hidden_size_in``) returned."""
     width_attr = None
     for node in ast.walk(module):
-        if (
-            isinstance(node, ast.Assign)
-            and _attribute_chain(node.targets[0]) == "self.fc"
-            and isinstance(node.value, ast.Call)
-            and node.value.args
-            and isinstance(node.value.args[0], ast.BinOp)
-            and isinstance(node.value.args[0].op, ast.Mult)
-        ):
-            left, right = node.value.args[0].left, node.value.args[0].right
-            constant, other = (left, right) if isinstance(left, ast.Constant) else (right, left)
-            if isinstance(constant, ast.Constant) and isinstance(constant.value, int):
-                facts.aux_states = (constant.value, f"{index.rel(path)}:{node.lineno}")
-                width_attr = _attribute_chain(other)
-    if width_attr:
-        guarded, fallback = [], []
-        for func in (n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)):
-            for stmt, conditions in statements_with_conditions(func.body):
-                if (
-                    isinstance(stmt, ast.Assign)
-                    and _attribute_chain(stmt.targets[0]) == width_attr
-                    and isinstance(stmt.value, ast.Attribute)
-                    and _attribute_chain(stmt.value.value) == "config"
-                ):
-                    field = stmt.value.attr
-                    (guarded if field in _hasattr_fields(conditions) else fallback).append(field)
-                    facts.width_read = {**(facts.width_read or {}), field: f"{index.rel(path)}:{stmt.lineno}"}
-        facts.width_fields = guarded + fallback or None
-    return facts
+        if not (isinstance(node, ast.Assign) and _attribute_chain(node.targets[0]) == "self.fc"):
+            continue
+        product = node.value.args[0] if isinstance(node.value, ast.Call) and node.value.args else None
+        if not (isinstance(product, ast.BinOp) and isinstance(product.op, ast.Mult)):
+            continue
+        left, right = product.left, product.right
+        constant, other = (left, right) if isinstance(left, ast.Constant) else (right, left)
+        if isinstance(constant, ast.Constant) and isinstance(constant.value, int):
+            facts.aux_states = (constant.value, f"{rel}:{node.lineno}")
+            width_attr = _attribute_chain(other)
+    return width_attr
+
+
+def _read_width(facts: DraftClassFacts, module: ast.Module, rel: str, width_attr: str) -> None:
+    """The config fields the width is assigned from (``self.hidden_size_in = config.X``): those behind a hasattr
+    guard first, then the fallbacks, each with where it is read."""
+    guarded, fallback = [], []
+    for func in (n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)):
+        for stmt, conditions in statements_with_conditions(func.body):
+            if (
+                isinstance(stmt, ast.Assign)
+                and _attribute_chain(stmt.targets[0]) == width_attr
+                and isinstance(stmt.value, ast.Attribute)
+                and _attribute_chain(stmt.value.value) == "config"
+            ):
+                field = stmt.value.attr
+                (guarded if field in _hasattr_fields(conditions) else fallback).append(field)
+                facts.width_read = {**(facts.width_read or {}), field: f"{rel}:{stmt.lineno}"}
+    facts.width_fields = guarded + fallback or None
 
 
 # -- which layers a target captures ------------------------------------------------------
