@@ -180,10 +180,7 @@ def model_impl_rule(index: SourceIndex) -> ModelImplRule | None:
     for node in ast.walk(func) if func else ():
         if not isinstance(node, ast.If):
             continue
-        tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) else [
-            node.test
-        ]  # fmt: skip
-        for test in tests:
+        for test in _or_terms(node.test):
             text = ast.unparse(test)
             if text.startswith("model_config.model_impl == ModelImpl."):
                 name = text.rsplit(".", 1)[1]
@@ -220,14 +217,29 @@ def load_format_rule(index: SourceIndex) -> LoadFormatRule | None:
         ),
         None,
     )
-    enum = next(n for n in ast.walk(index.module(config)) if isinstance(n, ast.ClassDef) and n.name == "LoadFormat")
-    values = {
+    patterns, fallback = _allow_patterns(index, loader, _load_formats(index.module(config)))
+    if override is None or not patterns:
+        return None
+    return LoadFormatRule(_where(index, scheduler, override), patterns, fallback)
+
+
+def _load_formats(config: ast.Module) -> dict[str, str]:
+    """LoadFormat's members: ``SAFETENSORS`` -> ``"safetensors"``."""
+    enum = next(n for n in ast.walk(config) if isinstance(n, ast.ClassDef) and n.name == "LoadFormat")
+    return {
         ast.unparse(s.targets[0]): s.value.value
         for s in enum.body
         if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
     }
-    module = index.module(loader)
-    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "DefaultModelLoader"), None)
+
+
+def _allow_patterns(
+    index: SourceIndex, loader: Path, values: dict[str, str]
+) -> tuple[dict[str, tuple[list[str], str]], list[str]]:
+    """DefaultModelLoader._prepare_weights: each load format's allow_patterns (with where), and the patterns
+    ``if fall_back_to_pt:`` adds."""
+    cls = next((n for n in index.module(loader).body if isinstance(n, ast.ClassDef) and n.name == "DefaultModelLoader"),
+               None)  # fmt: skip
     prepare = _function(cls, "_prepare_weights") if cls else None  # type: ignore[arg-type]
     patterns, fallback = {}, []
     for node in ast.walk(prepare) if prepare else ():
@@ -237,18 +249,18 @@ def load_format_rule(index: SourceIndex) -> LoadFormatRule | None:
             (_list_of_strings(s.value) for s in node.body
              if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "allow_patterns"), None,
         )  # fmt: skip
-        tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) else [
-            node.test
-        ]  # fmt: skip
-        for test in tests:
+        for test in _or_terms(node.test):
             text = ast.unparse(test)
             if assigned and text.startswith("load_format == LoadFormat.") and text.rsplit(".", 1)[1] in values:
                 patterns[values[text.rsplit(".", 1)[1]]] = (assigned, _where(index, loader, node))
         if ast.unparse(node.test) == "fall_back_to_pt":
             fallback = next((_list_of_strings(s.value) or [] for s in node.body if isinstance(s, ast.AugAssign)), [])
-    if override is None or not patterns:
-        return None
-    return LoadFormatRule(_where(index, scheduler, override), patterns, fallback)
+    return patterns, fallback
+
+
+def _or_terms(test: ast.expr) -> list[ast.expr]:
+    """``a or b or c`` -> [a, b, c]; any other test -> [test]."""
+    return test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
 
 
 # -- --json-model-override-args -----------------------------------------------------------------
