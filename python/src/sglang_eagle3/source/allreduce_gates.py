@@ -240,31 +240,8 @@ def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool, env
         ),
         f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}",
     )
-    module_assigns = _assignments(module.body)
-    gate_majors: set[int] = set()
-    for name in {
-        n.id for n in ast.walk(gate) if isinstance(n, ast.Name) and re.fullmatch(r"_is_sm\d+_supported", n.id)
-    }:
-        assignment = expect(module_assigns.get(name), f"{name} = ... in {index.rel(comm_path)}")
-        calls = [
-            c.func.id for c in ast.walk(assignment.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-        ]
-        for call in calls:
-            gate_majors.update(_sm_majors(index, call))
-
-    auto_majors: set[int] = set()
-    for node in ast.walk(index.module(index.tree.srt / "server_args.py")):
-        if isinstance(node, ast.If) and any(
-            isinstance(s, ast.Assign)
-            and ast.unparse(s.targets[0]) == "self.enable_flashinfer_allreduce_fusion"
-            and isinstance(s.value, ast.Constant)
-            and s.value.value is True
-            for s in node.body
-        ):
-            for call in ast.walk(node.test):
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("is_sm"):
-                    auto_majors.update(_sm_majors(index, call.func.id))
-
+    gate_majors = _gate_majors(index, module, gate, comm_path)
+    auto_majors = _server_args_auto_majors(index)
     gate_loc = f"{index.rel(comm_path)}:{gate.lineno}"
     allowed = ", ".join(f"SM{m}x" for m in sorted(gate_majors))
     if major in auto_majors:
@@ -300,6 +277,39 @@ def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool, env
     )
 
 
+def _gate_majors(index: SourceIndex, module: ast.Module, gate: ast.FunctionDef, comm_path) -> set[int]:
+    """The majors the run-time gate admits: what the ``_is_smNN_supported`` names it tests are assigned from."""
+    module_assigns = _assignments(module.body)
+    majors: set[int] = set()
+    names = {n.id for n in ast.walk(gate) if isinstance(n, ast.Name) and re.fullmatch(r"_is_sm\d+_supported", n.id)}
+    for name in names:
+        assignment = expect(module_assigns.get(name), f"{name} = ... in {index.rel(comm_path)}")
+        for c in ast.walk(assignment.value):
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name):
+                majors.update(_sm_majors(index, c.func.id))
+    return majors
+
+
+def _server_args_auto_majors(index: SourceIndex) -> set[int]:
+    """The majors server_args.py switches the fusion on for by itself (``if is_smNN...(): self.enable_... = True``)."""
+    majors: set[int] = set()
+    for node in ast.walk(index.module(index.tree.srt / "server_args.py")):
+        if isinstance(node, ast.If) and any(_sets_fusion_on(s) for s in node.body):
+            for call in ast.walk(node.test):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("is_sm"):
+                    majors.update(_sm_majors(index, call.func.id))
+    return majors
+
+
+def _sets_fusion_on(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Assign)
+        and ast.unparse(statement.targets[0]) == "self.enable_flashinfer_allreduce_fusion"
+        and isinstance(statement.value, ast.Constant)
+        and statement.value.value is True
+    )
+
+
 def _sm(node: ast.AST) -> set[int]:
     """Majors named by ``get_platform().is_sm90`` / ``is_sm100`` / ``is_sm120`` in an expression."""
     names = [
@@ -330,6 +340,31 @@ def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested:
     """Releases after 0.5.9 (PR #30700): --enable-flashinfer-allreduce-fusion becomes backend "auto", and
     _resolve_backend raises ValueError on GPUs its first test does not admit, when the workspaces are built at
     start-up. A patched tree may admit SM120 under an extra condition (opt-in): that condition is read, not assumed."""
+    where, admitted, conditional = _resolver_gate(index, resolver)
+    allowed = ", ".join(f"SM{m}x" for m in sorted(admitted))
+    auto = _auto_majors(index)
+    if major in auto[0]:
+        return FlagEffect(FUSION_FLAG, requested, Effect.AUTO, f"auto-enabled on SM{major}x for the supported "
+                          f"models ({auto[1]})")  # fmt: skip
+    if not requested:
+        return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
+    runtime = _runtime_fusion_gate(index)
+    if major in admitted:
+        return _applied(major, f"{where} admits {allowed}", runtime)
+    crash = (
+        f"ValueError at {where} when the fusion workspaces are built at start-up: the backend resolver admits "
+        f"{allowed} only"
+    )
+    if runtime is not None and major in runtime[0]:  # a tree with the run-time half of the opt-in only
+        crash += f" (the run-time gate {runtime[1]} would apply it on SM{major}x, but start-up stops first)"
+    if major not in conditional:
+        return FlagEffect(FUSION_FLAG, True, Effect.CRASH, crash)
+    return _opt_in_effect(major, where, conditional[major], crash, runtime, environment)
+
+
+def _resolver_gate(index: SourceIndex, resolver) -> tuple[str, set[int], dict[int, list[ast.expr]]]:
+    """_resolve_backend's ``if not (...): raise``: where it is, the majors it admits outright, and those it admits
+    under further conditions (``is_sm120() and envs.X.get()``), with the conditions."""
     module = index.module(resolver)
     fn = expect(
         next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "_resolve_backend"), None),
@@ -351,27 +386,22 @@ def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested:
             conditional.update(dict.fromkeys(majors, rest))
         else:
             admitted |= majors
-    allowed = ", ".join(f"SM{m}x" for m in sorted(admitted))
-    auto = _auto_majors(index)
-    if major in auto[0]:
-        return FlagEffect(FUSION_FLAG, requested, Effect.AUTO, f"auto-enabled on SM{major}x for the supported "
-                          f"models ({auto[1]})")  # fmt: skip
-    if not requested:
-        return FlagEffect(FUSION_FLAG, False, Effect.NOT_REQUESTED, "")
-    runtime = _runtime_fusion_gate(index)
-    if major in admitted:
-        return _applied(major, f"{where} admits {allowed}", runtime)
-    crash = (
-        f"ValueError at {where} when the fusion workspaces are built at start-up: the backend resolver admits "
-        f"{allowed} only"
-    )
-    if runtime is not None and major in runtime[0]:  # a tree with the run-time half of the opt-in only
-        crash += f" (the run-time gate {runtime[1]} would apply it on SM{major}x, but start-up stops first)"
-    if major not in conditional:
-        return FlagEffect(FUSION_FLAG, True, Effect.CRASH, crash)
-    condition = " and ".join(ast.unparse(c) for c in conditional[major])
-    switches = [v for c in conditional[major] for v in _env_switches(c)]
-    if len(switches) != len(conditional[major]):
+    return where, admitted, conditional
+
+
+def _opt_in_effect(
+    major: int,
+    where: str,
+    conditions: list[ast.expr],
+    crash: str,
+    runtime: tuple[set[int], str] | None,
+    environment: dict,
+) -> FlagEffect:
+    """The resolver admits SM``major`` only under ``conditions``: applied when each is a switch the environment
+    sets, a crash when one is not set, unknown when one is not a switch the settings can say."""
+    condition = " and ".join(ast.unparse(c) for c in conditions)
+    switches = [v for c in conditions for v in _env_switches(c)]
+    if len(switches) != len(conditions):
         return FlagEffect(FUSION_FLAG, True, Effect.UNKNOWN, f"{where} admits SM{major}x only if {condition}; "
                           "whether that holds at start-up is not read from the settings")  # fmt: skip
     missing = [v for v in switches if not _truthy(environment.get(v))]
