@@ -328,6 +328,11 @@ def resolve_object(dotted: str):
     return value
 
 
+def _spans(node: ast.AST, lines: set[int]) -> bool:
+    """Whether any of ``lines`` falls within ``node``."""
+    return any(node.lineno <= line <= node.end_lineno for line in lines)
+
+
 class ModuleGates:
     """The gates of one module. `exported` maps module-level names assigned from a subject to their
     expression (for other modules of the wheel: `shared`); `helpers` maps each module-level function that
@@ -470,13 +475,13 @@ class ModuleGates:
         if not hot:
             return
         for scope_name, scope, parameters in scopes(self.tree):
-            if scope_name != "<module>" and not any(scope.lineno <= line <= scope.end_lineno for line in hot):
+            if scope_name != "<module>" and not _spans(scope, hot):
                 continue
             body = scope.body if scope_name != "<module>" else [s for s in scope.body if not isinstance(s, FUNCTIONS)]
             local = assignments(body) if scope_name != "<module>" else {}
             parents = parent_map(body)
             for statement, test, effect, bad_when in decisions(body, self.resolve):
-                if not any(statement.lineno <= line <= statement.end_lineno for line in hot) and not local:
+                if not _spans(statement, hot) and not local:
                     continue
                 for node in candidates(test, self.helper_of):
                     helper = self.helper_of(node) if isinstance(node, ast.Call) else None
@@ -485,32 +490,42 @@ class ModuleGates:
                     gate = self._gate(node, helper, local, scope_name)
                     if gate is None:
                         continue
-                    # Its part in the test: the whole test (or `not` it), or one term of a top-level and/or,
-                    # whose value is then necessary for the raise (`if a and b: raise`) or sufficient.
-                    self._aliases_seen = {}
-                    term, inner = role(test, node)
-                    this_bad = None if bad_when is None or term is None else bad_when != negated(inner, node)
-                    if term in ("and", "or") and bad_when is not None:
-                        necessary = (term == "and") == bad_when
-                        gate.term = "necessary" if necessary else "sufficient"
-                        if necessary:  # the other terms must have the raising value too
-                            gate._siblings = self._terms(test, inner, bad_when, local)
-                    if helper is not None and node is test and isinstance(statement, ast.Expr):
-                        gate.effect, gate.bad_when = helper[0].effect, helper[0].bad_when  # the helper raises itself
-                    else:
-                        gate.effect = effect if this_bad is not None or effect == "value" else "branch"
-                        gate.bad_when = this_bad
-                    gate._guards = self._guards(statement, parents, local)
-                    gate._aliases = {**self._aliases_seen, **gate._aliases}  # the imports guards and terms read
-                    gate.handler = in_handler(statement, parents)
+                    self._place(gate, node, helper, (statement, test, effect, bad_when), local, parents)
                     if helper is None and parameters and scope_name.count(".") == 0:
-                        free = {n.id for n in ast.walk(gate._expression) if isinstance(n, ast.Name)}
-                        argument = {a for k, a in gate._bindings.values() if k == "package-argument"}
-                        if (free | argument) & set(parameters):
-                            gate._defaults, gate.helper = defaults(scope), True
-                            self.helpers[f"{self.module}.{scope_name}"] = (gate, parameters)
-                            self.helpers_here.add(scope_name)
+                        self._register_helper(gate, scope, scope_name, parameters)
                     yield gate
+
+    def _place(self, gate: Gate, node, helper, decision: tuple, local, parents) -> None:
+        """The gate's part in its decision (statement, test, effect, bad_when): the whole test (or `not` it), or one
+        term of a top-level and/or, whose value is then necessary for the raise (`if a and b: raise`) or
+        sufficient; its effect and bad value, the guards around it, and whether it sits in an exception handler."""
+        statement, test, effect, bad_when = decision
+        self._aliases_seen = {}
+        term, inner = role(test, node)
+        this_bad = None if bad_when is None or term is None else bad_when != negated(inner, node)
+        if term in ("and", "or") and bad_when is not None:
+            necessary = (term == "and") == bad_when
+            gate.term = "necessary" if necessary else "sufficient"
+            if necessary:  # the other terms must have the raising value too
+                gate._siblings = self._terms(test, inner, bad_when, local)
+        if helper is not None and node is test and isinstance(statement, ast.Expr):
+            gate.effect, gate.bad_when = helper[0].effect, helper[0].bad_when  # the helper raises itself
+        else:
+            gate.effect = effect if this_bad is not None or effect == "value" else "branch"
+            gate.bad_when = this_bad
+        gate._guards = self._guards(statement, parents, local)
+        gate._aliases = {**self._aliases_seen, **gate._aliases}  # the imports guards and terms read
+        gate.handler = in_handler(statement, parents)
+
+    def _register_helper(self, gate: Gate, scope, scope_name: str, parameters: list[str]) -> None:
+        """A module-level function whose gate compares a subject with its own parameters (SGLang's
+        assert_pkg_version) is a helper: a call of it with constant arguments is judged where it is called."""
+        free = {n.id for n in ast.walk(gate._expression) if isinstance(n, ast.Name)}
+        argument = {a for k, a in gate._bindings.values() if k == "package-argument"}
+        if (free | argument) & set(parameters):
+            gate._defaults, gate.helper = defaults(scope), True
+            self.helpers[f"{self.module}.{scope_name}"] = (gate, parameters)
+            self.helpers_here.add(scope_name)
 
     def constant(self, node: ast.expr):
         """A constant's value: a literal, or a name assigned a literal at module level here or in another
