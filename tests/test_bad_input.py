@@ -165,12 +165,21 @@ def test_bad_urls(tmp_path, run_cli, url, message):
         "ftp://user:s3cret@127.0.0.1:30000",
         "http://127.0.0.1:30000/v1?api_key=s3cret",
         "http://u:p@ss:s3cret@127.0.0.1:30000",  # an unescaped @ in the password
+        " http://user:s3cret@127.0.0.1:30000",  # a space before it
+        "http://user:s3/cret@127.0.0.1:30000",  # a / in the password: Python's error quotes part of it
+        "http://user:s3\uff03cret@127.0.0.1:30000",  # a character NFKC changes: Python's error quotes the netloc
+        "http://user:s3?cret@127.0.0.1:30000",
+        "http://127.0.0.1:30000/#token=s3cret",
     ],
 )
 def test_a_url_with_a_credential_is_refused_without_showing_it(tmp_path, run_cli, url):
     result = run_cli("bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl"))
     assert result.returncode == ExitStatus.BAD_INPUT
-    assert "s3cret" not in result.stdout + result.stderr and "***" in clean(result)
+    assert "s3" not in result.stdout + result.stderr and "***" in clean(result)
+    # bench compare takes a URL or a results file: any scheme://, in any case, is a URL, never a file name
+    result = run_cli("bench", "compare", url.upper().replace("S3", "s3"), str(tmp_path / "candidate.jsonl"))
+    assert result.returncode == ExitStatus.BAD_INPUT
+    assert "s3" not in result.stdout + result.stderr and "***" in clean(result)
 
 
 # -- 10: compare --threshold / --floor ----------------------------------------------------------------

@@ -75,7 +75,8 @@ def base_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url.strip())
         port = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError as err:
-        raise BenchError(f"{said} is not a valid URL ({err}); {example}") from None
+        why = "" if "@" in url else f" ({err})"  # Python's own message may quote the user:password part
+        raise BenchError(f"{said} is not a valid URL{why}; {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BenchError(f"{said} is not an http(s) URL with a host; {example}")
     try:
@@ -89,10 +90,20 @@ def base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def looks_like_url(text: str) -> bool:
+    """``scheme://...``, whatever the scheme's case or the spaces around it: never read as a file name."""
+    return re.match(r"\s*[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
+
+
 def _shown_url(url: str) -> str:
-    """A URL as messages show it: a user:password@ and a query hidden, as either may hold a credential."""
-    hidden = re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@", r"\1***@", url)
-    return shown(re.sub(r"\?[^#]*", "?***", hidden))
+    """A URL as messages show it: everything up to the last @ (a user:password, whatever characters the password
+    has) and any query or fragment hidden, as either may hold a credential."""
+    scheme, sep, rest = url.strip().partition("://")
+    if not sep:
+        scheme, rest = "", url.strip()
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return shown(scheme + sep + re.sub(r"([?#]).*", r"\1***", rest, flags=re.DOTALL))
 
 
 @dataclass

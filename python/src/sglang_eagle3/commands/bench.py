@@ -139,9 +139,11 @@ def bench_summary(results, plot):
 def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
     """A results file, or a server URL that is measured now (single stream, defaults)."""
     from ..bench import report
-    from ..bench.runner import RunConfig, run
+    from ..bench.runner import RunConfig, looks_like_url, run
 
-    if source.startswith(("http://", "https://")):
+    # A URL is measured (base_url refuses what is not http(s) without showing a password), and so is what only
+    # looks like a user:password@host, not like a results file that exists.
+    if looks_like_url(source) or ("@" in source and not Path(source).exists()):
         config = RunConfig(url=source, output=_default_output(label), label=label, api_key_file=api_key_file)
         output = writable_file(config.output)
         click.echo(f"measuring {label} at {config.url} -> {output}")
