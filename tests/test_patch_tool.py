@@ -72,6 +72,37 @@ def test_a_tree_missing_a_file_the_series_changes_is_bad_input_naming_it(pristin
     assert snapshot(tree) == before
 
 
+def test_a_series_that_creates_and_deletes_files_is_checked_as_gnu_patch_applies_it(tmp_path):
+    """A file the series creates need not be there before, not even for a later patch that changes it; a file a
+    patch deletes is not asked for once it is gone; a removed line that reads like a header is no header."""
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "_version.py").write_text("__version__ = '9.9.9'\n")
+    (tmp_path / "sglang" / "old.py").write_text("gone = 1\n")
+    (tmp_path / "sglang" / "kept.py").write_text("-- not a header\nx = 1\n")
+    texts = {
+        "0001-create.patch": "create\n--- /dev/null\n+++ b/sglang/new.py\n@@ -0,0 +1 @@\n+y = 1\n",
+        "0002-change-new.patch": "change\n--- a/sglang/new.py\n+++ b/sglang/new.py\n@@ -1 +1 @@\n-y = 1\n+y = 2\n",
+        "0003-delete.patch": "delete\n--- a/sglang/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone = 1\n",
+        "0004-header-like-line.patch": (
+            "edit\n--- a/sglang/kept.py\n+++ b/sglang/kept.py\n@@ -1,2 +1 @@\n--- not a header\n x = 1\n"
+        ),
+    }
+    directory = tmp_path / "sglang-9.9.9"
+    directory.mkdir()
+    for name, text in texts.items():
+        (directory / name).write_text(text)
+    series = patchset.PatchSeries(directory, "9.9.9", tuple(patchset.Patch(n, directory / n) for n in texts))
+    assert [p.changed_files for p in series.patches] == [[], ["sglang/new.py"], [], ["sglang/kept.py"]]
+    assert series.patches[0].created_files == ["sglang/new.py"]
+    tree = patchset.SGLangTree(tmp_path, "9.9.9")
+    assert [s.state for s in patchset.verify(series, tree)][0] is patchset.PatchState.NOT_APPLIED
+    for patch in series.patches:  # applied one by one, as the series goes: old.py is gone at the end
+        assert gnu_patch(tmp_path, patch.path).returncode == 0, patch.name
+    assert not (tmp_path / "sglang" / "old.py").exists()
+    states = {s.patch.name: s.state for s in patchset.verify(series, tree)}  # no TreeIncomplete for old.py
+    assert states["0003-delete.patch"] is states["0004-header-like-line.patch"] is patchset.PatchState.APPLIED
+
+
 def test_wrong_version_is_refused_with_the_version_found(pristine_tree, tree_copy, run_cli):
     tree = tree_copy(pristine_tree)
     version = tree / "sglang/_version.py"

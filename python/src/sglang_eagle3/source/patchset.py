@@ -84,9 +84,31 @@ class Patch:
         return [m.split("/", 1)[1] for m in re.findall(r"^\+\+\+ (\S+)", self.text, re.MULTILINE)]
 
     @property
+    def file_headers(self) -> list[tuple[str, str]]:
+        """(old, new) path of each file the patch diffs, -p1 stripped ("/dev/null" kept): a ``--- `` line directly
+        followed by ``+++ `` and then ``@@`` (a removed line that reads ``-- x`` is no header)."""
+        lines = self.text.splitlines()
+        headers = []
+        for old, new, hunk in zip(lines, lines[1:], lines[2:], strict=False):
+            if old.startswith("--- ") and new.startswith("+++ ") and hunk.startswith("@@"):
+                headers.append((_strip_p1(old[4:]), _strip_p1(new[4:])))
+        return headers
+
+    @property
     def changed_files(self) -> list[str]:
-        """The files this patch changes that must be there already (not those it creates from /dev/null)."""
-        return [m.split("/", 1)[1] for m in re.findall(r"^--- (\S+)", self.text, re.MULTILINE) if m != "/dev/null"]
+        """The files this patch changes that must be there before it applies: not those it creates from
+        /dev/null, nor those it deletes (gone once it is applied)."""
+        return [old for old, new in self.file_headers if "/dev/null" not in (old, new)]
+
+    @property
+    def created_files(self) -> list[str]:
+        return [new for old, new in self.file_headers if old == "/dev/null"]
+
+
+def _strip_p1(path: str) -> str:
+    """``a/sglang/x.py`` (a tab and a date may follow) -> ``sglang/x.py``; ``/dev/null`` stays."""
+    path = path.split("\t")[0].strip()
+    return path if path == "/dev/null" else path.split("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -230,9 +252,12 @@ def apply_command(tree: SGLangTree) -> str:
 def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
     """The state of every patch in the series, checked against the tree as it is."""
     check_version(series, tree)
-    missing = [
-        (patch, rel) for patch in series.patches for rel in patch.changed_files if not (tree.root / rel).is_file()
-    ]
+    missing, created = [], set()  # a file an earlier patch of the series creates need not be there yet
+    for patch in series.patches:
+        missing += [
+            (patch, rel) for rel in patch.changed_files if rel not in created and not (tree.root / rel).is_file()
+        ]
+        created.update(patch.created_files)
     if missing:  # GNU patch would only say "can't find file to patch" after the patch's whole header
         patch, rel = missing[0]
         more = f" (and {len(missing) - 1} more file(s) the series changes)" if len(missing) > 1 else ""
