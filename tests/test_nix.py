@@ -359,11 +359,17 @@ def test_module_assertions_fire(override, message):
 
 @needs_lib
 @pytest.mark.parametrize("setting", ["model_path", "host", "served_model_name"])
-def test_module_rejects_an_empty_text_setting_as_the_launcher_does(setting):
-    error = evaluate_module_error(f'{{ services.sglang-eagle3 = {{ enable = true; settings.{setting} = ""; }}; }}')
+@pytest.mark.parametrize(
+    "value, launcher_says", [("", "String should have at least 1 character"), (" \t", "is only white space")]
+)
+def test_module_rejects_an_empty_text_setting_as_the_launcher_does(setting, value, launcher_says):
+    nix_value = value.replace("\t", "\\t")
+    error = evaluate_module_error(
+        f'{{ services.sglang-eagle3 = {{ enable = true; settings.{setting} = "{nix_value}"; }}; }}'
+    )
     assert setting in error and "is not of type" in error and "non-empty string" in error
-    with pytest.raises(settings.SettingsError, match=f"{setting}: String should have at least 1 character"):
-        settings.load(assignments=[f"{setting}="], environ={})
+    with pytest.raises(settings.SettingsError, match=f"{setting}: {launcher_says}"):
+        settings.load(assignments=[f"{setting}={value}"], environ={})
 
 
 @needs_lib

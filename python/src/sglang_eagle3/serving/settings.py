@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -60,9 +61,18 @@ NOT_SETTINGS = {"config", "patches", "nvidia_smi", "libcuda", "traceback"}
 # A variable name every consumer of `environment` takes: the process environment (no "=", not empty), systemd's
 # Environment= (the NixOS module) and Kubernetes' env (the manifests). POSIX's portable names.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Text that is never empty: an empty model path, revision, backend or host is a slip, not a value (SGLang would get
-# `--host ''` or read the working directory as the model). The schema says minLength 1, the NixOS option nonEmptyStr.
-Text = Annotated[str, StringConstraints(min_length=1)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is only white space; give a value, or leave the setting out")
+    return value
+
+
+# Text that is never empty nor blank: an empty model path, revision, backend or host is a slip, not a value (SGLang
+# would get `--host ''` or read the working directory as the model). The schema says minLength 1, and the NixOS
+# option is types.nonEmptyStr, which refuses blank text too.
+Text = Annotated[str, StringConstraints(min_length=1), AfterValidator(_not_blank)]
 
 
 class SettingsError(BadInput):
