@@ -1,6 +1,8 @@
-# FlashInfer's modules for SGLang's attention backends (flashinfer-aot.json), built ahead of time
-# for chosen CUDA capabilities by scripts/flashinfer-aot.py: nvcc and no GPU, FlashInfer's own
-# generators and builder, as nixpkgs' flashinfer-jit-cache builds its cache. stack.nix links the
+# FlashInfer's modules for SGLang's EAGLE-3 path, built ahead of time for chosen CUDA capabilities by
+# scripts/flashinfer-aot.py: the modules the stack's SGLang loads on those GPUs, as
+# scripts/audit-flashinfer-calls.py traced them (the stack's flashinfer-calls.json), plus the opt-in
+# all-reduce modules of flashinfer-aot.json; nvcc and no GPU, FlashInfer's own generators and
+# builder, as nixpkgs' flashinfer-jit-cache builds its cache. stack.nix links the
 # result as the FlashInfer package's data/aot directory, where FlashInfer looks for a module
 # before it compiles one (0.6.3: JitSpec.is_aot; 0.7.2: get_aot_artifacts); anything else still
 # compiles into the writable JIT cache. A module is found there by name alone, so it must hold
@@ -14,8 +16,9 @@
   cuda,
   # A Python environment with the stack's FlashInfer (as locked: no data/aot), torch and tvm-ffi.
   buildEnv,
-  # The stack (nix/pins.json "stacks"), which picks the module list's FlashInfer version.
+  # The stack (nix/pins.json "stacks") and its trace (nix/stacks/sglang-<version>/flashinfer-calls.json).
   version,
+  calls,
   # CUDA capabilities, e.g. [ "12.0" ] or [ "9.0" "12.0" ].
   capabilities,
   # Settings whose modules are built too (flashinfer-aot.json "opt_in"), e.g. [ "enable_flashinfer_allreduce_fusion" ].
@@ -51,7 +54,7 @@ stdenv.mkDerivation {
   buildPhase = ''
     runHook preBuild
     export HOME=$TMPDIR
-    python ${./scripts/flashinfer-aot.py} --plan ${./flashinfer-aot.json} --stack ${version} \
+    python ${./scripts/flashinfer-aot.py} --plan ${./flashinfer-aot.json} --calls ${calls} --stack ${version} \
       --capabilities ${lib.escapeShellArg (toString capabilities)} \
       --opt-in ${lib.escapeShellArg (lib.concatStringsSep "," optIn)} \
       --out $out --build-dir $TMPDIR/build --jobs $NIX_BUILD_CORES \

@@ -68,6 +68,7 @@ let
     pkgs.callPackage ./flashinfer-aot.nix {
       inherit cuda capabilities;
       inherit (stack) version;
+      calls = src + "/${stack.data}/flashinfer-calls.json";
       buildEnv = pythonSet.mkVirtualEnv "flashinfer-aot-build-env" { flashinfer-python = [ ]; };
     };
   aot =

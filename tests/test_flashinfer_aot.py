@@ -1,15 +1,15 @@
-"""FlashInfer's attention modules built ahead of time (nix/flashinfer-aot.json, nix/scripts/flashinfer-aot.py,
-nix/flashinfer-aot.nix).
+"""FlashInfer's modules built ahead of time (nix/scripts/flashinfer-aot.py, nix/flashinfer-aot.nix) from each stack's
+trace (nix/stacks/sglang-<stack>/flashinfer-calls.json, tests/test_flashinfer_calls.py) and nix/flashinfer-aot.json.
 
-- the module list is SGLang's: every source line it cites is in the real SGLang wheels of both stacks,
-  and each stack's FlashInfer version is its lock's;
-- the script, run against the real FlashInfer 0.6.3 (its own generators, no GPU), names the modules
-  FlashInfer looks up at run time, leaves out a module whose generator makes no code for a GPU given,
-  and refuses bad input with exit 2 before importing anything;
-- its RUNPATH rewrite (the Nix build's) keeps nothing under the dropped prefix, the given entry first;
-- the derivation calls the script with the toolkit and no compiler in its closure, and a stack with AOT
-  capabilities links the result as FlashInfer's data/aot.
-The build itself needs nvcc and ran on the lent H200 (docs/gpu-host.md (h)).
+- every traced module is what FlashInfer's own generator makes for the recorded arguments (the script, run against
+  each stack's real FlashInfer, its generators on the CPU, names per capability exactly the modules the trace says
+  that GPU loads), and a capability the generator targets with a suffix (FlashInfer 0.7.2: compute_120f) counts;
+- a module a capability needs and no generator builds code for fails the build unless nix/flashinfer-aot.json gives
+  the reason; a capability given that gets no module fails it; bad input exits 2 before importing anything;
+- the opt-in modules' SGLang lines are in the real SGLang wheels, and each stack's FlashInfer is its lock's;
+- the RUNPATH rewrite (the Nix build's) keeps nothing under the dropped prefix, the given entry first;
+- the derivation calls the script with the stack's trace, the toolkit and no compiler in its closure.
+The build itself needs nvcc (docs/gpu-host.md (h)).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import types
 
 import pytest
 from conftest import CACHE, REPO
@@ -28,6 +29,7 @@ from support.flake_eval import Workspace, needs_flake_eval
 from support.flashinfer_site import flashinfer_site
 from support.pinned_wheels import fetch_wheel, unpack
 from support.scripts import load_script
+from support.stack_libraries import stack_libraries, with_path
 
 SCRIPT = REPO / "nix" / "scripts" / "flashinfer-aot.py"
 PLAN = json.loads((REPO / "nix" / "flashinfer-aot.json").read_text())
@@ -36,10 +38,35 @@ SGLANG_PINS = {"0.5.9": "sglang", "0.5.23": "sglang-0.5.23"}
 LOCKS = {"0.5.9": REPO / "python" / "uv.lock", "0.5.23": REPO / "nix" / "stacks" / "sglang-0.5.23" / "uv.lock"}
 
 
+def calls(stack: str) -> dict:
+    return json.loads((REPO / "nix" / "stacks" / f"sglang-{stack}" / "flashinfer-calls.json").read_text())
+
+
 def run(*args, env=None, timeout=900):
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout
     )
+
+
+def flashinfer_env(stack: str, tmp_path) -> dict:
+    """The stack's own FlashInfer (and tvm-ffi) importable on this Python; no GPU."""
+    site = (
+        flashinfer_site(CACHE)
+        if stack == "0.5.9"
+        else stack_libraries("0.5.23", ("flashinfer-python", "apache-tvm-ffi"), CACHE)
+    )
+    return with_path({**os.environ, "HOME": str(tmp_path)}, site)
+
+
+def listed(stdout: str) -> dict[str, list[str]]:
+    """flashinfer-aot.py --list's modules per capability."""
+    found, current = {}, None
+    for line in stdout.splitlines():
+        if m := re.fullmatch(r"(\d+\.\d+): \d+ modules", line):
+            current = found.setdefault(m.group(1), [])
+        elif line.startswith("  ") and current is not None and not line.startswith("  left out"):
+            current.append(line.strip())
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -47,31 +74,32 @@ def sglang_trees(tmp_path_factory):
     return {s: unpack(fetch_wheel(pin, CACHE, "sglang"), tmp_path_factory.mktemp(s)) for s, pin in SGLANG_PINS.items()}
 
 
-def test_every_module_is_what_sglang_asks_for(sglang_trees):
-    for module in PLAN["modules"]:
-        assert module["sglang"], module["name"]
+def test_every_opt_in_module_is_what_sglang_asks_for(sglang_trees):
+    for module in PLAN["opt_in_modules"]:
+        assert set(module["sglang"]) == set(module["stacks"]), module["opt_in"]
         for stack, refs in module["sglang"].items():
             for ref in refs:
                 file, line, text = ref.split(":", 2)
                 actual = (sglang_trees[stack] / "sglang" / file).read_text().splitlines()[int(line) - 1]
-                assert text.strip() in actual, f"{module['name']} {stack} {file}:{line} is now {actual.strip()!r}"
+                assert text.strip() in actual, f"{module['opt_in']} {stack} {file}:{line} is now {actual.strip()!r}"
 
 
 def test_each_stacks_flashinfer_is_its_locks():
-    for stack, spec in PLAN["stacks"].items():
+    for stack in SGLANG_PINS:
         lock = tomllib.loads(LOCKS[stack].read_text())
         (version,) = [p["version"] for p in lock["package"] if p["name"] == "flashinfer-python"]
-        assert spec["flashinfer"] == version, stack
+        assert calls(stack)["flashinfer"] == version, stack
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--capabilities", "10.0"], "SM100's backends ship as FlashInfer cubins"),
+        (["--capabilities", "10.0"], "10.0 was not traced"),
+        (["--capabilities", "8.6"], "nix/flashinfer-trace.json traces 9.0, 12.0"),
         (["--capabilities", "12"], "is not a CUDA capability like 12.0"),
         (["--capabilities", "9.0a"], "is not a CUDA capability like 12.0"),
         (["--capabilities", " "], "--capabilities is empty"),
-        (["--capabilities", "12.0", "--stack", "0.4.0"], "--stack 0.4.0: not in"),
+        (["--capabilities", "12.0", "--stack", "0.4.0"], "--calls"),
         (["--capabilities", "12.0", "--opt-in", "pcie_ipc_allreduce"], "not a module setting of stack 0.5.9"),
         (["--capabilities", "12.0", "--opt-in", "speed"], "--opt-in speed"),
         (["--capabilities", "12.0", "--out", None], "--out is required"),
@@ -87,6 +115,12 @@ def test_bad_input_exits_2_with_the_fix(args, message, tmp_path):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_trace_of_another_stack_is_refused(tmp_path):
+    result = run("--stack", "0.5.9", "--capabilities", "12.0", "--list",
+                 "--calls", str(REPO / "nix" / "stacks" / "sglang-0.5.23" / "flashinfer-calls.json"))  # fmt: skip
+    assert result.returncode == 2 and "holds the trace of SGLang 0.5.23, not of stack 0.5.9" in result.stderr
+
+
 def test_a_non_empty_output_directory_is_refused_and_kept(tmp_path):
     (tmp_path / "kept.txt").write_text("a user's file")
     result = run("--stack", "0.5.9", "--capabilities", "12.0", "--out", str(tmp_path))
@@ -94,28 +128,76 @@ def test_a_non_empty_output_directory_is_refused_and_kept(tmp_path):
     assert (tmp_path / "kept.txt").read_text() == "a user's file"
 
 
-def test_the_modules_are_flashinfers_names_for_sglangs_calls(tmp_path):
-    """FlashInfer 0.6.3 itself names them (its generators; CUDA_VISIBLE_DEVICES empty, no GPU here)."""
-    env = {**os.environ, "PYTHONPATH": str(flashinfer_site(CACHE)), "HOME": str(tmp_path)}
-    result = run("--stack", "0.5.9", "--capabilities", "9.0 12.0", "--opt-in", "enable_flashinfer_allreduce_fusion",
-                 "--list", env=env)  # fmt: skip
+@pytest.mark.parametrize("stack", ["0.5.9", "0.5.23"])
+def test_the_modules_are_flashinfers_names_for_the_traced_calls(stack, tmp_path):
+    """FlashInfer itself names them: its generators, with the arguments the trace recorded, on the CPU."""
+    opt_in = ",".join(m["opt_in"] for m in PLAN["opt_in_modules"] if stack in m["stacks"])
+    result = run("--stack", stack, "--capabilities", "9.0 12.0", "--opt-in", opt_in, "--list",
+                 env=flashinfer_env(stack, tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
-    names = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ") and "skipped" not in line]
-    common = "dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32"
-    flags = "posenc_0_use_swa_False_use_logits_cap_False"
-    prefill = f"batch_prefill_with_kv_cache_{common}_head_dim_qk_{{}}_head_dim_vo_128_{flags}_f16qk_False"
-    assert names == [
-        prefill.format(192),  # the target's ragged prefill, fa2 (SM120) and fa3 (SM90)
-        prefill.format(192) + "_sm90",
-        f"batch_mla_attention_{common}_head_dim_ckv_512_head_dim_kpe_64_profiler_False",
-        f"batch_mla_attention_{common}_head_dim_ckv_512_head_dim_kpe_64_profiler_False_sm90",
-        prefill.format(128),  # the draft's paged prefill, and ragged off SM90: one module
-        prefill.format(128) + "_sm90",
-        f"batch_decode_with_kv_cache_{common}_head_dim_qk_128_head_dim_vo_128_{flags}",
-    ], result.stdout
     assert "GPUs visible: 0" in result.stdout
-    # FlashInfer 0.6.3's all-reduce generator builds for SM 9/10 only: no sm_120 code, so not built.
-    assert "skipped allreduce_fusion (no backend): its generator builds no code for 12.0" in result.stdout
+    per_gpu = listed(result.stdout)
+    data = calls(stack)["modules"]
+    for capability in ("9.0", "12.0"):
+        traced = sorted(name for name, m in data.items() if capability in m["needed_on"])
+        assert traced and sorted(n for n in per_gpu[capability] if n in data) == traced, capability
+    # The opt-in all-reduce modules come on top where their generator builds code for every GPU given.
+    if stack == "0.5.9":
+        # FlashInfer 0.6.3's all-reduce generator builds for SM 9/10 only. One module serves every GPU (it is found
+        # by name), so none is built: one with no SM120 code would be found on the SM120 host and fail there.
+        assert all("trtllm_comm" not in names for names in per_gpu.values())
+        assert "left out on 12.0: enable_flashinfer_allreduce_fusion" in result.stdout
+    else:
+        assert all({"trtllm_comm", "pcie_ipc_comm"} <= set(names) for names in per_gpu.values())
+
+
+def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(tmp_path):
+    """FlashInfer 0.7.2 with nvcc 12.9 or newer targets 12.0 as compute_120f: the module holds SM120 code."""
+    result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list", env=flashinfer_env("0.5.23", tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert len(listed(result.stdout)["12.0"]) == sum(
+        "12.0" in m["needed_on"] for m in calls("0.5.23")["modules"].values()
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, capability, has",
+    [
+        (["-gencode=arch=compute_120f,code=sm_120f"], "12.0", True),
+        (["-gencode=arch=compute_120a,code=sm_120a"], "12.0", True),
+        (["-gencode=arch=compute_120,code=sm_120"], "12.0", True),
+        (["-gencode=arch=compute_90a,code=sm_90a"], "12.0", False),
+        (["-gencode=arch=compute_1200,code=sm_1200"], "12.0", False),  # not 12.0 under another suffix
+        (["-gencode=arch=compute_90a,code=sm_90a"], "9.0", True),
+    ],
+)
+def test_a_capability_is_held_under_any_suffix(flags, capability, has):
+    aot = load_script(SCRIPT)
+    spec = types.SimpleNamespace(extra_cuda_cflags=flags)
+    assert aot.has_code_for(spec, capability, jit=None) is has
+
+
+def test_a_module_left_out_without_a_reason_fails_the_build(tmp_path):
+    """FlashInfer 0.6.3's all-reduce module has no SM120 build: with its reason removed, asking for it fails."""
+    plan = {**PLAN, "skip_reasons": {}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    result = run("--stack", "0.5.9", "--capabilities", "12.0", "--opt-in", "enable_flashinfer_allreduce_fusion",
+                 "--plan", str(tmp_path / "plan.json"), "--list", env=flashinfer_env("0.5.9", tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "enable_flashinfer_allreduce_fusion is needed on 12.0, but its generator builds no code for it" in (
+        result.stderr
+    )
+
+
+def test_a_stale_trace_is_refused(tmp_path):
+    """A module whose recorded arguments no longer make its name (FlashInfer changed, the trace did not)."""
+    data = calls("0.5.9")
+    name, module = next((n, m) for n, m in data["modules"].items() if "prefill" in n and "12.0" in m["needed_on"])
+    data["modules"][name] = {**module, "args": [*module["args"][:5], 256, *module["args"][6:]]}
+    (tmp_path / "calls.json").write_text(json.dumps(data))
+    result = run("--stack", "0.5.9", "--capabilities", "12.0", "--calls", str(tmp_path / "calls.json"), "--list",
+                 env=flashinfer_env("0.5.9", tmp_path))  # fmt: skip
+    assert result.returncode == 1 and "the trace is stale" in result.stderr, result.stderr
 
 
 @pytest.mark.skipif(shutil.which("patchelf") is None or shutil.which("cc") is None, reason="needs patchelf and cc")
@@ -147,7 +229,9 @@ def test_the_derivation_runs_the_script_with_nvcc_and_keeps_no_toolchain(ws, out
     env = info["env"]
     build = env["buildPhase"]
     assert re.search(
-        r"python /nix/store/\w{32}-flashinfer-aot\.py --plan /nix/store/\w{32}-flashinfer-aot\.json ", build
+        r"python /nix/store/\w{32}-flashinfer-aot\.py --plan /nix/store/\w{32}-flashinfer-aot\.json "
+        r"--calls /nix/store/\w{32}-flashinfer-calls\.json ",
+        build,
     )
     assert f"--stack {stack} " in build
     assert "--capabilities 12.0" in build and "--out $out" in build

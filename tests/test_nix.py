@@ -164,6 +164,8 @@ def test_every_stack_names_its_pins_lock_series_and_data():
         for data in (
             "wheel-closure.json",
             "wheel-libraries.json",
+            "flashinfer-call-policy.json",
+            "flashinfer-calls.json",
             "runtime-lookup-policy.json",
             "runtime-lookups.json",
             "sglang-rule-policy.json",
