@@ -143,25 +143,23 @@ def trace(stack: str, cache: Path) -> dict:
         site = libraries(stack, inputs["libraries"][stack], cache)
         jobs = []
         for capability, gpu in inputs["gpus"].items():
-            for draft, config in drafts.items():
-                request = {
-                    "capability": [int(x) for x in capability.split(".")],
-                    "gpu": gpu,
-                    "cuda": cuda,
-                    "argv": argv,
-                    "target_config": target,
-                    "draft_config": config,
-                    "kv_tokens": inputs["kv_tokens"],
-                    "environment": inputs["environment"],
-                }
-                path = work / f"request-{capability}-{draft}.json"
-                path.write_text(json.dumps(request))
-                jobs.append((capability, draft, path))
+            request = {
+                "capability": [int(x) for x in capability.split(".")],
+                "gpu": gpu,
+                "cuda": cuda,
+                "argv": argv,
+                "target_config": target,
+                "drafts": drafts,
+                "kv_tokens": inputs["kv_tokens"],
+                "environment": inputs["environment"],
+            }
+            path = work / f"request-{capability}.json"
+            path.write_text(json.dumps(request))
+            jobs.append((capability, path))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(site)]), "PYTHONDONTWRITEBYTECODE": "1"}
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-            runs = dict(
-                zip([(c, d) for c, d, _ in jobs], pool.map(lambda job: run_trace(job[2], env), jobs), strict=True)
-            )
+            traced = pool.map(lambda job: run_trace(job[1], env), jobs)
+            runs = dict(zip([capability for capability, _ in jobs], traced, strict=True))
     data = merge(stack, argv, runs)
     data["traced_on"] = {capability: gpu["name"] for capability, gpu in inputs["gpus"].items()}
     return data
@@ -179,22 +177,25 @@ def run_trace(request: Path, env: dict) -> dict:
 
 
 # -- the data --------------------------------------------------------------------------------------------------
-def merge(stack: str, argv: list[str], runs: dict[tuple[str, str], dict]) -> dict:
+def merge(stack: str, argv: list[str], runs: dict[str, dict]) -> dict:
+    """Each GPU's trace, merged: a call or an outcome lists the runs it happened in ("9.0" for a target step, which
+    does not depend on the draft; "9.0/mha" for a draft step)."""
     first = next(iter(runs.values()))
     steps: dict[str, dict] = {}
     modules: dict[str, dict] = {}
-    for (capability, draft), run in sorted(runs.items()):
-        on = f"{capability}/{draft}"
-        loaded = {e["module"] for e in run["events"]}
-        for name, result in run["steps"].items():
-            entry = steps.setdefault(name, {"what": result["what"], "calls": {}, "outcomes": {}})
-            outcome = {k: v for k, v in result.items() if k not in ("what", "ok")}
-            outcome["ok"] = result["ok"]
-            entry["outcomes"].setdefault(json.dumps(outcome, sort_keys=True), []).append(on)
+    for capability, run in sorted(runs.items()):
+        results = [(capability, run["steps"]["target"])]
+        results += [(f"{capability}/{draft}", by_step) for draft, by_step in run["steps"]["drafts"].items()]
+        for on, by_step in results:
+            for name, result in by_step.items():
+                entry = steps.setdefault(name, {"what": result["what"], "calls": {}, "outcomes": {}})
+                outcome = {k: v for k, v in result.items() if k != "what"}
+                entry["outcomes"].setdefault(json.dumps(outcome, sort_keys=True), []).append(on)
         for event in run["events"]:
             # A CUDA graph's replay is part of its step ("target.verify.cuda_graph_replay" -> ".cuda_graph").
             replay = event["step"].endswith("_replay")
             step = event["step"].removesuffix("_replay")
+            on = f"{capability}/{event['draft']}" if event["draft"] else capability
             call = " | ".join(
                 (
                     event["module"],
@@ -205,17 +206,16 @@ def merge(stack: str, argv: list[str], runs: dict[tuple[str, str], dict]) -> dic
             )
             entry = steps.setdefault(step, {"what": "", "calls": {}, "outcomes": {}})
             entry["calls"].setdefault(call, set()).add(on + (" replay" if replay else ""))
-        for name in loaded:
-            spec = run["specs"].get(name, {"generator": None})
-            module = modules.setdefault(name, {**spec, "needed_on": set(), "steps": set()})
+            spec = run["specs"].get(event["module"], {"generator": None})
+            module = modules.setdefault(event["module"], {**spec, "needed_on": set(), "steps": set()})
             module["needed_on"].add(capability)
-            module["steps"] |= {e["step"].removesuffix("_replay") for e in run["events"] if e["module"] == name}
+            module["steps"].add(step)
     return {
         "_comment": "Generated by nix/scripts/audit-flashinfer-calls.py (do not edit): the FlashInfer calls of this "
-        "stack's SGLang (patched) on the EAGLE-3 path, traced on the CPU for each GPU of "
-        "nix/flashinfer-trace.json (mha: a draft decoding without tensor cores; gqa: with). calls: "
-        "'module | function | FlashInfer API | SGLang line' -> the GPU/draft runs it happened in; "
-        "'(loaded)' is FlashInfer loading the module. modules: what nix/scripts/flashinfer-aot.py builds.",
+        "stack's SGLang (patched) on the EAGLE-3 path, traced on the CPU for each GPU of nix/flashinfer-trace.json "
+        "(a target step once a GPU; a draft step a GPU and draft: mha decodes without tensor cores, gqa with). "
+        "calls: 'module | function | FlashInfer API | SGLang line' -> the runs it happened in; '(loaded)' is "
+        "FlashInfer loading the module, once a process. modules: what nix/scripts/flashinfer-aot.py builds.",
         "sglang": stack,
         "flashinfer": first["flashinfer"],
         "worker": first["worker"],

@@ -242,7 +242,7 @@ def simulate_device_queries():
 
 
 # -- the recorder ----------------------------------------------------------------------------------------------
-STEP = {"name": "start"}
+STEP = {"name": "start", "draft": None}  # the step running, and the draft geometry of a draft step
 EVENTS: list[dict] = []
 SPECS: dict[str, dict] = {}
 
@@ -276,7 +276,9 @@ class RecordedModule:
             raise AttributeError(function)
 
         def call(*args, **kwargs):
-            EVENTS.append({"step": STEP["name"], "module": self._name, "function": function, **caller()})
+            EVENTS.append(
+                {"step": STEP["name"], "draft": STEP["draft"], "module": self._name, "function": function, **caller()}
+            )
             # A plan is kept only to be handed back to the module's run functions: zeros stand for it.
             if "staged_workspace_bytes" in function:
                 return [0] * 16, 0
@@ -333,7 +335,7 @@ def install_recorder():
             cls.__init__ = __init__
 
     def build_and_load(self):
-        EVENTS.append({"step": STEP["name"], "module": self.name, "function": None, **caller()})
+        EVENTS.append({"step": STEP["name"], "draft": STEP["draft"], "module": self.name, "function": None, **caller()})
         return RecordedModule(self.name)
 
     for cls in classes:
@@ -955,10 +957,13 @@ def _(flow):
     )
 
 
-def run_steps(flow):
+def run_steps(flow, model, draft=None):
+    """The steps of `model` ("target" or "draft"), with `draft`, the draft geometry's name, on the events."""
     results = {}
     for name, what, fn in STEPS:
-        STEP["name"] = name
+        if not name.startswith(model + "."):
+            continue
+        STEP.update(name=name, draft=draft)
         try:
             with torch.inference_mode():  # as the model runner runs its forward passes
                 results[name] = {"ok": True, **(fn(flow) or {})}
@@ -994,26 +999,27 @@ def main():
         install_recorder()
         simulate_device_queries()
         simulated_gpu(True)
-        target_dir, draft_dir = write_config(REQUEST["target_config"]), write_config(REQUEST["draft_config"])
-        argv = [a.replace("{target}", target_dir).replace("{draft}", draft_dir) for a in REQUEST["argv"]]
+        target_dir = write_config(REQUEST["target_config"])
+        drafts = {name: write_config(config) for name, config in REQUEST["drafts"].items()}
+        first = next(iter(drafts.values()))
+        argv = [a.replace("{target}", target_dir).replace("{draft}", first) for a in REQUEST["argv"]]
         STEP["name"] = "server"
         server_args = server_args_for(argv)
         init_parallel(server_args, REQUEST["target_config"]["text_config"]["hidden_size"])
         target_config = ModelConfig.from_server_args(server_args)
-        draft_config = ModelConfig.from_server_args(server_args, model_path=draft_dir, is_draft_model=True)
-        server = Server(server_args, target_config, draft_config)
         # The models are built as this machine builds them (their own kernels take CPU paths); the attention
         # backends and every forward pass see the simulated GPU. Kimi-K2.5's language model is built alone
         # (KimiK25ForConditionalGeneration.language_model): its vision tower attends with the multimodal backend.
-        simulated_gpu(False)
-        with torch.inference_mode():
-            target_model = DeepseekV3ForCausalLM(target_config.hf_config.text_config)
-            draft_model = LlamaForCausalLMEagle3(draft_config.hf_config)
-            for model in (target_model, draft_model):  # what the loader runs after the weights (MLA's w_kc, w_vc)
-                if hasattr(model, "post_load_weights"):
-                    model.post_load_weights()
-        simulated_gpu(True)
-        steps = run_steps(Flow(server, target_model, draft_model))
+        target_model = build_model(DeepseekV3ForCausalLM, target_config.hf_config.text_config)
+        steps, servers = {"target": None, "drafts": {}}, {}
+        for name, draft_dir in drafts.items():  # one server a draft geometry; the target's steps need only one
+            draft_config = ModelConfig.from_server_args(server_args, model_path=draft_dir, is_draft_model=True)
+            server = servers[name] = Server(server_args, target_config, draft_config)
+            flow = Flow(server, target_model, build_model(LlamaForCausalLMEagle3, draft_config.hf_config))
+            if steps["target"] is None:
+                steps["target"] = run_steps(flow, "target")
+            steps["drafts"][name] = run_steps(flow, "draft", name)
+    server = next(iter(servers.values()))
     backends = {
         "target": server.target.attn_backend,
         "draft": server.draft.attn_backend,
@@ -1033,6 +1039,17 @@ def main():
             }
         )
     )
+
+
+def build_model(cls, config):
+    """A model as this machine builds it, then what the loader runs after the weights (MLA's w_kc, w_vc)."""
+    simulated_gpu(False)
+    with torch.inference_mode():
+        model = cls(config)
+        if hasattr(model, "post_load_weights"):
+            model.post_load_weights()
+    simulated_gpu(True)
+    return model
 
 
 if __name__ == "__main__":
