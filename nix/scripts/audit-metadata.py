@@ -357,6 +357,9 @@ def answers_for(kind: str, value: str, env: Stack, providers: dict[str, set[str]
     found (a wheel there ships it). The image's own CUDA wheels are not read: a module under nvidia. that no
     wheel of the lock the image keeps ships is not known there."""
     views = {"nix": env.nix, "pip": env.pip, **({"image": env.image} if env.image is not None else {})}
+    if kind == "distributions":  # every distribution: how many it finds (the image's are not all known)
+        found = {view: f"{len(installed)} distributions" for view, installed in views.items()}
+        return {**found, "image": UNKNOWN} if "image" in found else found
     if kind != "find_spec":
         found = {view: installed.get(normalise(value), NOT_INSTALLED) for view, installed in views.items()}
         if "image" in found and normalise(value) not in env.image_known:

@@ -7,7 +7,8 @@ question can get another answer there than where the code was tested. This reads
 - ``version``, ``distribution``, ``metadata``, ``files``, ``requires`` of ``importlib.metadata`` (or the
   ``importlib_metadata`` backport; ``Distribution.from_name``), ``pkg_resources.get_distribution`` and
   ``pkg_resources.require`` (a requirement's name): a distribution, found or not (PackageNotFoundError);
-- ``importlib.util.find_spec``, ``pkgutil.find_loader``: a module.
+- ``importlib.util.find_spec``, ``pkgutil.find_loader``: a module;
+- ``distributions()``, ``packages_distributions()``: every distribution (the name ``*``).
 
 The name is followed as source_index.Constants follows it (a loop over constants, a module constant, a default
 argument, a simple assignment), and a parameter of a module-level function through every call of that function in
@@ -37,6 +38,13 @@ DISTRIBUTION_CALLS = {
     "pkg_resources.require": "require",
 }
 MODULE_CALLS = {"importlib.util.find_spec": "find_spec", "pkgutil.find_loader": "find_spec"}
+# Questions about every installed distribution at once (deep_ep's find_pkg_root walks them for nvidia-<name>).
+ALL_CALLS = {
+    f"{module}.{name}": "distributions"
+    for module in ("importlib.metadata", "importlib_metadata")
+    for name in ("distributions", "packages_distributions")
+}
+EVERY = "*"  # the name such a read asks about: every distribution
 TRIGGER = re.compile(r"importlib[._]metadata|import metadata|find_spec|find_loader|pkg_resources")
 TESTS = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_test\.py$")
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -50,7 +58,7 @@ class Read:
     file: str
     line: int
     function: str
-    kind: str  # version, distribution, metadata, files, requires, require, find_spec
+    kind: str  # version, distribution, metadata, files, requires, require, find_spec, distributions
     argument: str
     values: list | None
     via: str = ""
@@ -141,8 +149,11 @@ def wheel_reads(sources: list[tuple[str, str]]) -> list[Read]:
             if not isinstance(node, ast.Call):
                 continue
             target = module.target(node)
-            kind = DISTRIBUTION_CALLS.get(target) or MODULE_CALLS.get(target)
+            kind = DISTRIBUTION_CALLS.get(target) or MODULE_CALLS.get(target) or ALL_CALLS.get(target)
             if kind is None:
+                continue
+            if kind == "distributions":
+                reads.append(Read(module.file, node.lineno, name, kind, "", [EVERY], "every distribution", _node=node))
                 continue
             argument = _argument(node)
             text = ast.unparse(argument) if argument is not None else ""
