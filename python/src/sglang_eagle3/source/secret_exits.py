@@ -360,14 +360,16 @@ class _Flow:
         if name in LOG_CALLS and receiver is not None and not self.carrier(receiver):
             return "log" if any(self.holds(a) for a in args) else None
         if name in ("setattr", "__setattr__") and n.args:
-            target, attribute = (n.args[0], n.args[1] if len(n.args) > 1 else None) if name == "setattr" else (
-                receiver, n.args[0])  # fmt: skip
-            if isinstance(attribute, ast.Constant):
-                if attribute.value in ARGV_ATTRS:
-                    return "argv"
-            elif attribute is not None and target is not None and self.carrier(target):
-                if any(a in ARGV_ATTRS for a in self.names(attribute, n)):  # a carrier's field set by a name
-                    return "argv"
+            if any(isinstance(a, ast.Constant) and a.value in ARGV_ATTRS for a in n.args):
+                return "argv"
+            # (object, name) pairs: setattr(obj, name, v), Class.__setattr__(obj, name, v), obj.__setattr__(name, v)
+            pairs = [(n.args[0], n.args[1])] if len(n.args) > 1 and (name == "setattr" or len(n.args) > 2) else []
+            if name == "__setattr__" and len(n.args) == 2 and receiver is not None:
+                pairs.append((receiver, n.args[0]))
+            for target, attribute in pairs:  # a carrier's field set by a name: followed, or listed
+                if not isinstance(attribute, ast.Constant) and self.carrier(target):
+                    if any(a in ARGV_ATTRS for a in self.names(attribute, n)):
+                        return "argv"
         return "field" if self.secret_read(n) else None
 
 
