@@ -84,8 +84,10 @@ def test_the_script_writes_what_importlib_metadata_reads(tmp_path):
         ({"nvidia-cublas": {"version": "13.x", "member": "libcublas"}}, "not dotted numbers"),
         ({"nvidia cublas": {"version": "13.1", "member": "libcublas"}}, "is not a distribution name"),
         ({"nvidia-cublas": {"version": "13.1"}}, "give {'version'"),
-        ({"nvidia-cublas": {"version": "13.1", "member": "a"}, "nvidia_cublas": {"version": "13.1", "member": "b"}},
-         "are one distribution name"),
+        (
+            {"nvidia-cublas": {"version": "13.1", "member": "a"}, "nvidia_cublas": {"version": "13.1", "member": "b"}},
+            "are one distribution name",
+        ),
         ("[1, 2]", "must be an object"),
         ("{not json", "cuda-dist-info:"),
     ],
@@ -123,8 +125,8 @@ def evaluated(ws: Workspace, stack: str) -> dict:
 
 
 def built(ws: Workspace, stack: str) -> Path:
-    out = ws.nix("build", "--no-link", "--print-out-paths", "--option", "sandbox", "false",
-                 f"{ws.ref}#packages.x86_64-linux.{PACKAGES[stack]}.passthru.pythonSet.cuda-distribution-metadata")  # fmt: skip
+    attribute = f"packages.x86_64-linux.{PACKAGES[stack]}.passthru.pythonSet.cuda-distribution-metadata"
+    out = ws.nix("build", "--no-link", "--print-out-paths", "--option", "sandbox", "false", f"{ws.ref}#{attribute}")
     return Path(out.stdout.strip())
 
 
@@ -241,8 +243,8 @@ def test_the_issues_reads_are_answered_in_each_environment():
     """SGLang's check_pkg_version_at_least is asked, through its callers, for nvidia-cublas and nvidia-cublas-cu12;
     the Nix closure now answers the first with cudaPackages' cuBLAS, where it answered nothing."""
     for stack, reference, cublas in (("0.5.9", "image", "13.0.0.19"), ("0.5.23", "pip", "13.1.1.3")):
-        (site,) = [s for k, s in DATA[stack]["reads"].items()
-                   if k.startswith("sglang sglang/srt/utils/common.py:check_pkg_version_at_least version(pkg)")]  # fmt: skip
+        key = "sglang sglang/srt/utils/common.py:check_pkg_version_at_least version(pkg)"
+        (site,) = [s for k, s in DATA[stack]["reads"].items() if k.startswith(key)]
         assert "the calls of check_pkg_version_at_least" in site["via"]
         assert site["answers"]["nvidia-cublas"]["nix"] == MEMBERS["libcublas"]
         assert site["answers"]["nvidia-cublas"][reference] == cublas

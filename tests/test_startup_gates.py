@@ -105,11 +105,14 @@ def test_a_gate_judged_otherwise_where_sglang_was_tested_needs_a_reason_about_ki
 
 
 def test_the_cudnn_check_stops_kimi_in_the_image_and_not_in_the_closure():
-    cudnn = gate("0.5.9", "sglang", "sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float")
+    cudnn = gate(
+        "0.5.9", "sglang", "sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float"
+    )
     assert (cudnn["verdict"], cudnn["verdict_image"]) == ("pass", "fail")
     assert DATA["0.5.9"]["reference"]["cudnn"] == 91300 and DATA["0.5.9"]["composed"]["cudnn"] == 91600
     reason = POLICY["0.5.9"]["differs"][
-        "sglang: sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float < 9.15"]
+        "sglang: sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float < 9.15"
+    ]
     assert "Kimi-K2.5" in reason and "server_args.py:5168" in reason and "0.5.23" in reason
 
 

@@ -186,8 +186,14 @@ def document(audits: dict[str, tuple[dict, dict]]) -> str:
         for column in columns:
             row = [tally[(k, column)] for k in kinds]
             lines.append(f"| `{column}` | " + " | ".join(str(n) for n in row) + f" | {sum(row)} |")
-        lines += ["", f"{len(data.get('unresolved', []))} places set something named by an expression the audit cannot "
-                  "resolve (`unresolved` in the data).", "", "Not checkable before start-up:", ""]
+        lines += [
+            "",
+            f"{len(data.get('unresolved', []))} places set something named by an expression the audit cannot "
+            "resolve (`unresolved` in the data).",
+            "",
+            "Not checkable before start-up:",
+            "",
+        ]
         for reason, text in policy["reasons"].items():
             keys = [k for k in data["sites"] if (disposition(k, policy) or (None, ""))[1] == REASON + reason]
             where = sorted({data["sites"][k]["where"].split(":")[0] + "::" + data["sites"][k]["function"]

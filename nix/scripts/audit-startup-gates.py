@@ -197,8 +197,11 @@ def inventory(stack: str, cache: Path) -> dict:
             "environment": where,
             "cudnn": elsewhere.cudnn,
             "nccl": ".".join(map(str, elsewhere.nccl)),
-            "packages": {n: elsewhere.packages.get(n) for n in sorted(set(elsewhere.packages) | set(values.packages))
-                         if values.packages.get(n) != elsewhere.packages.get(n)},  # fmt: skip
+            "packages": {
+                n: elsewhere.packages.get(n)
+                for n in sorted(set(elsewhere.packages) | set(values.packages))
+                if values.packages.get(n) != elsewhere.packages.get(n)
+            },  # fmt: skip
         },
         "composed": {
             "python": values.python,
@@ -238,8 +241,9 @@ def problems(data: dict, policy: dict) -> list[str]:
                 if matched:
                     used_differs.update(matched)
                 else:
-                    found.append(f"{name} ({gate['location']}): {gate['verdict']} in the Nix closure, "
-                                 f"{gate['verdict_' + where]} in the {where}, and no reason in {POLICY} differs")  # fmt: skip
+                    there = gate["verdict_" + where]
+                    found.append(f"{name} ({gate['location']}): {gate['verdict']} in the Nix closure, {there} in the "
+                                 f"{where}, and no reason in {POLICY} differs")  # fmt: skip
             if gate["effect"] != "raise" or gate["verdict"] not in NEEDS_REASON or gate.get("host"):
                 continue
             # exact keys (comparisons hold [ and ]); a key with * is an fnmatch pattern

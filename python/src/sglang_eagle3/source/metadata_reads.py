@@ -223,7 +223,10 @@ def _follow_calls(pending: dict, texts: dict[str, str], parsed: list[_Module]) -
         for read, position, parameter in waiting:
             if dotted in named_only or not calls[dotted]:
                 read.via = f"the parameter {parameter} of {dotted.rpartition('.')[2]}: " + (
-                    "the function is passed on, not only called" if dotted in named_only else "never called in the wheel")
+                    "the function is passed on, not only called"
+                    if dotted in named_only
+                    else "never called in the wheel"
+                )
                 continue
             values: list = []
             for module, call, scope in calls[dotted]:
@@ -231,7 +234,9 @@ def _follow_calls(pending: dict, texts: dict[str, str], parsed: list[_Module]) -
                 if passed is None:
                     default = _default(by_file[read.file].functions[dotted.rpartition(".")[2]], parameter)
                     passed = default
-                found = None if passed is None else module.flow.values(passed, scope if scope is not module.tree else None)
+                found = (
+                    None if passed is None else module.flow.values(passed, scope if scope is not module.tree else None)
+                )
                 found = None if found is None else _names(read.kind, found)
                 if found is None:
                     values = None

@@ -418,7 +418,9 @@ class _Scan:
                         if isinstance(n, (ast.Name, ast.Attribute))}  # fmt: skip
         return any(i.endswith("server_args") for i in f.idents) or not f.idents.isdisjoint(self.starts)
 
-    def _analyse(self, f: _Function, listed: list | None = None) -> tuple[list[tuple[str, ast.AST]], list[tuple[str, int | None, str | None]], str]:
+    def _analyse(
+        self, f: _Function, listed: list | None = None
+    ) -> tuple[list[tuple[str, ast.AST]], list[tuple[str, int | None, str | None]], str]:
         """``f``'s exits, the calls it passes a carrier to, and whether it returns a carrier or a view; ``listed``
         gets what a field's name was not resolved from, where ``f`` reads a carrier by a name."""
         if not self._relevant(f):

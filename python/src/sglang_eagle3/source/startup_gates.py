@@ -509,7 +509,9 @@ class ModuleGates:
                             self._register_helper(gate, scope, scope_name, parameters)
                         yield gate
 
-    def _followed(self, gate: Gate, node, helper, scope, parameters: list[str], helper_parameters: list[str]) -> list[Gate]:
+    def _followed(
+        self, gate: Gate, node, helper, scope, parameters: list[str], helper_parameters: list[str]
+    ) -> list[Gate]:
         """The gate once per value of each name it reads that the source binds to constants (a loop over constants,
         a module constant, a default argument, a simple assignment: source_index.Constants), its comparison then
         naming the values (``check_pkg_version_at_least(pkg, '12.9') [pkg='nvidia-cublas']``). A name it still
@@ -552,8 +554,9 @@ class ModuleGates:
         for name, values in found.items():
             combinations = [{**c, name: v} for c in combinations for v in values]
         if len(combinations) > 64:
+            names = [f"{n}: more than 64 values" for n in found]
             self.unresolved.append({"file": self.file, "line": node.lineno, "function": gate.function,
-                                    "comparison": gate.comparison, "names": [f"{n}: more than 64 values" for n in found]})  # fmt: skip
+                                    "comparison": gate.comparison, "names": names})  # fmt: skip
             return [gate]
         gates = []
         for combination in combinations:

@@ -129,7 +129,9 @@ class _Names:
     def __init__(self, flow: Constants, function: ast.AST):
         self.flow, self.function = flow, function
         self.unresolved: list[tuple[int, str, str]] = []
-        self.returned = {n.value.id for n in _code(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+        self.returned = {
+            n.value.id for n in _code(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)
+        }
 
     def of(self, key: ast.AST, node: ast.AST, what: str) -> list:
         if isinstance(key, ast.Constant):
@@ -159,7 +161,9 @@ def _fields_set(node: ast.AST, fields: frozenset[str], names: _Names | None = No
     if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):  # a post-process pass's decisions
         if names is None:
             keys = node.value.keys
-            return [k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields]
+            return [
+                k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields
+            ]
         found = []
         for key, value in zip(node.value.keys, node.value.values, strict=True):
             if key is None:  # {**other}
