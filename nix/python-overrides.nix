@@ -18,6 +18,11 @@
 # ignores are listed with their reason. A soname nothing resolves stops evaluation and names
 # the wheel. tests/test_wheel_libraries.py checks every soname against this overlay.
 #
+# pip's CUDA distributions the policy replaces with cudaPackages members ("cudaRedist") are answered by
+# importlib.metadata as where SGLang was tested: cuda-distribution-metadata, a dist-info per distribution with
+# the member's version (scripts/cuda-dist-info.py), a dependency of torch, so in every environment with torch
+# (SGLang 0.5.9's is_nvidia_cublas_version_ge_12_9 asks for nvidia-cublas's version).
+#
 # Also: sglang is the wheel with its version's patch series applied (sglang-wheel.nix), its NUMA
 # binding finding nixpkgs' libnuma (scripts/libnuma-path.py); nvidia-ml-py
 # finds NVML in NixOS's driver directory (scripts/driver-dir-patch.py nvml); Triton's compiled launcher
@@ -138,6 +143,28 @@ let
       src = pkgs.fetchurl (pins.fetchurlArgs policy.cudaWheels.${name}.pin);
     });
 
+  # Distribution -> { version; member; }: cudaRedist's distributions, each with the version of the member the
+  # closure carries (nixpkgs' own, whatever it is at this revision; nix/cuda-members.json records it for the audits).
+  cudaDistributions = lib.mapAttrs' (
+    member: spec:
+    lib.nameValuePair (lib.head (lib.splitString "==" spec)) {
+      inherit member;
+      inherit (cuda.cudaPackages.${member}) version;
+    }
+  ) (lib.filterAttrs (member: _: !lib.hasPrefix "_" member) policy.cudaRedist);
+  cudaMetadata =
+    pkgs.runCommand "cuda-distribution-metadata"
+      {
+        passthru = {
+          dependencies = { };
+          optional-dependencies = { };
+          distributions = cudaDistributions;
+        };
+      }
+      ''
+        ${python.interpreter} ${./scripts/cuda-dist-info.py} $out/${sitePackages} ${lib.escapeShellArg (builtins.toJSON cudaDistributions)}
+      '';
+
   fixed = lib.genAttrs (lib.filter (n: prev ? ${n}) (lib.attrNames audit.packages ++ dependents)) (
     name:
     let
@@ -149,6 +176,15 @@ let
 in
 fixed
 // {
+  cuda-distribution-metadata = cudaMetadata;
+  torch = fixed.torch.overrideAttrs (old: {
+    passthru = old.passthru // {
+      dependencies = old.passthru.dependencies // {
+        cuda-distribution-metadata = [ ];
+      };
+    };
+  });
+
   sglang = fixed.sglang.overrideAttrs (old: {
     src = pkgs.callPackage ./sglang-wheel.nix { inherit python stack; };
     # SGLang's NUMA binding opens libnuma by soname, off the loader's path on NixOS: it falls back to

@@ -62,14 +62,15 @@ def wheel_path(version: str, name: str) -> Path:
 
 
 def scanned(path: Path) -> dict:
-    """audit.scan of a wheel, kept in the test cache under the wheel's name (download checked its
-    sha256 against the lock) and the scanner's text: scanning both closures takes minutes of CPU,
-    and the result depends on nothing else."""
+    """audit.scan_all of a wheel (its lookups, and the variables read by a name not resolved), kept in the test
+    cache under the wheel's name (download checked its sha256 against the lock) and the scanner's text: scanning
+    both closures takes minutes of CPU, and the result depends on nothing else."""
     key = hashlib.sha256(path.name.encode() + SCRIPT.read_bytes() + name_resolution_code()).hexdigest()[:24]
     kept = CACHE / "runtime-lookup-scans" / f"{path.stem}-{key}.json"
     if kept.is_file():
         return json.loads(kept.read_text())
-    result = audit.scan(audit.wheel_sources(path))
+    lookups, unresolved = audit.scan_all(audit.wheel_sources(path))
+    result = {"lookups": lookups, "unresolved": unresolved}
     kept.parent.mkdir(parents=True, exist_ok=True)
     partial = kept.with_suffix(f".{id(result)}.tmp")
     partial.write_text(json.dumps(result))
@@ -106,7 +107,9 @@ def test_data_matches_the_real_wheel(version, name):
     record = DATA[version]["packages"][name]
     assert (record["version"], record["wheel"]) == (CLOSURE[version][name]["package"]["version"], path.name)
     assert record.get("proxy") == CLOSURE[version][name]["proxy"]
-    assert record["lookups"] == scanned(path), f"run {SCRIPT.relative_to(REPO)} --stack {version}"
+    fresh = scanned(path)
+    assert record["lookups"] == fresh["lookups"], f"run {SCRIPT.relative_to(REPO)} --stack {version}"
+    assert record.get("unresolved", {}) == fresh["unresolved"], f"run {SCRIPT.relative_to(REPO)} --stack {version}"
 
 
 def test_the_known_lookups_are_found():
@@ -238,7 +241,7 @@ def test_removing_a_disposition_fails_the_check():
     del policy["notNeeded"]["sglang program cargo"]
     assert [
         p for p in audit.problems(DATA["0.5.23"], policy, ENV["0.5.23"]) if p.startswith("sglang program cargo ")
-    ] == ["sglang program cargo (sglang/srt/rust_extensions/loader.py:418): no disposition"]
+    ] == ["sglang program cargo (sglang/srt/mem_cache/unified_cache/tree_core_registry.py:96): no disposition"]
 
 
 def test_a_short_reason_an_unused_rule_and_a_stale_disposition_fail_the_check():
@@ -326,10 +329,18 @@ except AssertionError as err:
 def test_deep_ep_stops_importing_before_its_lookups(tmp_path):
     """The reason of sgl-deep-ep's lookups (0.5.23's "deep-ep"): SGLang imports deep_ep on every MoE start, and
     on this closure deep_ep's import raises at find_nccl_root, before it runs a program or globs a path: no
-    wheel of the closure is a Python distribution named nvidia-nccl*, and the environment sets neither
-    EP_NCCL_ROOT_DIR nor NCCL_DIR. deep_ep's own Python, from the real wheel, without site-packages (as the
-    closure, no nvidia-nccl distribution); with NCCL_DIR set it would go on to glob that directory."""
+    wheel of the closure is a Python distribution named nvidia-nccl*, the closure's metadata of
+    nvidia-nccl-cu13 (cudaPackages' NCCL, nix/scripts/cuda-dist-info.py) lists no libnccl.so among its files, and
+    the environment sets neither EP_NCCL_ROOT_DIR nor NCCL_DIR. deep_ep's own Python, from the real wheel, without
+    site-packages but with that metadata (as the closure); with NCCL_DIR set it would go on to glob that
+    directory."""
     assert not [name for name in CLOSURE["0.5.23"] if name.startswith("nvidia-nccl")]
+    members = json.loads((REPO / "nix" / "cuda-members.json").read_text())
+    closure_policy = json.loads(FILES["0.5.23"]["policy"].read_text())
+    metadata = {spec.partition("==")[0]: {"version": members[m], "member": m}
+                for m, spec in closure_policy["cudaRedist"].items() if not m.startswith("_")}  # fmt: skip
+    assert "nvidia-nccl-cu13" in metadata
+    load_script("nix/scripts/cuda-dist-info.py").write(tmp_path, metadata)
     assert not {"EP_NCCL_ROOT_DIR", "NCCL_DIR", "EP_SUPPRESS_NCCL_CHECK"} & {
         name for section in ("environment", "caches") for name in ENV["0.5.23"][section]
     }

@@ -13,8 +13,12 @@ These tests prove, for both stacks:
 - the gates this project exists for hold: SGLang's own version checks of FlashInfer and the kernel package,
   its cuDNN check on 0.5.9, deep-ep's CUDA check on 0.5.23 — and they fail when the versions are wrong,
   which shows the judge computes them;
+- every gate is judged again in the environment SGLang was tested in (metadata-policy.json's reference: SGLang's
+  CUDA 13 image for 0.5.9, a pip install of the lock for 0.5.23); a gate judged otherwise there has a reason that
+  says what happens to Kimi-K2.5 with EAGLE-3 (startup-gate-policy.json differs), and SGLang's cuBLAS check, the
+  issue's example, is judged alike once the closure answers nvidia-cublas's metadata;
 - the reader finds a gate in new code (a version compared at module level, through a name, through a
-  helper's parameter) and what it decides.
+  helper's parameter) and what it decides; what it cannot resolve is listed per package (unresolved).
 
 Refresh the data after changing a uv.lock or nix/pins.json: python nix/scripts/audit-startup-gates.py
 """
@@ -83,6 +87,60 @@ def test_a_failing_gate_without_a_reason_is_reported_and_so_is_a_reason_without_
     assert [p for p in audit.problems(data, POLICY[stack]) if "engine.py" in p]
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_gate_judged_otherwise_where_sglang_was_tested_needs_a_reason_about_kimi(stack):
+    where = DATA[stack]["reference"]["environment"]
+    differing = {f"{p}: {k}" for p, e in DATA[stack]["packages"].items() for k, g in e["gates"].items()
+                 if f"verdict_{where}" in g}  # fmt: skip
+    assert differing, "the environments differ somewhere (torchcodec is dropped)"
+    policy = copy.deepcopy(POLICY[stack])
+    name = next(iter(policy["differs"]))
+    text = policy["differs"].pop(name)
+    assert [p for p in audit.problems(DATA[stack], policy) if "and no reason in startup-gate-policy.json differs" in p]
+    policy["differs"][name] = "a reason that names no model and cites no line"
+    assert [p for p in audit.problems(DATA[stack], policy) if "must say what happens to Kimi-K2.5" in p]
+    policy["differs"][name] = text
+    policy["differs"]["sglang: sglang/nothing.py f x < 1"] = text
+    assert [p for p in audit.problems(DATA[stack], policy) if "matches no gate whose verdict differs" in p]
+
+
+def test_the_cudnn_check_stops_kimi_in_the_image_and_not_in_the_closure():
+    cudnn = gate(
+        "0.5.9", "sglang", "sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float"
+    )
+    assert (cudnn["verdict"], cudnn["verdict_image"]) == ("pass", "fail")
+    assert DATA["0.5.9"]["reference"]["cudnn"] == 91300 and DATA["0.5.9"]["composed"]["cudnn"] == 91600
+    reason = POLICY["0.5.9"]["differs"][
+        "sglang: sglang/srt/server_args.py ServerArgs.check_torch_2_9_1_cudnn_compatibility version_float < 9.15"
+    ]
+    assert "Kimi-K2.5" in reason and "server_args.py:5168" in reason and "0.5.23" in reason
+
+
+def test_sglangs_cublas_check_is_judged_alike_once_the_closure_answers_its_metadata():
+    """The issue's example: is_nvidia_cublas_version_ge_12_9 loops over two distribution names; both are gates now,
+    true in the closure as where SGLang was tested, and it would differ without the closure's metadata."""
+    for stack, composed in (("0.5.9", "13.1.0.3"), ("0.5.23", "13.1.0.3")):
+        ours = gate(stack, "sglang", "sglang/srt/utils/common.py is_nvidia_cublas_version_ge_12_9 "
+                    "check_pkg_version_at_least(pkg, '12.9') [pkg='nvidia-cublas']")  # fmt: skip
+        assert ours["verdict"] == "true" and "verdict_" + DATA[stack]["reference"]["environment"] not in ours
+        assert DATA[stack]["composed"]["packages"]["nvidia-cublas"] == composed
+        cu12 = gate(stack, "sglang", "sglang/srt/utils/common.py is_nvidia_cublas_version_ge_12_9 "
+                    "check_pkg_version_at_least(pkg, '12.9') [pkg='nvidia-cublas-cu12']")  # fmt: skip
+        assert cu12["verdict"] == "not installed"
+    (cublas,) = [g for k, g in sglang_gates("0.5.9").items() if "[pkg='nvidia-cublas']" in k]
+    without = values("0.5.9")
+    without.packages.pop("nvidia-cublas")
+    assert cublas.verdict(values("0.5.9"))[1] == "true" and cublas.verdict(without)[1] == "not installed"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_what_the_reader_cannot_resolve_is_listed_with_its_site(stack):
+    listed = [(p, u) for p, e in DATA[stack]["packages"].items() for u in e.get("unresolved", [])]
+    assert listed and all(u["names"] and ".py:" in u["location"] for _, u in listed)
+    assert audit.table(stack, DATA[stack]).splitlines()[0].endswith(
+        f"{len(listed)} gates read a name not resolved to a constant.")  # fmt: skip
+
+
 def test_sglangs_own_version_checks_pass_for_each_stack():
     for stack, kernel, flashinfer in (("0.5.9", "sgl-kernel", "0.6.3"), ("0.5.23", "sglang-kernel", "0.7.2")):
         entries = {
@@ -126,7 +184,7 @@ def sglang_gates(stack: str) -> dict[str, startup_gates.Gate]:
     package = lookups.server_closure(stack)["sglang"]["package"]
     wheel = wheels.best_wheel(package, "cp312")
     path = wheels.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
-    records, _ = audit.scanned(path, CACHE)
+    records, _, _ = audit.scanned(path, CACHE)
     found = {}
     for record in records:
         found[audit.unique(found, startup_gates.Gate.from_record(record).key())] = record

@@ -78,7 +78,11 @@ from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
-from sglang_eagle3.source.source_index import import_aliases, resolved_name  # noqa: E402 - the repository's, found above
+from sglang_eagle3.source.source_index import (  # noqa: E402 - the repository's, found above
+    Constants,
+    import_aliases,
+    resolved_name,
+)
 
 ENV = REPO / "nix" / "runtime-env.json"
 SECTIONS = ("programs", "libraries", "environment", "paths", "caches")
@@ -146,25 +150,51 @@ def first_argument(call: ast.Call, keyword: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == keyword), None)
 
 
-def env_name(node: ast.AST, resolve) -> str | None:
-    """The variable's name when node reads the environment by a literal name."""
-    key = None
+def env_key(node: ast.AST, resolve) -> ast.AST | None:
+    """The key expression when node reads the environment (os.environ[...], os.getenv(...), "X" in os.environ, C's
+    getenv from Cython, helpers named env_* or *_env_var); None when it does not."""
     if isinstance(node, ast.Call):
         name = resolve(node.func) or ""
         last = name.rsplit(".", 1)[-1]
         if name in ENV_GETTERS or last.startswith("env_") or last.endswith("_env_var"):
-            key = node.args[0] if node.args else None
+            return node.args[0] if node.args and not isinstance(node.args[0], ast.Starred) else None
     elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and resolve(node.value) == "os.environ":
-        key = node.slice
+        return node.slice
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn):
-        key = node.left if resolve(node.comparators[0]) == "os.environ" else None
-    if isinstance(key, ast.Constant) and isinstance(key.value, str | bytes):
-        return key.value.decode() if isinstance(key.value, bytes) else key.value
+        return node.left if resolve(node.comparators[0]) == "os.environ" else None
     return None
+
+
+def env_names(node: ast.AST, resolve, values=None) -> tuple[list[str], str | None]:
+    """(the variables node reads from the environment, by a literal name or a name the source binds to constants:
+    source_index.Constants, through ``values``; the key's source when node reads one it cannot resolve)."""
+    key = env_key(node, resolve)
+    if key is None:
+        return [], None
+    if isinstance(key, ast.Constant) and isinstance(key.value, str | bytes):
+        return [key.value.decode() if isinstance(key.value, bytes) else key.value], None
+    found = values(key) if values is not None else None
+    if found and all(isinstance(v, str | bytes) for v in found):
+        return [v.decode() if isinstance(v, bytes) else v for v in found], None
+    return [], ast.unparse(key)
+
+
+def env_name(node: ast.AST, resolve) -> str | None:
+    """The variable's name when node reads the environment by a literal name."""
+    names, _ = env_names(node, resolve)
+    return names[0] if names else None
 
 
 def call_lookup(call: ast.Call, resolve, assigned: dict[str, ast.AST]) -> tuple[str, str] | None:
     """(kind, name) of a program or library lookup made by this call; assigned: the scope's name = [...] lists."""
+    found = call_lookups(call, resolve, assigned)
+    return found[0] if found else None
+
+
+def call_lookups(call: ast.Call, resolve, assigned: dict[str, ast.AST], values=None) -> list[tuple[str, str]]:
+    """(kind, name) of each program or library lookup this call makes: one per value where its argument is a name
+    the source binds to constants (``values``: source_index.Constants for the call's scope); "<dynamic> ..." where
+    it is not resolved. assigned: the scope's name = [...] lists (a command's first word)."""
     name = resolve(call.func)
     if name in PROGRAM_CALLS or (name or "").startswith(PROGRAM_PREFIXES):
         argument = first_argument(call, "args" if name.startswith("subprocess") else "cmd")
@@ -172,13 +202,34 @@ def call_lookup(call: ast.Call, resolve, assigned: dict[str, ast.AST]) -> tuple[
             argument = call.args[1]  # spawn*(mode, path, ...)
         if isinstance(argument, ast.Name) and argument.id in assigned:
             argument = assigned[argument.id]  # command = ["ninja", ...]; subprocess.run(command)
-        return "program", literal_or_dynamic(argument, first_word=True)  # a string is a command line
+        return [("program", n) for n in followed(argument, values, first_word=True)]  # a string is a command line
     if name in LIBRARY_CALLS:
-        found = literal_or_dynamic(first_argument(call, "libname" if name == PATHFINDER else "name"), False)
-        return "library", f"cuda.pathfinder:{found}" if name == PATHFINDER else found
+        found = followed(first_argument(call, "libname" if name == PATHFINDER else "name"), values, False)
+        return [("library", f"cuda.pathfinder:{f}" if name == PATHFINDER else f) for f in found]
     if name in ("dlopen", "libc.dlfcn.dlopen", "posix.dlfcn.dlopen") or (name or "").endswith("._lib.dlfcn.dlopen"):
-        return "library", literal_or_dynamic(first_argument(call, "filename"), False)  # C's, from Cython
-    return None
+        return [("library", n) for n in followed(first_argument(call, "filename"), values, False)]  # C's, from Cython
+    return []
+
+
+def followed(node: ast.AST | None, values, first_word: bool) -> list[str]:
+    """The looked-up names: a literal's, or those of a name the source binds to constants (a command list's first
+    word); otherwise "<dynamic> " and the expression's source (literal_or_dynamic)."""
+    direct = literal_or_dynamic(node, first_word)
+    if not direct.startswith("<dynamic> ") or values is None or node is None:
+        return [direct]
+    found = values(node)
+    if not found:
+        return [direct]
+    names = []
+    for value in found:
+        if isinstance(value, tuple | list) and value:
+            value = value[0]
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        if not isinstance(value, str) or not value.strip():
+            return [direct]
+        names.append(value.split()[0] if first_word else value)
+    return sorted(set(names))
 
 
 def literal_lookups(text: str, line: int) -> list[tuple[str, str, int]]:
@@ -196,44 +247,53 @@ def env_lookups(scope_lookups, env) -> list[tuple[str, str, int]]:
 
 
 def lookups_in_module(source: str, filename: str) -> Iterator[tuple[str, str, int]]:
-    """(kind, name, line) of every lookup in one module's source."""
+    """(kind, name, line) of every lookup in one module's source; ("unresolved", "env EXPRESSION", line) for each
+    environment variable read by a name it cannot resolve to constants."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the wheels' invalid escape sequences are theirs to fix
         tree = ast.parse(source, filename)
-    scopes, imported = module_scopes(tree)
+    scopes, owners, imported = module_scopes(tree)
     resolve = resolver(imported)
-    for nodes in scopes:
-        found, env = [], []
+    flow = Constants(tree)
+    for nodes, owner in zip(scopes, owners, strict=True):
+        found, env, unresolved = [], [], []
+        values = functools.partial(flow.values, scope=owner)
         assigned = {
             n.targets[0].id: n.value
             for n, _ in nodes
             if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.List)
         }
         for node, parent in nodes:
-            if isinstance(node, ast.Call) and (lookup := call_lookup(node, resolve, assigned)):
-                found.append((*lookup, node.lineno))
-            if variable := env_name(node, resolve):
-                env.append((variable, node.lineno))
+            if isinstance(node, ast.Call):
+                found += [(*lookup, node.lineno) for lookup in call_lookups(node, resolve, assigned, values)]
+            variables, dynamic = env_names(node, resolve, values)
+            env += [(variable, node.lineno) for variable in variables]
+            if dynamic is not None:
+                unresolved.append(("unresolved", f"env {dynamic}", node.lineno))
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and not isinstance(parent, ast.Expr):
                 found += literal_lookups(node.value, node.lineno)
         yield from found
         yield from env_lookups(found, env)
+        yield from unresolved
 
 
 # The nodes a lookup is read from; the rest are only walked through.
 LOOKUP_NODES = (ast.Call, ast.Subscript, ast.Compare, ast.Constant, ast.Assign)
 
 
-def module_scopes(tree: ast.Module) -> tuple[list[list[tuple[ast.AST, ast.AST]]], dict[str, str]]:
+def module_scopes(tree: ast.Module) -> tuple[list[list[tuple[ast.AST, ast.AST]]], list[ast.AST], dict[str, str]]:
     """([(node, parent) of the module, then of each function, without the functions nested in
-    it], the module's import aliases), in one walk: the wheels hold millions of nodes."""
+    it], the module and each function node, the module's import aliases), in one walk: the wheels hold millions
+    of nodes."""
     scopes: list[list] = [[]]
+    owners: list[ast.AST] = [tree]
     imports = []
     stack = [(tree, None, 0)]
     while stack:
         node, parent, scope = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             scopes.append([])
+            owners.append(node)
             scope = len(scopes) - 1
         elif isinstance(node, ast.Import | ast.ImportFrom):
             imports.append(node)
@@ -245,7 +305,7 @@ def module_scopes(tree: ast.Module) -> tuple[list[list[tuple[ast.AST, ast.AST]]]
                 stack.append((value, node, scope))
             elif isinstance(value, list):
                 stack.extend((item, node, scope) for item in value if isinstance(item, ast.AST))
-    return scopes, import_aliases(imports, star=star_names)
+    return scopes, owners, import_aliases(imports, star=star_names)
 
 
 def fixed_paths(text: str) -> list[str]:
@@ -297,7 +357,7 @@ def lookups_in_cython(source: str, filename: str) -> Iterator[tuple[str, str, in
     lines = source.splitlines(keepends=True)
     resolve = resolver(cython_aliases(tokens))
     for scope in cython_scopes(tokens):
-        found, env = [], []
+        found, env, unresolved = [], [], []
         for i in scope:
             token = tokens[i]
             if token.type == tokenize.STRING and not docstring(tokens, i):
@@ -310,10 +370,13 @@ def lookups_in_cython(source: str, filename: str) -> Iterator[tuple[str, str, in
             for node in ast.walk(expression):
                 if isinstance(node, ast.Call) and (lookup := call_lookup(node, resolve, {})):
                     found.append((*lookup, token.start[0]))
-                if variable := env_name(node, resolve):
-                    env.append((variable, token.start[0]))
+                variables, dynamic = env_names(node, resolve)
+                env += [(variable, token.start[0]) for variable in variables]
+                if dynamic is not None:  # a Cython source's names are not followed: listed
+                    unresolved.append(("unresolved", f"env {dynamic}", token.start[0]))
         yield from found
         yield from env_lookups(found, env)
+        yield from unresolved
 
 
 def cython_aliases(tokens: list) -> dict[str, str]:
@@ -561,7 +624,14 @@ def wheel_sources(wheel: Path) -> Iterator[tuple[str, str | bytes]]:
 
 def scan(sources) -> dict[str, dict]:
     """{"kind name": {"kind", "name", "locations"}} over (path, text or bytes) pairs."""
+    return scan_all(sources)[0]
+
+
+def scan_all(sources) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(the lookups, as scan() gives them; the environment variables read by a name the scanner cannot resolve to
+    constants, {"env EXPRESSION": {"kind": "env", "expression", "locations"}}: listed, never left out)."""
     lookups: dict[str, dict] = {}
+    unresolved: dict[str, dict] = {}
     for path, source in sources:
         if isinstance(source, bytes):
             found, where = set(lookups_in_extension(source, path)), "strings"
@@ -573,11 +643,15 @@ def scan(sources) -> dict[str, dict]:
             except SyntaxError:
                 continue  # templates shipped as .py (e.g. Jinja) are not Python the server runs
         for kind, name, line in sorted(found):
-            entry = lookups.setdefault(f"{kind} {name}", {"kind": kind, "name": name, "locations": []})
+            if kind == "unresolved":
+                what, _, expression = name.partition(" ")
+                entry = unresolved.setdefault(name, {"kind": what, "expression": expression, "locations": []})
+            else:
+                entry = lookups.setdefault(f"{kind} {name}", {"kind": kind, "name": name, "locations": []})
             location = f"{path}:{where or line}"
             if location not in entry["locations"]:
                 entry["locations"].append(location)
-    return dict(sorted(lookups.items()))
+    return dict(sorted(lookups.items())), dict(sorted(unresolved.items()))
 
 
 def wheel_audit():
@@ -619,7 +693,10 @@ def inventory(cache: Path, stack: str | None = None) -> dict:
         package = wheel_of["package"]
         wheel = audit.best_wheel(package, "cp312")
         path = audit.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), cache)
-        record = {"version": package["version"], "wheel": path.name, "lookups": scan(wheel_sources(path))}
+        lookups, unresolved = scan_all(wheel_sources(path))
+        record = {"version": package["version"], "wheel": path.name, "lookups": lookups}
+        if unresolved:
+            record["unresolved"] = unresolved
         if wheel_of["proxy"]:
             record["proxy"] = wheel_of["proxy"]
         packages[name] = record

@@ -32,6 +32,7 @@ import fnmatch
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import urllib.error
 import zipfile
@@ -69,28 +70,43 @@ def data_dir(stack: str) -> Path:
     return REPO / json.loads(PINS.read_text())["stacks"][stack]["data"]
 
 
+def metadata_audit():
+    return load("audit-metadata")
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), REPO / "nix" / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def composed(stack: str, closure: dict[str, dict], modules: dict[str, str]) -> startup_gates.Values:
-    """The versions the Nix build composes for this stack: the lock's, with nix/pins.json's swaps."""
+    """The versions the Nix build composes for this stack: the lock's, with nix/pins.json's swaps, and the CUDA
+    distributions the closure answers with cudaPackages members' versions (audit-metadata.py's "nix" view)."""
+    environments = metadata_audit().Stack(stack)
+    for name, installed in environments.pinned_names.items():  # torch 2.9.1+cu130; cuDNN's CUDA 13 build
+        for module in [m for m, d in modules.items() if d == name]:
+            modules[module] = installed
+    return values_of(environments.nix, environments, modules)
+
+
+def reference(stack: str, modules: dict[str, str]) -> startup_gates.Values:
+    """The environment SGLang was tested in (metadata-policy.json "reference": the CUDA 13 image where its
+    versions are known, else a pip install of the lock), judged with the same host and Python."""
+    environments = metadata_audit().Stack(stack)
+    return values_of(environments.reference(), environments, dict(modules))
+
+
+def values_of(packages: dict[str, str], environments, modules: dict[str, str]) -> startup_gates.Values:
+    """Values for one environment's distributions: cuDNN and NCCL read from the distributions that carry them."""
     pins = json.loads(PINS.read_text())
-    audit = lookups_audit().wheel_audit()
-    policy = json.loads(audit.stack_files(stack)["policy"].read_text())
-    packages = {}
-    for name, wheel_of in closure.items():
-        swap = policy["cudaWheels"].get(name)
-        if swap:  # the closure installs the pin (torch 2.9.1+cu130; cuDNN's CUDA 13 build for nvidia-cudnn-cu12)
-            pin = pins[swap["pin"]]
-            packages[startup_gates.normalise(pin.get("name", swap["pin"]))] = pin["version"]
-            modules_of = [m for m, d in modules.items() if d == name]
-            for module in modules_of:
-                modules[module] = startup_gates.normalise(pin.get("name", swap["pin"]))
-        else:
-            packages[name] = wheel_of["package"]["version"]
-    cudnn = next(v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu"))
+    cudnn = next(v for n, v in sorted(packages.items()) if n.startswith("nvidia-cudnn-cu"))
     major, minor, patch = (int(p) for p in cudnn.split(".")[:3])
-    nccl = packages.get("nvidia-nccl-cu13") or policy["cudaRedist"]["nccl"].partition("==")[2]
+    nccl = next(v for n, v in sorted(packages.items()) if n.startswith("nvidia-nccl-cu"))
     return startup_gates.Values(
-        python=policy["python"],
-        packages=packages,
+        python=environments.closure_policy["python"],
+        packages=dict(packages),
         modules=modules,
         cuda=pins["stack"]["cuda"],
         cudnn=major * 10000 + minor * 100 + patch,  # torch's encoding (torch/backends/cudnn/__init__.py)
@@ -99,25 +115,26 @@ def composed(stack: str, closure: dict[str, dict], modules: dict[str, str]) -> s
     )
 
 
-def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str]]:
-    """(the gates of a wheel as records, its top-level modules), kept in the cache under the wheel's name and
-    the scanner's hash: reading torch takes a minute."""
+def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str], list[dict]]:
+    """(the gates of a wheel as records, its top-level modules, what the reader could not resolve), kept in the
+    cache under the wheel's name and the scanner's hash: reading torch takes a minute."""
     digest = hashlib.sha256(SCANNER.read_bytes() + source_index.name_resolution_code() + Path(__file__).read_bytes())
     digest = digest.hexdigest()[:16]
     kept = cache / "startup-gates" / digest / f"{wheel.name}.json"
     if kept.is_file():
         record = json.loads(kept.read_text())
-        return record["gates"], record["modules"]
+        return record["gates"], record["modules"], record["unresolved"]
     with zipfile.ZipFile(wheel) as archive:
         names = sorted(archive.namelist())
         sources = [(n, archive.read(n).decode("utf-8", errors="replace")) for n in names if n.endswith(".py")]
     modules = sorted(
         {n.split("/")[0].removesuffix(".py") for n in names if ".dist-info/" not in n and ".data/" not in n} - {""}
     )
-    gates = [gate.record() for gate in startup_gates.wheel_gates(sources)]
+    found, unresolved = startup_gates.wheel_scan(sources)
+    gates = [gate.record() for gate in found]
     kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps({"gates": gates, "modules": modules}))
-    return gates, modules
+    kept.write_text(json.dumps({"gates": gates, "modules": modules, "unresolved": unresolved}))
+    return gates, modules, unresolved
 
 
 def inventory(stack: str, cache: Path) -> dict:
@@ -129,15 +146,17 @@ def inventory(stack: str, cache: Path) -> dict:
         package = wheel_of["package"]
         wheel = audit.best_wheel(package, "cp312")
         path = audit.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), cache)
-        gates, tops = scanned(path, cache)
+        gates, tops, unresolved = scanned(path, cache)
         for top in tops:
             modules.setdefault(top, name)
-        per_package[name] = {"wheel": path.name, "gates": gates}
+        per_package[name] = {"wheel": path.name, "gates": gates, "unresolved": unresolved}
         if wheel_of["proxy"]:
             per_package[name]["proxy"] = wheel_of["proxy"]
         if gates:
             print(f"  {name} {package['version']}: {len(gates)} gates", file=sys.stderr)
+    elsewhere = reference(stack, modules)
     values = composed(stack, closure, modules)
+    where = json.loads((data_dir(stack) / "metadata-policy.json").read_text())["reference"]
     packages = {}
     for name, record in per_package.items():
         judged = {}
@@ -147,10 +166,17 @@ def inventory(stack: str, cache: Path) -> dict:
             key = unique(judged, gate.key())
             judged[key] = {"location": f"{gate.file}:{gate.line}", "reads": gate.kinds, "effect": gate.effect}
             judged[key]["verdict"] = verdict
+            there = gate.verdict(elsewhere)[1]
+            if there != verdict:  # the environment SGLang was tested in decides otherwise: a reason says what follows
+                judged[key]["verdict_" + where] = there
             if gate.host:  # judged again on the host by probe: the comparison as data
                 judged[key]["host"] = gate_record
-        if judged:
+        unresolved = [{"location": f"{u['file']}:{u['line']}", "function": u["function"],
+                       "comparison": u["comparison"], "names": u["names"]} for u in record["unresolved"]]  # fmt: skip
+        if judged or unresolved:
             entry = {"version": values.packages.get(name, closure[name]["package"]["version"]), "gates": judged}
+            if unresolved:
+                entry["unresolved"] = unresolved
             if "proxy" in record:
                 entry["proxy"] = record["proxy"]
             packages[name] = entry
@@ -161,10 +187,22 @@ def inventory(stack: str, cache: Path) -> dict:
                 "GENERATED by nix/scripts/audit-startup-gates.py from every wheel of the server closure of",
                 f"{files['lock'].relative_to(REPO)} (resolved as {files['policy'].relative_to(REPO)} says);",
                 "do not edit. Each gate: where it is, what it reads, what it decides (raise, warn, branch, value)",
-                "and its verdict for the versions below. The reasons are in",
-                f"{(data_dir(stack) / POLICY).relative_to(REPO)}.",
+                "and its verdict for the versions below (composed); verdict_<environment> where the environment",
+                "SGLang was tested in (reference: its distributions that differ, null where absent) decides",
+                "otherwise; unresolved: the gates that read a name the reader cannot resolve to a constant.",
+                f"The reasons are in {(data_dir(stack) / POLICY).relative_to(REPO)}.",
             ]
         ),
+        "reference": {
+            "environment": where,
+            "cudnn": elsewhere.cudnn,
+            "nccl": ".".join(map(str, elsewhere.nccl)),
+            "packages": {
+                n: elsewhere.packages.get(n)
+                for n in sorted(set(elsewhere.packages) | set(values.packages))
+                if values.packages.get(n) != elsewhere.packages.get(n)
+            },  # fmt: skip
+        },
         "composed": {
             "python": values.python,
             "cuda": values.cuda,
@@ -189,15 +227,25 @@ def unique(existing: dict, key: str) -> str:
 
 
 def problems(data: dict, policy: dict) -> list[str]:
-    """Gates that fail for the stack, gates that raise and cannot be judged without a reason, and reasons for
-    gates that are gone."""
-    found, used = [], set()
-    reasons = policy.get("gates", {})
+    """Gates that fail for the stack, gates that raise and cannot be judged without a reason, gates whose verdict
+    where SGLang was tested differs without a reason saying what that means for Kimi-K2.5 with EAGLE-3, and reasons
+    for gates that are gone."""
+    found, used, used_differs = [], set(), set()
+    reasons, differs = policy.get("gates", {}), policy.get("differs", {})
+    where = data["reference"]["environment"]
     for package, entry in data["packages"].items():
         for key, gate in entry["gates"].items():
+            name = f"{package}: {key}"
+            if f"verdict_{where}" in gate:
+                matched = [r for r in differs if r == name or ("*" in r and fnmatch.fnmatchcase(name, r))]
+                if matched:
+                    used_differs.update(matched)
+                else:
+                    there = gate["verdict_" + where]
+                    found.append(f"{name} ({gate['location']}): {gate['verdict']} in the Nix closure, {there} in the "
+                                 f"{where}, and no reason in {POLICY} differs")  # fmt: skip
             if gate["effect"] != "raise" or gate["verdict"] not in NEEDS_REASON or gate.get("host"):
                 continue
-            name = f"{package}: {key}"
             # exact keys (comparisons hold [ and ]); a key with * is an fnmatch pattern
             matched = [r for r in reasons if r == name or ("*" in r and fnmatch.fnmatchcase(name, r))]
             if matched:
@@ -205,6 +253,12 @@ def problems(data: dict, policy: dict) -> list[str]:
                 continue
             found.append(f"{name} ({gate['location']}): {gate['verdict']} for this stack, and no reason in {POLICY}")
     found += [f"{POLICY} has a reason that matches no gate needing one: {name}" for name in sorted(set(reasons) - used)]
+    found += [f"{POLICY} differs has a reason that matches no gate whose verdict differs: {name}"
+              for name in sorted(set(differs) - used_differs)]  # fmt: skip
+    for name, text in differs.items():
+        if "Kimi-K2.5" not in text or not re.search(r"\.py:\d+", text):
+            found.append(f"{POLICY} differs {name}: the reason must say what happens to Kimi-K2.5 with EAGLE-3 on "
+                         "this stack, citing the lines (file.py:N)")  # fmt: skip
     return found
 
 
@@ -227,9 +281,13 @@ def table(stack: str, data: dict) -> str:
             counts[gate["verdict"]] = counts.get(gate["verdict"], 0) + 1
     total = sum(counts.values())
     summary = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda i: -i[1]))
+    unresolved = sum(len(e.get("unresolved", [])) for e in data["packages"].values())
+    where = data["reference"]["environment"]
+    differ = sum(1 for e in data["packages"].values() for g in e["gates"].values() if f"verdict_{where}" in g)
     return "\n".join(
         [
-            f"SGLang {stack}: {total} gates in {len(data['packages'])} wheels ({summary}).",
+            f"SGLang {stack}: {total} gates in {len(data['packages'])} wheels ({summary}); {differ} judged otherwise "
+            f"in the {where}; {unresolved} gates read a name not resolved to a constant.",
             "",
             "| package | where | comparison | verdict |",
             "|---|---|---|---|",

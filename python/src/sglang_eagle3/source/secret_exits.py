@@ -53,7 +53,14 @@ from pathlib import Path
 from ..errors import BadInput
 from . import source_index
 from .sglang_source import SGLangTree
-from .source_index import ServerArgsField, SourceIndex, SourceLayoutError, own_nodes, server_args_fields
+from .source_index import (
+    Constants,
+    ServerArgsField,
+    SourceIndex,
+    SourceLayoutError,
+    own_nodes,
+    server_args_fields,
+)
 
 DATA_FILE = "secret-exits.json"
 
@@ -182,18 +189,23 @@ class _Function:
     in_server_args: bool  # a method of ServerArgs: ``self`` is a carrier
     method: bool  # defined in a class: called as ``x.name()``, where a function is called as ``name()``
     carrier_params: set[str] = field(default_factory=set)
+    node: ast.AST | None = None  # the def (None: a module or class body)
+    flow: Constants | None = None  # its module's names followed to constants (source_index.Constants)
     calls: set[str] | None = None  # the names it calls, once asked for
     idents: set[str] | None = None  # every name and attribute it mentions, once asked for
 
 
 def _functions(rel: str, module: ast.Module) -> Iterator[_Function]:
+    flow = Constants(module)
+
     def visit(node, qual: str, server_args_class: bool, method: bool):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = node.args
             params = [p.arg for p in (*a.posonlyargs, *a.args)] + [p.arg for p in a.kwonlyargs]
-            yield _Function(rel, qual, node.name, params, list(own_nodes(node.body)), server_args_class, method)
+            yield _Function(rel, qual, node.name, params, list(own_nodes(node.body)), server_args_class, method,
+                            node=node, flow=flow)  # fmt: skip
         else:
-            yield _Function(rel, qual or "<module>", None, [], list(own_nodes(node.body)), False, False)
+            yield _Function(rel, qual or "<module>", None, [], list(own_nodes(node.body)), False, False, flow=flow)
         for child in _direct_definitions(node):
             name = f"{qual}.{child.name}" if qual else child.name
             if isinstance(child, ast.ClassDef):
@@ -219,7 +231,8 @@ class _Flow:
     """What in one function is a carrier, a view or a secret, and which of its nodes are exits."""
 
     def __init__(self, scan: _Scan, f: _Function):
-        self.scan = scan
+        self.scan, self.function = scan, f
+        self.unresolved: list[tuple[ast.AST, str]] = []  # (node, the expression a field's name is not resolved from)
         self.tainted = set(f.carrier_params) | ({"self"} if f.in_server_args else set())
         self.views: set[str] = set()  # local names bound to a view (a dict of the server args)
         for _ in range(2):  # aliases of aliases, in any order
@@ -292,12 +305,24 @@ class _Flow:
             return self.is_view(e.body) or self.is_view(e.orelse)
         return isinstance(e, ast.Name) and e.id in self.views
 
+    def names(self, e: ast.AST, node: ast.AST) -> list:
+        """The field names an expression can be: a literal, or a name followed to constants (a loop over constants,
+        a module constant, a default argument, a simple assignment); one not resolved is listed in ``unresolved``."""
+        if isinstance(e, ast.Constant):
+            return [e.value]
+        found = self.function.flow.values(e, self.function.node) if self.function.flow is not None else None
+        if found is None:
+            self.unresolved.append((node, ast.unparse(e)))
+            return []
+        return found
+
     def secret_read(self, e: ast.AST) -> bool:
-        """``carrier.api_key``, ``getattr(carrier, "api_key")``: one secret field read on its own."""
+        """``carrier.api_key``, ``getattr(carrier, "api_key")`` (the name followed): one secret field read on its
+        own."""
         if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Load):
             return e.attr in self.scan.secrets and self.carrier(e.value)
         if isinstance(e, ast.Call) and _last(e.func) == "getattr" and len(e.args) >= 2 and self.carrier(e.args[0]):
-            return isinstance(e.args[1], ast.Constant) and e.args[1].value in self.scan.secrets
+            return any(n in self.scan.secrets for n in self.names(e.args[1], e))
         return False
 
     def exit_kind(self, n: ast.AST) -> str | None:
@@ -334,10 +359,17 @@ class _Flow:
             return "bytes"
         if name in LOG_CALLS and receiver is not None and not self.carrier(receiver):
             return "log" if any(self.holds(a) for a in args) else None
-        if name in ("setattr", "__setattr__") and any(
-            isinstance(a, ast.Constant) and a.value in ARGV_ATTRS for a in n.args
-        ):
-            return "argv"
+        if name in ("setattr", "__setattr__") and n.args:
+            if any(isinstance(a, ast.Constant) and a.value in ARGV_ATTRS for a in n.args):
+                return "argv"
+            # (object, name) pairs: setattr(obj, name, v), Class.__setattr__(obj, name, v), obj.__setattr__(name, v)
+            pairs = [(n.args[0], n.args[1])] if len(n.args) > 1 and (name == "setattr" or len(n.args) > 2) else []
+            if name == "__setattr__" and len(n.args) == 2 and receiver is not None:
+                pairs.append((receiver, n.args[0]))
+            for target, attribute in pairs:  # a carrier's field set by a name: followed, or listed
+                if not isinstance(attribute, ast.Constant) and self.carrier(target):
+                    if any(a in ARGV_ATTRS for a in self.names(attribute, n)):
+                        return "argv"
         return "field" if self.secret_read(n) else None
 
 
@@ -386,12 +418,18 @@ class _Scan:
                         if isinstance(n, (ast.Name, ast.Attribute))}  # fmt: skip
         return any(i.endswith("server_args") for i in f.idents) or not f.idents.isdisjoint(self.starts)
 
-    def _analyse(self, f: _Function) -> tuple[list[tuple[str, ast.AST]], list[tuple[str, int | None, str | None]], str]:
-        """``f``'s exits, the calls it passes a carrier to, and whether it returns a carrier or a view."""
+    def _analyse(
+        self, f: _Function, listed: list | None = None
+    ) -> tuple[list[tuple[str, ast.AST]], list[tuple[str, int | None, str | None]], str]:
+        """``f``'s exits, the calls it passes a carrier to, and whether it returns a carrier or a view; ``listed``
+        gets what a field's name was not resolved from, where ``f`` reads a carrier by a name."""
         if not self._relevant(f):
             return [], [], ""
         flow = _Flow(self, f)
         exits = [(kind, n) for n in f.nodes if (kind := flow.exit_kind(n))]
+        if listed is not None:
+            listed += [{"where": f"{f.file}:{node.lineno}", "function": f.qual, "expression": text}
+                       for node, text in dict.fromkeys(flow.unresolved)]  # fmt: skip
         passes = []  # ((callee, method), position, keyword) given a carrier
         returns = ""
         for n in f.nodes:
@@ -440,8 +478,9 @@ class _Scan:
                         g.carrier_params.add(param)
                         pending.append(g)
         found: list[Exit] = []
+        self.unresolved: list[dict] = []
         for f in self.functions:
-            exits, _, _ = self._analyse(f)
+            exits, _, _ = self._analyse(f, self.unresolved)
             seen: dict[str, int] = defaultdict(int)
             for kind, node in exits:
                 code = " ".join(ast.unparse(node).split())
@@ -467,7 +506,13 @@ class _Scan:
 
 
 def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
-    """Every exit of the SGLang tree at ``root`` (holding ``sglang/``), for the given secret field names.
+    """Every exit of the SGLang tree at ``root`` (holding ``sglang/``), for the given secret field names."""
+    return scan_report(root, secrets)[0]
+
+
+def scan_report(root: Path, secrets: Iterable[str]) -> tuple[list[Exit], list[dict]]:
+    """(every exit of the SGLang tree at ``root``, for the given secret field names; each place that reads or sets
+    a field of the server args by a name the scan cannot resolve to constants: where, function, the expression).
 
     A scan of 0.5.23 takes most of a minute; its result is kept in $XDG_CACHE_HOME/sglang-eagle3/secret-exits,
     under a hash of every source file, the secret names and the modules that read them (this one and
@@ -480,16 +525,17 @@ def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
         digest.update(path.relative_to(scan.package).as_posix().encode() + b"\0" + text + b"\0")
     cached = _cache_dir() / f"{digest.hexdigest()}.json"
     try:
-        return [Exit(**e) for e in json.loads(cached.read_text())]
-    except (OSError, ValueError, TypeError):
+        kept = json.loads(cached.read_text())
+        return [Exit(**e) for e in kept["exits"]], kept["unresolved"]
+    except (OSError, ValueError, TypeError, KeyError):
         pass
     exits = scan.run()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps([e.__dict__ for e in exits]))
+        cached.write_text(json.dumps({"exits": [e.__dict__ for e in exits], "unresolved": scan.unresolved}))
     except OSError:
         pass
-    return exits
+    return exits, scan.unresolved
 
 
 def _cache_dir() -> Path:
@@ -512,6 +558,7 @@ class SecretAudit:
     rules: dict[str, str]  # file glob -> why no exit in those files is reachable
     exits: dict[str, dict]  # key -> {"where", one of DISPOSITIONS, "how"/"proof"...}
     patched_exits: dict[str, dict]  # exits the series adds (its own code), with theirs
+    unresolved: list[dict] = field(default_factory=list)  # the pristine tree's reads of a field by a name not resolved
 
     @classmethod
     def load(cls, path: Path) -> SecretAudit:
@@ -520,7 +567,7 @@ class SecretAudit:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise SecretAuditError(f"cannot read the secret-exit audit {path}: {err}") from None
         return cls(path, data["secret_fields"], data["not_secret"], data["rules"], data["exits"],
-                   data.get("patched_exits", {}))  # fmt: skip
+                   data.get("patched_exits", {}), data.get("unresolved", []))  # fmt: skip
 
     @classmethod
     def for_series(cls, series_dir: Path) -> SecretAudit | None:
@@ -545,15 +592,16 @@ class TreeReport:
     new_fields: list[str]  # secret-looking, and neither a known secret nor a known look-alike
     unknown: list[Exit]  # exits with no entry and no rule
     closed: dict[str, str]  # exit key -> the patch the audit says closes it
+    unresolved: list[dict] = field(default_factory=list)  # a carrier's field read or set by a name not resolved
 
 
 def audit_tree(root: Path, audit: SecretAudit) -> TreeReport:
     """Scan the tree at ``root`` and set it against ``audit``: new secret-looking fields, exits with no disposition."""
     looking = secret_looking(_fields(root))
     secrets = sorted(n for n in looking if n not in audit.not_secret)
-    exits = scan_exits(root, secrets)
+    exits, unresolved = scan_report(root, secrets)
     known = {**audit.exits, **audit.patched_exits}
     unknown = [e for e in exits if e.key not in known and audit.rule_for(e.file) is None]
     closed = {e.key: known[e.key]["closed_by"] for e in exits if "closed_by" in known.get(e.key, {})}
     new_fields = sorted(n for n in looking if n not in audit.secret_fields and n not in audit.not_secret)
-    return TreeReport(looking, secrets, exits, new_fields, unknown, closed)
+    return TreeReport(looking, secrets, exits, new_fields, unknown, closed, unresolved)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import operator
 import re
 import sys
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 import packaging.version
 
-from .source_index import import_aliases, resolved_name
+from .source_index import Constants, import_aliases, resolved_name
 
 # Subjects, by the dotted name the source refers to after its imports are resolved. The value is the kind of
 # quantity: the caller's Values supplies it. "host" kinds are the GPU's, not the stack's.
@@ -55,6 +56,7 @@ FIXED_CALLS = {"sysconfig.get_config_var": {"Py_GIL_DISABLED": None}, "platform.
 RAISES = {"sys.exit", "exit", "quit", "os._exit"}
 WARNS = {"warnings.warn"}
 WARN_METHODS = {"warning", "warn", "error", "critical", "warning_once"}
+BUILTIN_NAMES = frozenset(dir(builtins))  # a gate reading one is unevaluated, not unresolved: it is no constant
 SAFE_BUILTINS = {
     name: getattr(builtins, name)
     for name in ("int", "float", "str", "tuple", "list", "map", "len", "min", "max", "bool", "all", "any", "getattr")
@@ -351,6 +353,8 @@ class ModuleGates:
         self._aliases_seen: dict[str, str] = {}
         self._names: list[tuple[str, int]] = []
         self.module_assigned = assignments(self.tree.body)
+        self.flow = Constants(self.tree, imported=self._imported_constant)
+        self.unresolved: list[dict] = []
         self.constants = {
             ("constant", f"{module}.{name}"): expr.value
             for name, expr in self.module_assigned.items()
@@ -365,6 +369,11 @@ class ModuleGates:
     def resolve(self, node: ast.AST) -> str | None:
         return resolved_name(node, self.aliases)
 
+    def _imported_constant(self, local: str) -> list | None:
+        """A name imported from another module of the wheel that assigns it a literal (for Constants)."""
+        key = ("constant", self.aliases.get(local))
+        return [self.shared[key]] if key in self.shared else None
+
     def subject_of(self, node: ast.AST) -> tuple[str, str | None] | None:
         """(kind, argument) when the node itself reads a subject."""
         if isinstance(node, ast.Call):
@@ -377,6 +386,8 @@ class ModuleGates:
                     return ("package", node.args[0].value)
                 if node.args and isinstance(node.args[0], ast.Name):  # a helper's parameter: its callers name it
                     return ("package-argument", node.args[0].id)
+                if node.args:  # version(spec.name): not a constant; the gate lists it as unresolved
+                    return ("package-argument", ast.unparse(node.args[0]))
             return None
         if isinstance(node, (ast.Attribute, ast.Name)):  # a Name: `from ..version import __version__ as v`
             target = self.resolve(node)
@@ -474,12 +485,14 @@ class ModuleGates:
         hot = self.hot_lines()
         if not hot:
             return
+        self.unresolved = []
         for scope_name, scope, parameters in scopes(self.tree):
             if scope_name != "<module>" and not _spans(scope, hot):
                 continue
             body = scope.body if scope_name != "<module>" else [s for s in scope.body if not isinstance(s, FUNCTIONS)]
             local = assignments(body) if scope_name != "<module>" else {}
             parents = parent_map(body)
+            helper_parameters = parameters if scope_name != "<module>" and scope_name.count(".") == 0 else []
             for statement, test, effect, bad_when in decisions(body, self.resolve):
                 if not _spans(statement, hot) and not local:
                     continue
@@ -487,13 +500,72 @@ class ModuleGates:
                     helper = self.helper_of(node) if isinstance(node, ast.Call) else None
                     if helper is None and not self._subjects(node, local, set()):
                         continue
-                    gate = self._gate(node, helper, local, scope_name)
-                    if gate is None:
+                    base = self._gate(node, helper, local, scope_name)
+                    if base is None:
                         continue
-                    self._place(gate, node, helper, (statement, test, effect, bad_when), local, parents)
-                    if helper is None and parameters and scope_name.count(".") == 0:
-                        self._register_helper(gate, scope, scope_name, parameters)
-                    yield gate
+                    for gate in self._followed(base, node, helper, scope, parameters, helper_parameters):
+                        self._place(gate, node, helper, (statement, test, effect, bad_when), local, parents)
+                        if helper is None and helper_parameters:
+                            self._register_helper(gate, scope, scope_name, parameters)
+                        yield gate
+
+    def _followed(
+        self, gate: Gate, node, helper, scope, parameters: list[str], helper_parameters: list[str]
+    ) -> list[Gate]:
+        """The gate once per value of each name it reads that the source binds to constants (a loop over constants,
+        a module constant, a default argument, a simple assignment: source_index.Constants), its comparison then
+        naming the values (``check_pkg_version_at_least(pkg, '12.9') [pkg='nvidia-cublas']``). A name it still
+        cannot resolve is listed in ``unresolved`` (the gate stays, unevaluated); so is a parameter of the function it
+        is in, whose value each call decides (its default too), unless that function is module-level: a helper,
+        judged at each call with its arguments and defaults."""
+        flow = scope if scope is not self.tree else None
+        if helper is not None:
+            inner, helper_parameters = helper
+            pairs = [*zip(helper_parameters, node.args, strict=False),
+                     *((k.arg, k.value) for k in node.keywords if k.arg in helper_parameters)]  # fmt: skip
+            wanted = {n.id for n in ast.walk(inner._expression) if isinstance(n, ast.Name)}
+            wanted |= {a for k, a in inner._bindings.values() if k == "package-argument"}
+            names = {}
+            for parameter, argument in pairs:
+                if parameter in wanted and self.constant(argument) is NOT_CONSTANT:
+                    names[parameter] = argument
+                    gate._constants.pop(parameter, None)  # a default the argument overrides
+        else:
+            free = {n.id for n in ast.walk(gate._expression) if isinstance(n, ast.Name)}
+            free |= {a for k, a in gate._bindings.values() if k == "package-argument"}
+            skip = {*gate._bindings, *gate._constants, *gate._aliases, *helper_parameters, *BUILTIN_NAMES}
+            names = {n: ast.Name(id=n, ctx=ast.Load()) for n in sorted(free - skip)}
+        if not names:
+            return [gate]
+        found, missing = {}, []
+        for name, argument in names.items():
+            read = name if helper is None else argument.id if isinstance(argument, ast.Name) else None
+            values = None if read in parameters else self.flow.values(argument, flow)
+            if values is None:
+                missing.append(f"{name}={ast.unparse(argument)}" if helper is not None else name)
+            else:
+                found[name] = values
+        if missing:
+            self.unresolved.append({"file": self.file, "line": node.lineno, "function": gate.function,
+                                    "comparison": gate.comparison, "names": missing})  # fmt: skip
+        if not found or missing and helper is None:
+            return [gate]
+        combinations = [{}]
+        for name, values in found.items():
+            combinations = [{**c, name: v} for c in combinations for v in values]
+        if len(combinations) > 64:
+            names = [f"{n}: more than 64 values" for n in found]
+            self.unresolved.append({"file": self.file, "line": node.lineno, "function": gate.function,
+                                    "comparison": gate.comparison, "names": names})  # fmt: skip
+            return [gate]
+        gates = []
+        for combination in combinations:
+            followed = copy_gate(gate)
+            followed._constants = {**gate._constants, **combination}
+            followed.comparison = gate.comparison + " [" + ", ".join(f"{n}={v!r}" for n, v in combination.items()) + "]"
+            followed.kinds = gate_kinds(followed._bindings, followed._constants)
+            gates.append(followed)
+        return gates
 
     def _place(self, gate: Gate, node, helper, decision: tuple, local, parents) -> None:
         """The gate's part in its decision (statement, test, effect, bad_when): the whole test (or `not` it), or one
@@ -542,7 +614,10 @@ class ModuleGates:
         return NOT_CONSTANT
 
     def helper_of(self, node: ast.Call) -> tuple[Gate, list[str]] | None:
+        """The helper a call calls: imported, or defined in this module (called by its bare name)."""
         target = self.resolve(node.func)
+        if isinstance(node.func, ast.Name) and node.func.id in self.helpers_here and node.func.id not in self.aliases:
+            target = f"{self.module}.{node.func.id}"
         return self.helpers.get(target) or self.shared.get(("helper", target))
 
     def _gate(self, node, helper, local, scope_name) -> Gate | None:
@@ -563,20 +638,9 @@ class ModuleGates:
                 if value is not NOT_CONSTANT:
                     constants[parameter] = value
             expression, bindings, aliases = inner._expression, inner._bindings, inner._aliases
-        kinds = set()
-        for kind, argument in bindings.values():
-            if kind == "package-argument":
-                argument = constants.get(argument, argument)
-                kind = "package"
-            kinds.add(
-                f"package:{normalise(argument)}"
-                if kind == "package"
-                else f"module:{argument}"
-                if kind == "module"
-                else kind
-            )
+        kinds = gate_kinds(bindings, constants)
         return Gate(
-            file=self.file, line=node.lineno, function=scope_name, comparison=ast.unparse(node), kinds=sorted(kinds),
+            file=self.file, line=node.lineno, function=scope_name, comparison=ast.unparse(node), kinds=kinds,
             effect="", bad_when=None, _expression=expression, _bindings=bindings, _aliases=aliases,
             _constants=constants,
         )  # fmt: skip
@@ -617,6 +681,26 @@ class ModuleGates:
                         self._aliases_seen.update(aliases)
             child, parent = parent, parents.get(id(parent))
         return guards
+
+
+def gate_kinds(bindings: dict, constants: dict) -> list[str]:
+    """The subjects a gate reads, as data: "package:flashinfer-python", "module:triton", "cudnn", ...; a package
+    named by a name not resolved to a constant, by that name ("package:pkg": a helper's parameter)."""
+    kinds = set()
+    for kind, argument in bindings.values():
+        if kind == "package-argument":
+            argument = constants.get(argument, argument)
+            kind = "package"
+            if not isinstance(argument, str):
+                kinds.add(f"package:{argument!r}")
+                continue
+        kinds.add(f"package:{normalise(argument)}" if kind == "package" else f"module:{argument}" if kind == "module"
+                  else kind)  # fmt: skip
+    return sorted(kinds)
+
+
+def copy_gate(gate: Gate) -> Gate:
+    return dataclasses.replace(gate, _constants=dict(gate._constants))
 
 
 class _Reader(ModuleGates):
@@ -789,6 +873,12 @@ def module_name(path: str) -> str:
 
 def wheel_gates(sources: list[tuple[str, str]]) -> list[Gate]:
     """Every gate of a wheel's Python sources, names shared between its modules followed."""
+    return wheel_scan(sources)[0]
+
+
+def wheel_scan(sources: list[tuple[str, str]]) -> tuple[list[Gate], list[dict]]:
+    """(every gate of a wheel's Python sources, names shared between its modules followed; what the reader could
+    not resolve: each gate reading a name that no constant binds, with its file, line and the names)."""
     modules = []
     shared: dict = {}
     for path, text in sources:
@@ -817,13 +907,16 @@ def wheel_gates(sources: list[tuple[str, str]]) -> list[Gate]:
             continue
         shared.update({("helper", name): helper for name, helper in module.helpers.items()})
     reexported(shared)
-    found = []
+    found, unresolved = [], []
     for module in modules:
         try:
             found.extend(module.gates())
         except RecursionError:
+            unresolved.append({"file": module.file, "line": 0, "function": "<module>", "comparison": "",
+                               "names": ["the module nests too deeply to read"]})  # fmt: skip
             continue
-    return found
+        unresolved.extend(module.unresolved)
+    return found, unresolved
 
 
 def reexported(shared: dict) -> None:

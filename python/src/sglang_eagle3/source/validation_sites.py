@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from .sglang_source import SGLangNotFound, SGLangTree, namespace_classes, parse_source
 from .source_index import (
+    Constants,
     ParsedModule,
     SourceIndex,
     Target,
@@ -101,13 +102,13 @@ def _message(node: ast.AST | None) -> str:
     return ast.unparse(node)
 
 
-def _detail(node: ast.AST, fields: frozenset[str]) -> list[tuple[str, str]]:
-    """(kind, detail) of each site a statement or expression is."""
+def _detail(node: ast.AST, fields: frozenset[str], names: _Names | None = None) -> list[tuple[str, str]]:
+    """(kind, detail) of each site a statement or expression is; ``names`` follows a field's name given by a name."""
     if isinstance(node, ast.Raise):
         return [("raise", _raised(node))]
     if isinstance(node, ast.Assert):
         return [("assert", _short("assert " + ast.unparse(node.test), 100))]
-    return [("set", f"set {name}") for name in _fields_set(node, fields)]
+    return [("set", f"set {name}") for name in _fields_set(node, fields, names)]
 
 
 def _raised(node: ast.Raise) -> str:
@@ -120,17 +121,58 @@ def _raised(node: ast.Raise) -> str:
     return _short(f"raise {name}: {text}" if text else f"raise {name}", 100)
 
 
-def _fields_set(node: ast.AST, fields: frozenset[str]) -> list[str]:
+class _Names:
+    """A field named by an expression in one function, followed through source_index.Constants (a loop over
+    constants, a module constant, a default argument, a simple assignment); what it cannot resolve is kept in
+    ``unresolved`` as (line, what is set, the expression)."""
+
+    def __init__(self, flow: Constants, function: ast.AST):
+        self.flow, self.function = flow, function
+        self.unresolved: list[tuple[int, str, str]] = []
+        self.returned = {
+            n.value.id for n in _code(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)
+        }
+
+    def of(self, key: ast.AST, node: ast.AST, what: str) -> list:
+        if isinstance(key, ast.Constant):
+            return [key.value]
+        values = self.flow.values(key, self.function)
+        if values is None:
+            self.unresolved.append((node.lineno, what, ast.unparse(key)))
+            return []
+        return values
+
+
+def _fields_set(node: ast.AST, fields: frozenset[str], names: _Names | None = None) -> list[str]:
     """The ServerArgs fields a node rewrites: 0.5.9's ``self.FIELD = ...`` (or ``server_args.``/``args.``,
     ``setattr(self, "FIELD", ...)``), 0.5.23's ``declare_resolution(..., FIELD=...)`` and the keys of the dict a
-    post-process pass returns."""
+    post-process pass returns (a literal, a comprehension, or a name it fills with ``declared[KEY] = ...``). A name
+    for the field is followed through ``names``; one it cannot resolve is listed there."""
     if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-        return _assigned_fields(node, fields)
+        found = _assigned_fields(node, fields)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:  # declared["dsa_prefill_backend"] = ... in a pass that returns declared
+            if (names is not None and isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                    and target.value.id in names.returned):  # fmt: skip
+                found += [k for k in names.of(target.slice, node, "a key of the dict it returns") if k in fields]
+        return found
     if isinstance(node, ast.Call):
-        return _declared_fields(node, fields)
+        return _declared_fields(node, fields, names)
     if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):  # a post-process pass's decisions
-        keys = node.value.keys
-        return [k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields]
+        if names is None:
+            keys = node.value.keys
+            return [
+                k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in fields
+            ]
+        found = []
+        for key, value in zip(node.value.keys, node.value.values, strict=True):
+            if key is None:  # {**other}
+                names.unresolved.append((node.lineno, "a key of the dict it returns", "**" + ast.unparse(value)))
+                continue
+            found += [k for k in names.of(key, node, "a key of the dict it returns") if k in fields]
+        return found
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.DictComp) and names is not None:
+        return [k for k in names.of(node.value.key, node, "a key of the dict it returns") if k in fields]
     return []
 
 
@@ -142,13 +184,18 @@ def _assigned_fields(node: ast.Assign | ast.AugAssign | ast.AnnAssign, fields: f
             and isinstance(e.value, ast.Name) and e.value.id in ("self", "server_args", "args")]  # fmt: skip
 
 
-def _declared_fields(node: ast.Call, fields: frozenset[str]) -> list[str]:
-    """``declare_resolution(..., FIELD=value)`` and ``setattr(obj, "FIELD", value)``."""
+def _declared_fields(node: ast.Call, fields: frozenset[str], names: _Names | None = None) -> list[str]:
+    """``declare_resolution(..., FIELD=value)`` and ``setattr(obj, "FIELD", value)``, the name followed."""
     name = ast.unparse(node.func)
     if name.endswith("declare_resolution"):
+        if names is not None and any(k.arg is None for k in node.keywords):
+            names.unresolved.append((node.lineno, "a keyword of declare_resolution", ast.unparse(node)[:100]))
         return [k.arg for k in node.keywords if k.arg in fields]
-    if name == "setattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
-        return [node.args[1].value] if node.args[1].value in fields else []
+    if name == "setattr" and len(node.args) >= 2:
+        if isinstance(node.args[1], ast.Constant) or names is None:
+            value = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            return [value] if value in fields else []
+        return [k for k in names.of(node.args[1], node, "the field setattr sets") if k in fields]
     return []
 
 
@@ -243,16 +290,34 @@ def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
     """Every validation site of the tree (see the module docstring), in file and line order. ``helpers=False``:
     those of the validation files only, without the call graph (``reached`` None: not computed), in a fraction of
     the time (preflight's restated rules need no more)."""
+    return _scan(tree, helpers)[0]
+
+
+def unresolved(tree: SGLangTree) -> list[dict]:
+    """Where the functions ``sites`` reads set something named by an expression the reader cannot resolve to
+    constants (``setattr(namespace, self.dest, ...)``, a key of a returned dict from a parameter): each with where,
+    function, what it sets and the expression. Listed, never left out."""
+    return _scan(tree, True)[1]
+
+
+def _scan(tree: SGLangTree, helpers: bool) -> tuple[list[Site], list[dict]]:
     index, reached = _reached(tree) if helpers else (_index(tree), None)
     fields = server_args_field_names(tree)
     found: list[Site] = []
+    missing: list[dict] = []
+    flows: dict[str, Constants] = {}
     for module, name, is_reached in _functions_read(tree, index, reached):
-        for node in _code(module.functions[name]):
-            for kind, detail in _detail(node, fields):
+        function = module.functions[name]
+        flow = flows.setdefault(module.rel, Constants(module.tree))
+        names = _Names(flow, function)
+        for node in _code(function):
+            for kind, detail in _detail(node, fields, names):
                 found.append(Site(f"{module.rel}::{name}::{detail}", kind, module.rel, node.lineno, name,
                                   _short(ast.unparse(node)), is_reached))  # fmt: skip
+        missing += [{"where": f"{module.rel}:{line}", "function": name, "sets": what, "expression": text}
+                    for line, what, text in names.unresolved]  # fmt: skip
     found += parser_sites(tree, index)
-    return _numbered(sorted(found, key=lambda s: (s.file, s.line, s.key)))
+    return _numbered(sorted(found, key=lambda s: (s.file, s.line, s.key))), missing
 
 
 def _functions_read(tree: SGLangTree, index: SourceIndex, reached: set[tuple[str, str]] | None):

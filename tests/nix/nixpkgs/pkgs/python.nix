@@ -106,6 +106,11 @@ let
     ]).overrideAttrs
       (old: {
         pname = "python3";
+        # The host's Python, whatever its minor version (see above): python3.12 is the host's python3, so a build
+        # step run with `python.interpreter` runs here on a host without a python3.12.
+        buildCommand = old.buildCommand + ''
+          ln -sf python3 $out/bin/${executable}
+        '';
         meta = (old.meta or { }) // {
           mainProgram = "python3";
           platforms = lib.platforms.linux ++ lib.platforms.darwin;
