@@ -21,7 +21,7 @@ let
   host = if builtins.elem listen [ "0.0.0.0" "::" "" ] then "127.0.0.1" else listen;
   serverTarget = "${host}:${toString server.settings.port}";
 
-  # sglang-router's module (modules/sglang-router.nix); use it only when it exists and is on.
+  # The router's module (modules/sglang-router.nix); use it only when it exists and is on.
   routerEnabled = options ? services.sglang-router && (config.services.sglang-router.enable or false);
   routerMetrics = config.services.sglang-router.metrics;
   routerMetricsHost = if builtins.elem routerMetrics.host [ "0.0.0.0" "::" "" ] then "127.0.0.1" else routerMetrics.host;
@@ -92,7 +92,7 @@ in
     routerTargets = mkOption {
       type = types.listOf types.str;
       default = lib.optional routerEnabled "${routerMetricsHost}:${toString routerMetrics.port}";
-      defaultText = lib.literalExpression "the local sglang-router's metrics port, when services.sglang-router is enabled";
+      defaultText = lib.literalExpression "the local router's metrics port, when services.sglang-router is enabled";
       description = "host:port of sglang-router metrics endpoints, scraped as job `sglang-router`.";
     };
 

@@ -426,7 +426,7 @@ def urlparse_path(url: str) -> str:
 
 def test_the_router_is_the_router_units(tmp_path):
     """The router's command line is services.sglang-router's at its defaults, but for where the workers come from:
-    the unit is given their URLs, the pod finds them itself (sglang-router's Kubernetes service discovery)."""
+    the unit is given their URLs, the pod finds them itself (smg's Kubernetes service discovery)."""
     if not (nix_harness.NIX and nix_harness.NIXPKGS_LIB):
         pytest.skip(f"needs nixpkgs' lib/: {nix_harness.flake_eval.HOW_TO_STAGE}")
     unit = nix_harness.evaluate_module(

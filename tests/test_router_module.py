@@ -30,8 +30,8 @@ def cluster_host(name: str, args: str = "{ }") -> str:
 
 
 def router_args(service: dict):
-    """The unit's command line, parsed by sglang-router's own parser (as the router will at start)."""
-    from sglang_router.launch_router import parse_router_args
+    """The unit's command line, parsed by the router's own parser (smg's, as the router will at start)."""
+    from smg.launch_router import parse_router_args
 
     exe, *argv = shlex.split(service["serviceConfig"]["ExecStart"])
     assert exe.endswith("/bin/sglang-eagle3-router")
