@@ -1,5 +1,5 @@
 """A real Prometheus (Debian's package) on loopback scrapes stand-in SGLang servers (an
-EAGLE-3 one, a baseline, one that never becomes ready) and the real sglang-router, with
+EAGLE-3 one, a baseline, one that never becomes ready) and the real router (smg), with
 the shipped rules loaded; `sglang-eagle3 bench run` sends requests; every dashboard query
 must then return data, and the data must be what the servers served."""
 
