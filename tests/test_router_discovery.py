@@ -430,7 +430,7 @@ def test_the_router_follows_every_kind_of_cluster_event_and_no_request_fails(tmp
                               lambda: api.update("sglang-eagle3-1", ready="True"))  # fmt: skip
                 next_request[happen.__name__] = api.requests[before][2] if len(api.requests) > before else None
 
-            # the API unreachable for 30 s: meanwhile c's pod is lost (its server killed, the pod deleted without
+            # the API unreachable for 15 s: meanwhile c's pod is lost (its server killed, the pod deleted without
             # warning) and d's appears Ready; what it missed is compacted away (410 when it comes back: a new list)
             with setup.server.down():
                 down = time.monotonic()
@@ -438,7 +438,7 @@ def test_the_router_follows_every_kind_of_cluster_event_and_no_request_fails(tmp
                 api.delete("sglang-eagle3-2")
                 api.start("sglang-eagle3-3", ips["d"], selector, ready=True)
                 t.leaves(ips["c"], float("inf"))  # the router cannot know: requests to c fail and are retried
-                time.sleep(30)
+                time.sleep(15)
                 during = setup.routed()
                 api.compact()
             back = time.monotonic()
