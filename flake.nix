@@ -139,7 +139,7 @@
         # JIT kernels still need it (docs/gpu-host.md), so the server keeps it.
         closure-size-without-jit-toolchain =
           self.lib.closureSize (mkStackWith pkgs { aotCapabilities = [ "12.0" ]; }).serverEnv;
-        # The router host's environment (sglang-eagle3-router, sglang-router 0.3.2; no CUDA).
+        # The router host's environment (sglang-eagle3-router, smg 1.13.0; no CUDA).
         sglang-router = stack.routerEnv;
         # NixOS VM test of services.sglang-router (needs KVM: the nixos-test and kvm system
         # features); deliberately not in `checks`, so `nix flake check` passes without KVM.

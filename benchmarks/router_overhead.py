@@ -1,20 +1,18 @@
 #!/usr/bin/env python3
-"""What does SGLang's router add per request? Router vs direct, in one run, at concurrency 16.
+"""What does the router add per request? Router vs direct, in one run, at concurrency 16.
 
 Three stand-in SGLang servers (tests/stand_ins/fake_sglang) on loopback answer every
 request in the same fixed time (first token after --first-delay, then --tokens at --rate).
 The same requests are sent straight to the servers (the client spreads them round robin)
-and through the real router (sglang-router 0.3.2 via sglang-eagle3-router), in
+and through the real router (smg 1.13.0 via sglang-eagle3-router), in
 alternating rounds so that a busy machine slows both alike. Printed: per-request latency
 percentiles of each path and the difference, for non-streamed requests (end to end) and
 streamed ones (time to first token), the latter over kept-alive connections (as HTTP client
 libraries do) and over a new connection per request (like for like: the stand-ins close every
 connection, so direct clients always pay a new connection).
 
-Measured here: the router sets no TCP_NODELAY on its client connections (strace shows only
-keep-alive options), so on a kept-alive connection the first streamed chunk after the
-response headers waits for the client's delayed ACK (Nagle): about +20 ms to the first
-token, about 2.5 ms with a new connection per request.
+Also printed: the router process's peak resident memory and the CPU it used over the run (what the
+Kubernetes manifests request and limit for the router pod, docs/router.md).
 
     python benchmarks/router_overhead.py [--concurrency 16] [--requests 400] [--rounds 3] [--policy cache_aware]
 """
@@ -24,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import statistics
 import sys
 import tempfile
@@ -82,6 +81,7 @@ def main() -> int:
     env = {"RATE": str(args.rate), "FIRST_DELAY": str(args.first_delay)}
     router_args = ("--policy", args.policy, "--log-level", "warn")
     with tempfile.TemporaryDirectory() as tmp, cluster(Path(tmp), 3, *router_args, worker_env=env) as (router, workers):
+        started = time.monotonic()
         direct_urls = [w.url for w in workers]
         print(f"3 stand-in servers ({args.tokens} tokens at {args.rate:g} tok/s after {args.first_delay * 1000:g} ms), "
               f"router policy {args.policy}, concurrency {args.concurrency}, "
@@ -100,6 +100,8 @@ def main() -> int:
                 for urls, into in ((direct_urls, direct), ([router.url], routed)):
                     into += asyncio.run(measure(urls, args.concurrency, args.requests, args.tokens, stream, keep_alive))
             rows.append((what, direct, routed))
+        peak_mib, cpu = usage(router.process.pid)
+        wall = time.monotonic() - started
     print(f"\n{'latency (ms)':<26} {'direct p50':>10} {'router p50':>10} {'added p50':>10}   "
           f"{'direct p99':>10} {'router p99':>10} {'added p99':>10}")  # fmt: skip
     for what, direct, routed in rows:
@@ -109,7 +111,18 @@ def main() -> int:
             f"{what:<26} {d50:>10.2f} {r50:>10.2f} {r50 - d50:>+10.2f}   {d99:>10.2f} {r99:>10.2f} {r99 - d99:>+10.2f}"
         )
     print("\nadded = router minus direct, per request; the stand-ins' own time is the same on both paths.")
+    print(f"router process: peak resident memory {peak_mib:.0f} MiB, CPU {cpu:.1f} s over {wall:.0f} s "
+          f"({cpu / wall:.2f} cores on average)")  # fmt: skip
     return 0
+
+
+def usage(pid: int) -> tuple[float, float]:
+    """(peak resident memory in MiB, CPU seconds used) of a process, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return peak_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
 
 
 if __name__ == "__main__":

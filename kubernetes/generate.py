@@ -20,13 +20,14 @@ evaluated NixOS unit on argv, environment and probes):
 - alert rules: modules/monitoring (the same files the monitoring module loads);
 - securityContext: modules/hardening.nix, key by key as kubernetes/hardening.json maps it;
 - the router: services.sglang-router's defaults (its command line, environment and stop grace), but for its
-  servers, which it finds itself (sglang-router's Kubernetes service discovery, ROUTER_DISCOVERY);
+  servers, which it finds itself (smg's Kubernetes service discovery, ROUTER_DISCOVERY);
 - the GPU nodes (placement, requests, images, the Prometheus release): Cluster, every field an option of this script.
 
 Layout (kustomize base and overlays; every file is plain YAML, `kubectl apply -k kubernetes/one-node`):
   base/        model locks, NetworkPolicy
   monitoring/  a kustomize Component: ServiceMonitors and the PrometheusRule (needs the Prometheus Operator's CRDs;
                add it with `components: [../monitoring]` in a kustomization of yours, docs/kubernetes.md)
+  rdma/        a kustomize Component for multi-node/: NCCL over InfiniBand or RoCE (an RDMA device, IPC_LOCK)
   one-node/    settings, a StatefulSet of one-node replicas (8 GPUs each), the router in front
   multi-node/  settings, a LeaderWorkerSet (two 8-GPU nodes per replica, tp 16), the router in front
 """
@@ -34,6 +35,7 @@ Layout (kustomize base and overlays; every file is plain YAML, `kubectl apply -k
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import re
@@ -187,6 +189,18 @@ class Cluster:
     # kube-prometheus-stack's default selectors pick ServiceMonitors and PrometheusRules labelled
     # `release: <its Helm release name>`: the monitoring component's objects carry it.
     prometheus_release: str = "kube-prometheus-stack"
+    # The API server's addresses (CIDRs) the router's egress may reach on API_SERVER_PORTS; none: any address on those
+    # ports. `kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes` lists them (and the
+    # `kubernetes` Service's clusterIP, where the CNI applies the policy before the Service's translation).
+    api_server_cidrs: tuple[str, ...] = ()
+    # "burstable": the server pods request CPU and memory and set no limit on them (a limit reached during a two-hour
+    # load would throttle or kill it). "guaranteed": every container's limits equal its requests, in whole CPUs for
+    # the server, so that the pods are the last evicted under memory pressure and the kubelet's static CPU manager
+    # gives the server exclusive cores (which its topology manager can align with the GPUs' NUMA nodes).
+    qos: str = "burstable"
+    # The RDMA component's device resource, an extended resource name: by default the k8s-rdma-shared-dev-plugin's,
+    # which the NVIDIA Network Operator deploys (see RDMA_ENV).
+    rdma_resource: str = "rdma/rdma_shared_device_a"
 
     def check(self) -> None:
         """Refuse values Kubernetes would refuse later, or that place nothing, with the option to change."""
@@ -202,8 +216,18 @@ class Cluster:
         for option, ref in (("--image", self.image), ("--router-image", self.router_image)):
             if ref and not re.search(r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$", ref.rsplit("/", 1)[-1]):
                 problems.append(f"{option} {ref!r} names no tag or digest (it would mean :latest)")
+        if not re.match(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                        self.rdma_resource) or "/" not in self.rdma_resource:  # fmt: skip
+            problems.append(f"--rdma-resource {self.rdma_resource!r} is not an extended resource name (vendor/name)")
+        if self.qos not in QOS_CLASSES:
+            problems.append(f"--qos {self.qos!r}: one of {', '.join(QOS_CLASSES)}")
         if self.sglang not in STACKS:
             problems.append(f"--sglang {self.sglang!r}: one of {', '.join(STACKS)}")
+        for cidr in self.api_server_cidrs:
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError:
+                problems.append(f"--api-server-cidr {cidr!r} is not a CIDR (10.0.0.1/32, fd00::1/128)")
         if not label_value.match(self.prometheus_release):
             problems.append(f"--prometheus-release {self.prometheus_release!r} is not a label value")
         if problems:
@@ -237,20 +261,34 @@ def probes(cluster: Cluster, values: dict, health: str) -> dict:
     }  # fmt: skip
 
 
+QOS_CLASSES = ("burstable", "guaranteed")
+
+
+def sized(requests: dict[str, str], cluster: Cluster, limits: dict | None = None) -> dict:
+    """A container's resources: its requests, and under Guaranteed QoS limits equal to them (Kubernetes gives a pod
+    that class only when every container, init containers included, has CPU and memory limits equal to its
+    requests: kubernetes/kubernetes pkg/apis/core/helper/qos/qos.go)."""
+    limits = {**(requests if cluster.qos == "guaranteed" else {}), **(limits or {})}
+    return {"requests": requests, **({"limits": limits} if limits else {})}
+
+
 def server_resources(cluster: Cluster) -> dict:
-    """What a server pod asks of its node. No CPU or memory limit: one reached during a two-hour load would throttle
-    or kill it. How the requests are sized:
+    """What a server pod asks of its node. Burstable (the default): no CPU or memory limit, one reached during a
+    two-hour load would throttle or kill it. Guaranteed (--qos guaranteed): limits equal to the requests. How the
+    requests are sized:
     - CPU: one SGLang scheduler process per GPU, each polling its queues on one core unless --sleep-on-idle (off by
       default: 0.5.9 srt/server_args.py:366, srt/managers/scheduler.py:449), plus the tokenizer and the
-      detokenizer;
+      detokenizer: whole CPUs, which the static CPU manager needs to give them exclusive cores;
     - memory: the /dev/shm tmpfs (a Memory emptyDir counts against the pod's memory) and, per GPU, the scheduler
-      process's host memory (Cluster.host_memory_per_gpu_gib)."""
+      process's host memory (Cluster.host_memory_per_gpu_gib: an estimate, see docs/kubernetes.md)."""
     shm_gib = int(SHM_SIZE.removesuffix("Gi"))
     memory = shm_gib + GPUS_PER_NODE * cluster.host_memory_per_gpu_gib
-    return {
-        "requests": {"cpu": str(GPUS_PER_NODE + 2), "memory": f"{memory}Gi"},
-        "limits": {"nvidia.com/gpu": GPUS_PER_NODE},
-    }
+    requests = {"cpu": str(GPUS_PER_NODE + 2), "memory": f"{memory}Gi"}
+    return sized(requests, cluster, {"nvidia.com/gpu": GPUS_PER_NODE})
+
+
+# What the small helper containers ask: the credentials copy, the group gate's listener and its wait.
+SMALL = {"cpu": "10m", "memory": "16Mi"}
 
 
 def placement(cluster: Cluster) -> dict:
@@ -280,36 +318,56 @@ NOT_IN_FILE = tuple(secret.setting for secret in credentials.SECRET_ARGS)
 LWS_LEADER, LWS_SIZE, LWS_INDEX = "$(LWS_LEADER_ADDRESS)", "$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)"
 # NCCL and Gloo over the pod network of PCIe/Ethernet hosts: the pod's interface, no InfiniBand.
 MULTI_NODE_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1"}
+# The RDMA component (kubernetes/rdma/, for InfiniBand or RoCE between a group's nodes): NCCL's InfiniBand transport on
+# (its bootstrap and Gloo stay on eth0), an RDMA device from the device plugin the cluster runs (Cluster.rdma_resource,
+# --rdma-resource), and IPC_LOCK, which lets the process pin the memory it registers with the NIC beyond
+# RLIMIT_MEMLOCK. IPC_LOCK is outside both Pod Security "restricted" and "baseline" (kubernetes/kubernetes
+# staging/src/k8s.io/pod-security-admission/policy/check_capabilities_baseline.go allows 13 capabilities, not it):
+# the namespace must be "privileged".
+RDMA_ENV = {**MULTI_NODE_ENV, "NCCL_IB_DISABLE": "0"}
+RDMA_CAPABILITY = "IPC_LOCK"
 # services.sglang-router (modules/sglang-router.nix) at its defaults, listening beyond loopback.
 ROUTER_ARGS = [
     "--host", "0.0.0.0", "--port", str(HTTP_PORT), "--policy", "cache_aware", "--cache-threshold", "0.300000",
     "--balance-abs-threshold", "64", "--balance-rel-threshold", "1.500000", "--prometheus-host", "0.0.0.0",
     "--prometheus-port", str(ROUTER_METRICS_PORT), "--request-timeout-secs", "1800",
     "--shutdown-grace-period-secs", "180", "--worker-startup-timeout-secs", "7320",
-    "--worker-startup-check-interval", "30", "--health-check-endpoint", "/health",
+    "--worker-startup-check-interval", "30", "--load-monitor-interval", "10", "--health-check-endpoint", "/health",
     "--health-check-interval-secs", "60", "--health-check-timeout-secs", "5", "--health-failure-threshold", "3",
-    "--health-success-threshold", "2", "--log-level", "info", "--retry-max-retries", "5",
+    "--health-success-threshold", "2", "--log-level", "info", "--disable-tokenizer-autoload",
+    "--retry-max-retries", "5",
     "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "30000", "--retry-backoff-multiplier", "1.500000",
     "--retry-jitter-factor", "0.200000", "--cb-failure-threshold", "10", "--cb-success-threshold", "3",
     "--cb-timeout-duration-secs", "60", "--cb-window-duration-secs", "120",
 ]  # fmt: skip
-# The router finds its servers itself (sglang-router's Kubernetes service discovery, sglang_router/router_args.py:48-51
-# in 0.3.2): it lists and watches the pods of its namespace, keeps those whose labels match the selector (each
-# replica's rank 0), and adds one as http://<pod IP>:<port> once the pod is Running and Ready (its readiness probe:
-# the model is loaded), removes it once the pod is being deleted (sgl-project/sglang
-# sgl-router/src/service_discovery.rs, PodInfo::is_healthy and handle_pod_deletion, commit 008d83eb). A replica
-# that loads for hours is added when it is ready, not given up on. Without a namespace it would watch the whole
-# cluster (a ClusterRole): it is given its own, from the Downward API.
+# The router finds its servers itself (smg's Kubernetes service discovery, the same flags as sglang-router's): its
+# reflector lists and watches the pods of its namespace that match the selector (each replica's rank 0), and its
+# reconciler routes to http://<pod IP>:<port> of each pod that is Running, Ready and not being deleted (its
+# readiness probe: the model is loaded), and drains and removes any other (smg-project/smg
+# model_gateway/src/service_discovery/kubernetes.rs compute_desired_state, reconciler.rs). A replica that loads for
+# hours is added when it is ready, not given up on. tests/test_router_discovery.py walks it through every kind of
+# event a cluster sends; docs/kubernetes.md, "How the router follows the cluster", says in what time. Without a
+# namespace it would watch the whole cluster (a ClusterRole): it is given its own, from the Downward API.
 ROUTER_SELECTOR = {**{"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "server"}, f"{NAME}/rank": "0"}
 ROUTER_DISCOVERY = [
     "--service-discovery", "--selector", *[f"{k}={v}" for k, v in ROUTER_SELECTOR.items()],
     "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)",
 ]  # fmt: skip
-# What the discovery needs of the API, and nothing more: get, list and watch on pods, in its namespace.
-ROUTER_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+# What the discovery needs of the API, and nothing more: list and watch on pods, in its namespace (smg's reflector
+# gets no single pod; the stand-in API of tests/test_router_discovery.py grants only these).
+ROUTER_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 # The API server as a NetworkPolicy sees it: the `kubernetes` Service's port (443) and, where the CNI applies the
-# policy after the Service's translation, the API server's own (6443, kubeadm's default).
+# policy after the Service's translation, the API server's own (6443, kubeadm's default). The router reaches it by
+# address (KUBERNETES_SERVICE_HOST, which the kubelet always sets), and its servers by pod IP: it needs no DNS.
 API_SERVER_PORTS = (443, 6443)
+# Two routers behind the Service, on different nodes where there are several: a node drained or lost leaves one
+# serving (one router was a single point of failure in front of replicas that each take up to 2 h to reload). Each
+# router keeps its own cache-aware prefix tree, so the Service keeps each client on one router (ClientIP affinity)
+# and a conversation on the server that has its prefix cached.
+ROUTER_REPLICAS = 2
+# Measured with benchmarks/router_overhead.py (docs/router.md, "The router pod's resources"): smg's resident memory
+# and CPU at concurrency 16; the limits leave room for a larger prefix tree (cache-aware) and bursts.
+ROUTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
 ROUTER_CACHE = "/var/cache/sglang-router"
 ROUTER_STOP_GRACE = 180 + 15  # the unit's TimeoutStopSec: shutdownGracePeriodSec + 15
 
@@ -337,7 +395,7 @@ def model_dir(lock: Path) -> str:
     return f"{PROCESS['modelsDirectory']}/{json.loads(lock.read_text())['repo'].rsplit('/', 1)[-1]}"
 
 
-def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
+def settings_file(layout: Layout, locks: dict[str, Path], environment: dict[str, str] | None = None) -> dict:
     """The settings file, as modules/settings-file.nix renders it for the same host configuration."""
     chosen = {
         "host": "0.0.0.0",
@@ -351,7 +409,7 @@ def settings_file(layout: Layout, locks: dict[str, Path]) -> dict:
     )
     if layout.nnodes > 1:
         values["extra_args"] = ["--dist-timeout", str(DIST_TIMEOUT)]
-        values["environment"] = dict(MULTI_NODE_ENV)
+        values["environment"] = dict(environment or MULTI_NODE_ENV)
         # Settings SGLang keeps to one node (FlashInfer's all-reduce fusion), as services.sglang-eagle3 sets them
         # for nnodes > 1: preflight refuses the fusion across nodes.
         values.update(settings.multi_node_defaults())
@@ -429,7 +487,7 @@ def mount(name: str, path: str, read_only: bool = False) -> dict:
     return {"name": name, "mountPath": path, **({"readOnly": True} if read_only else {})}
 
 
-def credentials_init(image: str) -> dict:
+def credentials_init(image: str, cluster: Cluster) -> dict:
     """systemd's LoadCredential, the Kubernetes way: the Secret (mounted group-readable) copied into a memory
     volume, private to the server's user, where the launcher finds it ($CREDENTIALS_DIRECTORY/api-key)."""
     return {
@@ -437,12 +495,13 @@ def credentials_init(image: str) -> dict:
         "image": image,
         "imagePullPolicy": PULL_POLICY,
         "command": ["install", "-m", "0400", f"{SECRETS_DIR}/api-key", f"{CREDENTIALS_DIR}/api-key"],
+        "resources": sized(SMALL, cluster),
         "securityContext": security_context(),
         "volumeMounts": [mount("api-key", SECRETS_DIR, True), mount("credentials", CREDENTIALS_DIR)],
     }
 
 
-def fetch_init(role: str, lock: Path, image: str) -> dict:
+def fetch_init(role: str, lock: Path, image: str, cluster: Cluster) -> dict:
     """`sglang-eagle3 models fetch` against the lock: every file hashed against it before it is put in place."""
     return {
         "name": f"fetch-{role}",
@@ -461,7 +520,7 @@ def fetch_init(role: str, lock: Path, image: str) -> dict:
         ],
         "env": env_list(PROCESS["modelsEnvironment"]),
         # one core per file being fetched and hashed; its buffers are small (streamed to disk)
-        "resources": {"requests": {"cpu": str(FETCH_JOBS), "memory": "2Gi"}},
+        "resources": sized({"cpu": str(FETCH_JOBS), "memory": "2Gi"}, cluster),
         "securityContext": security_context(),
         "volumeMounts": [
             mount("model-locks", LOCKS_DIR, True),
@@ -507,9 +566,9 @@ def server_container(layout: Layout, values: dict, leader: bool, cluster: Cluste
     return container
 
 
-def group_gate(image: str) -> list[dict]:
+def group_gate(image: str, cluster: Cluster) -> list[dict]:
     """The init containers that hold a LeaderWorkerSet pod until every member of its group has verified weights."""
-    small = {"requests": {"cpu": "10m", "memory": "16Mi"}}
+    small = sized(SMALL, cluster)
     sidecar = {
         "name": "weights-verified",
         "image": image,
@@ -550,9 +609,9 @@ def server_pod(layout: Layout, values: dict, locks: dict[str, Path], leader: boo
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": stop_grace(values),
-            "initContainers": [credentials_init(server_image(cluster))]
-            + [fetch_init(role, lock, server_image(cluster)) for role, lock in locks.items()]
-            + (group_gate(server_image(cluster)) if layout.nnodes > 1 else []),
+            "initContainers": [credentials_init(server_image(cluster), cluster)]
+            + [fetch_init(role, lock, server_image(cluster), cluster) for role, lock in locks.items()]
+            + (group_gate(server_image(cluster), cluster) if layout.nnodes > 1 else []),
             "containers": [server_container(layout, values, leader, cluster)],
             "volumes": volumes,
             **placement(cluster),
@@ -592,14 +651,21 @@ def server_service(name: str, selector: dict) -> dict:
 
 
 def disruption_budget() -> dict:
-    """At most one server pod evicted at a time (a node drain, an upgrade): with the two one-node replicas, one keeps
-    serving; a LeaderWorkerSet group loses one pod and is recreated whole. Not 0: that would block every drain."""
+    """At most one server pod unavailable for a voluntary eviction (a node drain, an upgrade). One node: of the two
+    replicas, one keeps serving. Several nodes: evicting either pod of a LeaderWorkerSet group recreates the whole
+    group (RecreateGroupOnPodRestart), so the group's pods all go unready and the budget, which counts pods, has no room
+    left until the group is back: one group is disrupted at a time, never two (with two or more groups one keeps
+    serving; with one group, any drain of its nodes is an outage of up to two hours: docs/kubernetes.md). Not 0, which
+    would block every drain; not the group size, which would let two groups go at once. A pod that is not Ready serves
+    nothing: it may always be evicted (AlwaysAllow), so a crash-looping pod cannot block a drain (Kubernetes' own
+    advice, kubernetes.io/docs/tasks/run-application/configure-pdb, unhealthy pod eviction policy)."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": NAME, "labels": labels("server")},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels("server")}},
-    }
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels("server")},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+    }  # fmt: skip
 
 
 def one_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
@@ -649,8 +715,8 @@ def multi_node(locks: dict[str, Path], cluster: Cluster) -> list[dict]:
 
 
 def router(layout: Layout, cluster: Cluster) -> list[dict]:
-    env = {"HOME": ROUTER_CACHE, "HF_HOME": f"{ROUTER_CACHE}/huggingface", "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
-    init = credentials_init(router_image(cluster))
+    env = {"HOME": ROUTER_CACHE, "CREDENTIALS_DIRECTORY": CREDENTIALS_DIR}
+    init = credentials_init(router_image(cluster), cluster)
     container = {
         "name": "router",
         "image": router_image(cluster),
@@ -663,6 +729,7 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
             {"name": "http", "containerPort": HTTP_PORT},
             {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
         ],
+        "resources": ROUTER_RESOURCES,
         "readinessProbe": {**http_get("/readiness"), "periodSeconds": 10, "timeoutSeconds": 5},
         "livenessProbe": {**http_get("/liveness"), "periodSeconds": 30, "timeoutSeconds": 5, "failureThreshold": 3},
         "securityContext": security_context(),
@@ -672,17 +739,23 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
             mount("tmp", "/tmp"),
         ],
     }
+    # the routers on different nodes where there are several
+    apart = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels("router")}}}]}  # fmt: skip
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": ROUTER, "labels": labels("router")},
         "spec": {
-            "replicas": 1,
+            "replicas": ROUTER_REPLICAS,
+            # a new router is ready before an old one goes: an update never leaves fewer than ROUTER_REPLICAS
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "selector": {"matchLabels": labels("router")},
             "template": {
                 "metadata": {"labels": labels("router")},
                 "spec": {
                     "securityContext": pod_security(),
+                    "affinity": {"podAntiAffinity": apart},
                     "serviceAccountName": ROUTER,
                     "automountServiceAccountToken": True,  # the discovery's client reads the token
                     "enableServiceLinks": False,
@@ -705,6 +778,8 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
         "metadata": {"name": ROUTER, "labels": labels("router")},
         "spec": {
             "selector": labels("router"),
+            # each client on one router, whose cache-aware tree knows its conversations (3 h, Kubernetes' default)
+            "sessionAffinity": "ClientIP",
             "ports": [
                 {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
                 {"name": "metrics", "port": ROUTER_METRICS_PORT, "targetPort": "metrics"},
@@ -727,10 +802,20 @@ def router(layout: Layout, cluster: Cluster) -> list[dict]:
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": ROUTER, "labels": labels("router")},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROUTER},
-        # the namespace is required; kustomize's `namespace:` rewrites it with the objects' (docs/kubernetes.md)
-        "subjects": [{"kind": "ServiceAccount", "name": ROUTER, "namespace": "default"}],
+        # No namespace: a RoleBinding's ServiceAccount subject without one is the account of the binding's own
+        # namespace (kubernetes/kubernetes pkg/registry/rbac/validation/rule.go appliesToUser; its validation requires
+        # one only of a ClusterRoleBinding). So it follows the namespace the objects are applied in, however chosen:
+        # `kubectl apply -n`, a kustomization's `namespace:`, an Argo CD or Flux destination.
+        "subjects": [{"kind": "ServiceAccount", "name": ROUTER}],
     }  # fmt: skip
-    return [deployment, service, account, role, binding]
+    # One router may go at a time (a drain, an upgrade): the other keeps serving.
+    budget = {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": ROUTER, "labels": labels("router")},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": labels("router")},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+    }  # fmt: skip
+    return [deployment, service, account, role, binding, budget]
 
 
 def model_locks(locks: dict[str, Path]) -> dict:
@@ -789,10 +874,11 @@ def monitoring(cluster: Cluster) -> list[dict]:
     return [server, router_monitor, rule]
 
 
-def network_policies() -> list[dict]:
+def network_policies(cluster: Cluster) -> list[dict]:
     """Who may talk to whom: clients to the router, the router and Prometheus to the servers, the ranks of a
-    replica among themselves (NCCL opens connections on ephemeral ports); out: DNS, the ranks, and HTTPS for
-    the model fetch (the hub and its CDN)."""
+    replica among themselves (NCCL opens connections on ephemeral ports); out: the servers reach DNS, the ranks,
+    and HTTPS for the model fetch (the hub and its CDN); the router reaches only the servers' HTTP port and the API
+    server (by address: no DNS; it fetches nothing, --disable-tokenizer-autoload)."""
     server, router_pods = labels("server"), labels("router")
     prometheus = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
     # DNS: the cluster's DNS pods (a policy sees the pod's own port: 53, or 5353 where the DNS pods listen there
@@ -801,6 +887,9 @@ def network_policies() -> list[dict]:
     dns_ports = [{"protocol": p, "port": n} for n in DNS_PORTS for p in ("UDP", "TCP")]
     dns = {"to": [{"namespaceSelector": {}}, {"ipBlock": {"cidr": NODE_LOCAL_DNS}}], "ports": dns_ports}
     from_servers = {"from": [{"podSelector": {"matchLabels": server}}]}
+    api_server = {"ports": [tcp(p) for p in API_SERVER_PORTS]}
+    if cluster.api_server_cidrs:
+        api_server = {"to": [{"ipBlock": {"cidr": c}} for c in cluster.api_server_cidrs], **api_server}
     to_servers = {"to": [{"podSelector": {"matchLabels": server}}]}
     return [
         network_policy(
@@ -812,7 +901,7 @@ def network_policies() -> list[dict]:
         network_policy(
             ROUTER, router_pods,
             ingress=[{"ports": [tcp(HTTP_PORT)]}, {"from": [prometheus], "ports": [tcp(ROUTER_METRICS_PORT)]}],
-            egress=[dns, {**to_servers, "ports": [tcp(HTTP_PORT)]}, {"ports": [tcp(p) for p in API_SERVER_PORTS]}],
+            egress=[{**to_servers, "ports": [tcp(HTTP_PORT)]}, api_server],
         ),
     ]  # fmt: skip
 
@@ -862,8 +951,38 @@ def _text(dumper, value: str):
 _Dumper.add_representer(str, _text)
 
 
+def dump(data) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120)
+
+
 def render(objects: list[dict]) -> str:
     return HEADER + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=120) for o in objects)
+
+
+def rdma(locks: dict[str, Path], cluster: Cluster) -> dict:
+    """The RDMA component: patches of the multi-node overlay's LeaderWorkerSet (each pod's server container gets the
+    RDMA device and IPC_LOCK) and of its settings (NCCL over InfiniBand/RoCE: RDMA_ENV). JSON patches, as kustomize
+    knows no merge keys for a custom resource's lists."""
+    (lws,) = [o for o in multi_node(locks, cluster) if o["kind"] == "LeaderWorkerSet"]
+    ops = []
+    for role in ("leaderTemplate", "workerTemplate"):
+        containers = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"]
+        at = f"/spec/leaderWorkerTemplate/{role}/spec/containers/{[c['name'] for c in containers].index('server')}"
+        resource = cluster.rdma_resource.replace("~", "~0").replace("/", "~1")
+        ops += [
+            {"op": "add", "path": f"{at}/resources/limits/{resource}", "value": 1},
+            {"op": "add", "path": f"{at}/securityContext/capabilities/add", "value": [RDMA_CAPABILITY]},
+        ]
+    settings = settings_file(MULTI_NODE, locks, RDMA_ENV)
+    text = json.dumps(settings, indent=2) + "\n"
+    return {
+        **component([]),
+        "patches": [
+            {"target": {"kind": "LeaderWorkerSet", "name": NAME}, "patch": dump(ops)},
+            {"target": {"kind": "ConfigMap", "name": f"{NAME}-settings"},
+             "patch": dump([{"op": "replace", "path": "/data/settings.json", "value": text}])},
+        ],
+    }  # fmt: skip
 
 
 def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = None) -> dict[str, str]:
@@ -874,7 +993,7 @@ def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = No
     files = {
         "base/model-locks.yaml": [model_locks(locks)],
         "monitoring/monitoring.yaml": monitoring(cluster),
-        "base/network-policy.yaml": network_policies(),
+        "base/network-policy.yaml": network_policies(cluster),
         "one-node/server.yaml": one_node(locks, cluster),
         "one-node/router.yaml": router(ONE_NODE, cluster),
         "multi-node/server.yaml": multi_node(locks, cluster),
@@ -885,6 +1004,7 @@ def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = No
         own = sorted(Path(p).name for p in files if p.startswith(f"{folder}/"))
         out[f"{folder}/kustomization.yaml"] = render([kustomization(([] if folder == "base" else ["../base"]) + own)])
     out["monitoring/kustomization.yaml"] = render([component(["monitoring.yaml"])])
+    out["rdma/kustomization.yaml"] = render([rdma(locks, cluster)])
     return out
 
 
@@ -938,12 +1058,32 @@ def main(argv: list[str] | None = None) -> int:
         default=default.prometheus_release,
         help="the `release` label kube-prometheus-stack selects on (default %(default)s)",
     )
+    nodes.add_argument(
+        "--rdma-resource",
+        default=default.rdma_resource,
+        help="the RDMA device resource the rdma component asks for (default %(default)s)",
+    )
+    nodes.add_argument(
+        "--qos",
+        choices=QOS_CLASSES,
+        default=default.qos,
+        help="the server pods' QoS class: burstable (requests only) or guaranteed (limits = requests; default "
+        "%(default)s)",
+    )
+    nodes.add_argument(
+        "--api-server-cidr",
+        action="append",
+        dest="api_server_cidrs",
+        metavar="CIDR",
+        help="an address of the API server the router may reach (repeat; default: any address on 443 and 6443)",
+    )
     args = parser.parse_args(argv)
     cluster = Cluster(
         gpu_products=tuple(args.gpu_products or default.gpu_products), min_gpu_memory_mib=args.min_gpu_memory_mib,
         gpu_taint=args.gpu_taint, runtime_class=args.runtime_class,
         host_memory_per_gpu_gib=args.host_memory_per_gpu_gib, prometheus_release=args.prometheus_release,
         sglang=args.sglang, image=args.image, router_image=args.router_image,
+        api_server_cidrs=tuple(args.api_server_cidrs or ()), qos=args.qos, rdma_resource=args.rdma_resource,
     )  # fmt: skip
     wanted = manifests({"target": args.target_lock, "draft": args.draft_lock}, cluster)
     stale = [

@@ -1,6 +1,8 @@
-# services.sglang-eagle3.monitoring: the server (and sglang-router) in this host's Prometheus,
+# services.sglang-eagle3.monitoring: the server (and the router) in this host's Prometheus,
 # the alert rules with their thresholds, and the Grafana dashboard. It only adds to
-# services.prometheus / services.grafana when those are enabled on the same host.
+# services.prometheus / services.grafana when those are enabled on the same host. With
+# processState (the default) it also runs node_exporter's systemd collector and scrapes the
+# server's unit state from it, so that the alerts tell a server that loads from one that is down.
 {
   config,
   options,
@@ -19,7 +21,7 @@ let
   host = if builtins.elem listen [ "0.0.0.0" "::" "" ] then "127.0.0.1" else listen;
   serverTarget = "${host}:${toString server.settings.port}";
 
-  # sglang-router's module (modules/sglang-router.nix); use it only when it exists and is on.
+  # The router's module (modules/sglang-router.nix); use it only when it exists and is on.
   routerEnabled = options ? services.sglang-router && (config.services.sglang-router.enable or false);
   routerMetrics = config.services.sglang-router.metrics;
   routerMetricsHost = if builtins.elem routerMetrics.host [ "0.0.0.0" "::" "" ] then "127.0.0.1" else routerMetrics.host;
@@ -30,6 +32,11 @@ let
     static_configs = [ { inherit targets; } ];
   }
   // extra;
+
+  # node_exporter: its systemd collector reports the unit's state (activating while the server
+  # loads: Type=notify) and its restarts; scraped on loopback where it listens on every address.
+  node = config.services.prometheus.exporters.node;
+  nodeHost = if builtins.elem node.listenAddress [ "0.0.0.0" "::" "" ] then "127.0.0.1" else node.listenAddress;
 
   thresholdRules = pkgs.writeText "sglang-eagle3-thresholds.yml" (
     builtins.toJSON (thresholds.rules cfg.thresholds)
@@ -70,10 +77,22 @@ in
       '';
     };
 
+    processState = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Enable node_exporter's systemd collector (`services.prometheus.exporters.node`, with its
+        restart counts) and scrape the server unit's state from it as job `sglang-eagle3-node`,
+        labelled with the server's instance. The alerts read it to tell a server that is loading
+        (up to 2 hours, while its /metrics does not answer) from one that is down; without it,
+        SGLangServerDown fires during every load and SGLangServerStateUnknown says why.
+      '';
+    };
+
     routerTargets = mkOption {
       type = types.listOf types.str;
       default = lib.optional routerEnabled "${routerMetricsHost}:${toString routerMetrics.port}";
-      defaultText = lib.literalExpression "the local sglang-router's metrics port, when services.sglang-router is enabled";
+      defaultText = lib.literalExpression "the local router's metrics port, when services.sglang-router is enabled";
       description = "host:port of sglang-router metrics endpoints, scraped as job `sglang-router`.";
     };
 
@@ -105,6 +124,30 @@ in
               fallback_scrape_protocol = "PrometheusText0.0.4";
             })
           ]
+          ++ lib.optional cfg.processState {
+            job_name = "sglang-eagle3-node";
+            scrape_interval = cfg.scrapeInterval;
+            # the server's instance, so the alerts join the unit's state to its /metrics target
+            static_configs = [
+              {
+                targets = [ "${nodeHost}:${toString node.port}" ];
+                labels.instance = serverTarget;
+              }
+            ];
+            # the server unit's series only (the host's own node job, if any, has the rest)
+            metric_relabel_configs = [
+              {
+                source_labels = [ "__name__" ];
+                regex = "node_systemd_unit_state|node_systemd_service_restart_total";
+                action = "keep";
+              }
+              {
+                source_labels = [ "name" ];
+                regex = "sglang-eagle3\\.service";
+                action = "keep";
+              }
+            ];
+          }
           ++ lib.optional (cfg.baselineTargets != [ ]) (job "sglang-baseline" cfg.baselineTargets { })
           ++ lib.optional (cfg.routerTargets != [ ]) (job "sglang-router" cfg.routerTargets { });
           # nixpkgs checks both with `promtool check rules` when it builds the configuration.
@@ -112,6 +155,11 @@ in
             ./monitoring/sglang-eagle3-alerts.yml
             thresholdRules
           ];
+          exporters.node = lib.mkIf cfg.processState {
+            enable = true;
+            enabledCollectors = [ "systemd" ];
+            extraFlags = [ "--collector.systemd.enable-restarts-metrics" ];
+          };
         };
       })
       (lib.mkIf config.services.grafana.enable {

@@ -1,12 +1,12 @@
-# services.sglang-router: SGLang's router (the sglang-router package, "SGLang Model
-# Gateway") in front of several hosts that each serve a whole model replica, e.g. one
-# Kimi-K2.5 + EAGLE-3 server per 8-GPU host (services.sglang-eagle3). Clients talk to the
-# router; it spreads requests over the hosts (cache-aware by default), checks their health,
-# retries failed requests on another host and opens a circuit breaker on a failing one.
+# services.sglang-router: the router (smg, the Shepherd Model Gateway, which continues
+# SGLang's sglang-router) in front of several hosts that each serve a whole model replica,
+# e.g. one Kimi-K2.5 + EAGLE-3 server per 8-GPU host (services.sglang-eagle3). Clients talk
+# to the router; it spreads requests over the hosts (cache-aware by default), checks their
+# health, retries failed requests on another host and opens a circuit breaker on a failing one.
 #
 # The unit runs `sglang-eagle3-router`, which reads the API key from a systemd credential:
-# sglang-router 0.3.2 takes its key only on the command line. That one key is used both
-# ways: clients must send it to the router, and the router sends it to every worker.
+# smg takes its key only on the command line or through its Python API. That one key is used
+# both ways: clients must send it to the router, and the router sends it to every worker.
 {
   config,
   lib,
@@ -20,7 +20,7 @@ let
   cacheDir = "/var/cache/sglang-router";
   num = x: toString x;
 
-  # The router's command line, flag by flag (`sglang-router launch --help` documents each).
+  # The router's command line, flag by flag (`smg launch --help` documents each).
   routerArgs =
     [
       "--host"
@@ -47,6 +47,8 @@ let
       (num cfg.workerStartupTimeoutSec)
       "--worker-startup-check-interval"
       (num cfg.workerCheckIntervalSec)
+      "--load-monitor-interval"
+      (num cfg.loadMonitorIntervalSec)
       "--health-check-endpoint"
       cfg.healthCheck.endpoint
       "--health-check-interval-secs"
@@ -59,6 +61,8 @@ let
       (num cfg.healthCheck.successThreshold)
       "--log-level"
       cfg.logLevel
+      # Routing needs no tokenizer: never load one (from the hub or elsewhere).
+      "--disable-tokenizer-autoload"
     ]
     ++ (
       if cfg.retries.enable then
@@ -112,14 +116,14 @@ let
 in
 {
   options.services.sglang-router = {
-    enable = lib.mkEnableOption "SGLang's router (sglang-router) in front of several SGLang servers";
+    enable = lib.mkEnableOption "the router (smg) in front of several SGLang servers";
 
     package = mkOption {
       type = types.package;
       description = ''
         An environment with `sglang-eagle3-router` (this project's launcher of the router,
-        which reads the API key from a file) and the `sglang-router` package (0.3.2). It
-        needs neither SGLang nor CUDA: the router host has no GPU.
+        which reads the API key from a file) and the `smg` package (1.13.0). It needs neither
+        SGLang nor CUDA: the router host has no GPU.
       '';
       example = literalExpression "inputs.sglang-eagle3.packages.x86_64-linux.sglang-router";
     };
@@ -156,8 +160,8 @@ in
           the least loaded worker when the load is uneven (see `cacheAware`).
         - `"round_robin"`: each worker in turn.
         - `"power_of_two"`: two workers at random, the less loaded one wins; the load is
-          what the workers report on `/get_load` (tokens in flight), polled every
-          `workerCheckIntervalSec`.
+          what the workers report on `/v1/loads` (requests and tokens in flight), polled
+          every `loadMonitorIntervalSec`.
         - `"random"`: any healthy worker.
       '';
     };
@@ -227,10 +231,10 @@ in
         world-readable store). Delivered with systemd's LoadCredential and read by
         `sglang-eagle3-router`; never in argv, the environment or logs.
 
-        sglang-router 0.3.2 uses this one key both ways: clients must send
-        `Authorization: Bearer <key>` (all but `/health`, `/liveness`, `/readiness`,
-        `/health_generate`, `/v1/models`, `/get_server_info` and `/engine_metrics`, which stay
-        open to whoever reaches `port`), and the router sends the same header to every worker. So the workers must be started with the
+        smg uses this one key both ways: clients must send `Authorization: Bearer <key>`
+        (all but `/health`, `/liveness`, `/readiness`, `/health_generate`, `/v1/models` and
+        `/engine_metrics`, which stay open to whoever reaches `port`), and the router sends the
+        same header to every worker. So the workers must be started with the
         same key (e.g. the same file as their `services.sglang-eagle3.apiKeyFile`); a worker
         without a key ignores it. Null: no key, anyone who can reach `port` may use it.
       '';
@@ -350,13 +354,19 @@ in
     workerCheckIntervalSec = mkOption {
       type = types.ints.positive;
       default = 30;
-      description = "Seconds between the router's attempts to add a worker at start, and between its `/get_load` polls (power of two).";
+      description = "Seconds between the router's attempts to add a worker at start.";
+    };
+
+    loadMonitorIntervalSec = mkOption {
+      type = types.ints.positive;
+      default = 10;
+      description = "Seconds between the router's polls of each worker's `/v1/loads` (the load power of two compares).";
     };
 
     maxConcurrentRequests = mkOption {
       type = types.nullOr types.ints.positive;
       default = null;
-      description = "Requests in flight through the router at most (more wait in its queue); null: no limit.";
+      description = "Requests in flight through the router at most (more wait in its queue); null: smg's default, 1024 per CPU core and at least 4096.";
     };
 
     shutdownGracePeriodSec = mkOption {
@@ -383,7 +393,7 @@ in
         "--queue-size"
         "256"
       ];
-      description = "More `sglang-router launch` arguments (checked by its parser at start). Not for secrets.";
+      description = "More `smg launch` arguments (checked by its parser at start). Not for secrets.";
     };
   };
 
@@ -432,16 +442,12 @@ in
     '';
 
     systemd.services.sglang-router = {
-      description = "SGLang router in front of ${num (lib.length cfg.workers)} SGLang server(s)";
+      description = "Router (smg) in front of ${num (lib.length cfg.workers)} SGLang server(s)";
       wantedBy = [ "multi-user.target" ];
       wants = [ "network-online.target" ];
       after = [ "network-online.target" ];
-      environment = {
-        HOME = cacheDir;
-        # The router fetches the workers' tokenizer from the Hugging Face hub for its own
-        # tokenize endpoints (routing does not need it); without network it logs a warning.
-        HF_HOME = "${cacheDir}/huggingface";
-      };
+      # --disable-tokenizer-autoload: nothing is fetched, so no hub cache; HOME for smg itself.
+      environment.HOME = cacheDir;
       # A network proxy with no devices, no GPUs and no JIT: the shared base, tightened.
       serviceConfig =
         hardening.base

@@ -119,12 +119,11 @@ in
       # services.sglang-router's environment (modules/sglang-router.nix)
       environment = {
         HOME = cache;
-        HF_HOME = "${cache}/huggingface";
         PATH = "/bin";
       };
       workingDir = cache;
       writable = [ cache ];
       programs = [ router ];
-      labels."org.opencontainers.image.description" = "sglang-router in front of SGLang ${stack.version} servers";
+      labels."org.opencontainers.image.description" = "The router (smg) in front of SGLang ${stack.version} servers";
     };
 }

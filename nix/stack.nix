@@ -105,7 +105,7 @@ let
   });
 
   # The router host's environment: the launcher (sglang-eagle3-router reads the API key from
-  # a file) and sglang-router 0.3.2, without SGLang or CUDA.
+  # a file) and the router, smg 1.13.0, without SGLang or CUDA.
   routerEnv = (pythonSet.mkVirtualEnv "sglang-eagle3-router-env" { ${project} = [ "router" ]; }).overrideAttrs (old: {
     meta = (old.meta or { }) // {
       mainProgram = "sglang-eagle3-router";

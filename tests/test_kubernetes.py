@@ -102,6 +102,8 @@ def test_the_committed_manifests_are_what_the_generator_writes(tmp_path):
 
 
 def test_each_kustomization_lists_its_folders_files_over_the_base():
+    rdma = yaml.safe_load((FOLDER / "rdma" / "kustomization.yaml").read_text())
+    assert rdma["kind"] == "Component" and rdma["resources"] == [] and len(rdma["patches"]) == 2
     for folder in ("base", "one-node", "multi-node", "monitoring"):
         kustomization = yaml.safe_load((FOLDER / folder / "kustomization.yaml").read_text())
         own = sorted(p.name for p in (FOLDER / folder).glob("*.yaml") if p.name != "kustomization.yaml")
@@ -424,7 +426,7 @@ def urlparse_path(url: str) -> str:
 
 def test_the_router_is_the_router_units(tmp_path):
     """The router's command line is services.sglang-router's at its defaults, but for where the workers come from:
-    the unit is given their URLs, the pod finds them itself (sglang-router's Kubernetes service discovery)."""
+    the unit is given their URLs, the pod finds them itself (smg's Kubernetes service discovery)."""
     if not (nix_harness.NIX and nix_harness.NIXPKGS_LIB):
         pytest.skip(f"needs nixpkgs' lib/: {nix_harness.flake_eval.HOW_TO_STAGE}")
     unit = nix_harness.evaluate_module(
@@ -449,10 +451,11 @@ def test_the_router_is_the_router_units(tmp_path):
 def test_the_router_may_read_pods_in_its_namespace_and_nothing_more():
     for folder in ("one-node", "multi-node"):
         role, binding = one(folder, "Role"), one(folder, "RoleBinding")
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sglang-router"}
         account = one(folder, "ServiceAccount")["metadata"]["name"]
-        assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", account)]
+        # no namespace: the binding's own, wherever the objects are applied (tests/test_router_discovery.py)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
         spec = one(folder, "Deployment")["spec"]["template"]["spec"]
         assert spec["serviceAccountName"] == account
         router = container({"spec": spec}, "router")
@@ -550,12 +553,60 @@ def test_the_probes_are_chosen_from_each_stacks_own_health_handler(tree, tmp_pat
 
 @pytest.mark.parametrize("folder", ["one-node", "multi-node"])
 def test_a_disruption_budget_lets_one_server_pod_go_at_a_time(folder):
-    budget = one(folder, "PodDisruptionBudget")["spec"]
+    (budget,) = [b["spec"] for b in objects(folder, "PodDisruptionBudget") if b["metadata"]["name"] == generate.NAME]
     assert budget["maxUnavailable"] == 1, "one at a time, and never 0, which would block every drain"
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow", "a crash-looping pod must not hold a drain up"
     for template in pod_templates(folder).values():
         assert budget["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     router = one(folder, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert not budget["selector"]["matchLabels"].items() <= router.items()
+
+
+def groups_hit(groups: int, size: int, max_unavailable: int, parallel: bool) -> int:
+    """How many LeaderWorkerSet groups a drain of every node takes down at once, under a PodDisruptionBudget of
+    `max_unavailable` over all the groups' pods (each pod on a node of its own). The eviction API accepts an eviction
+    while the budget allows one (disruptionsAllowed = healthy pods - (expected - maxUnavailable)), counting each it
+    accepts at once (policy/v1 Eviction; the disruption controller's arithmetic), and always one of a pod that is not
+    Ready (unhealthyPodEvictionPolicy AlwaysAllow). LeaderWorkerSet then recreates the evicted pod's whole group
+    (RecreateGroupOnPodRestart): its pods are unready until it has loaded again, which a drain does not wait for.
+    `parallel`: one eviction for a pod of every group arrives before the controller has acted (several nodes drained
+    at once, the autoscaler); else one node after the other, a refused eviction left for later (kubectl drain retries
+    it once the group is back)."""
+    ready = {(g, i): True for g in range(groups) for i in range(size)}
+    desired = groups * size - max_unavailable
+    down: set[int] = set()
+    batches = [[(g, 0) for g in range(groups)]] if parallel else [[pod] for pod in ready]
+    for batch in batches:
+        allowed = sum(ready.values()) - desired
+        evicted = []
+        for pod in batch:
+            if not ready[pod] or allowed > 0:
+                allowed -= ready[pod]
+                evicted.append(pod)
+        for g, _ in evicted:  # the group controller recreates each hit group: all its pods unready
+            down.add(g)
+            for i in range(size):
+                ready[(g, i)] = False
+    return len(down)  # none comes back during the drain: the most down at once
+
+
+def test_the_multi_node_budget_lets_one_group_go_at_a_time():
+    """docs/kubernetes.md, "A drain of a multi-node replica is its outage": the budget the manifests give the
+    LeaderWorkerSet's pods lets a drain take one group at a time, even when evictions come at once; a budget of the
+    group size would let two go; and with one group any drain is a full outage."""
+    (budget,) = [
+        b["spec"] for b in objects("multi-node", "PodDisruptionBudget") if b["metadata"]["name"] == generate.NAME
+    ]
+    size = one("multi-node", "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["size"]
+    ours = budget["maxUnavailable"]
+    for groups in (2, 3):
+        assert groups_hit(groups, size, ours, parallel=True) == 1
+        assert groups_hit(groups, size, ours, parallel=False) == 1
+        assert groups_hit(groups, size, size, parallel=True) == 2, "a budget of the group size lets two groups go"
+    assert groups_hit(1, size, ours, parallel=False) == 1, "one group: any drain takes the only replica"
+    assert one("multi-node", "LeaderWorkerSet")["spec"]["replicas"] == 1
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    assert "A drain of a multi-node replica is its outage" in text and "`maxUnavailable: 1`" in text
 
 
 def test_the_multi_node_manifests_turn_the_fusion_off_and_preflight_passes_them(tree, tmp_path):
@@ -701,7 +752,8 @@ def test_server_pods_land_only_on_nodes_with_the_gpus_they_are_tuned_for():
     # an 80 GB-class GPU fails the memory term (80 GiB or 80 GB, in MiB), a 96 GB card passes (96 GB or 96 GiB)
     assert 80 * 1024 < cluster.min_gpu_memory_mib < 96 * 10**9 // 2**20 < 96 * 1024
     router = one("one-node", "Deployment")["spec"]["template"]["spec"]
-    assert not {"affinity", "tolerations", "runtimeClassName"} & set(router), "the router needs no GPU node"
+    assert not {"tolerations", "runtimeClassName"} & set(router), "the router needs no GPU node"
+    assert set(router["affinity"]) == {"podAntiAffinity"}, "no node affinity: any node"
 
 
 def test_every_placement_default_is_an_option_and_bad_values_are_refused(tmp_path, capsys):
@@ -750,7 +802,10 @@ def test_the_service_monitors_produce_every_job_the_alerts_select():
         for r in endpoint["relabelings"]
         if r["targetLabel"] == "job"
     }
-    assert selected == produced == {"sglang-eagle3", "sglang-eagle3-health", "sglang-router"}
+    # sglang-eagle3-node is the NixOS module's (node_exporter's systemd collector); in a cluster the process state
+    # comes from kube-state-metrics, which kube-prometheus-stack scrapes itself (docs/monitoring.md)
+    assert selected - {"sglang-eagle3-node"} == produced == {"sglang-eagle3", "sglang-eagle3-health", "sglang-router"}
+    assert "kube_pod_container_status_ready" in alerts
     # each monitor selects a Service that exists, on a port that Service has
     services = [doc for _, doc in OBJECTS if doc["kind"] == "Service"]
     for monitor in objects("monitoring", "ServiceMonitor"):
@@ -763,21 +818,181 @@ def test_the_service_monitors_produce_every_job_the_alerts_select():
             assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
 
 
-def test_both_network_policies_let_the_pods_reach_every_kind_of_cluster_dns():
-    """The cluster's DNS pods, on the port a policy sees (53; 5353 where the pods listen there behind the Service,
-    as OpenShift's do), and NodeLocal DNSCache, which answers on the node's link-local address: no pod selector
-    matches it, only an ipBlock."""
-    import yaml
+def test_the_servers_reach_every_kind_of_cluster_dns_and_the_router_only_what_it_uses(tmp_path):
+    """The servers: the cluster's DNS pods, on the port a policy sees (53; 5353 where the pods listen there behind the
+    Service, as OpenShift's do), and NodeLocal DNSCache, which answers on the node's link-local address: no pod selector
+    matches it, only an ipBlock. The router: its servers' HTTP port and the API server, nothing else (no DNS: it
+    reaches both by address; tests/test_router_discovery.py runs it with no name server), and only the API server's
+    addresses with --api-server-cidr."""
+    policies = {
+        p["metadata"]["name"]: p for p in yaml.safe_load_all((FOLDER / "base" / "network-policy.yaml").read_text())
+    }
+    assert set(policies) == {generate.NAME, generate.ROUTER}
+    (dns,) = [
+        r for r in policies[generate.NAME]["spec"]["egress"] if {"protocol": "UDP", "port": 53} in r.get("ports", [])
+    ]
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {(u, n) for u in ("UDP", "TCP") for n in (53, 5353)}
+    assert {"namespaceSelector": {}} in dns["to"], "every namespace's DNS pods"
+    assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"], "NodeLocal DNSCache"
+    api = {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
+    servers = {"to": [{"podSelector": {"matchLabels": generate.labels("server")}}],
+               "ports": [{"protocol": "TCP", "port": generate.HTTP_PORT}]}  # fmt: skip
+    assert policies[generate.ROUTER]["spec"]["egress"] == [servers, api]
+    assert generate.main(["--output", str(tmp_path), "--api-server-cidr", "10.0.0.10/32",
+                          "--api-server-cidr", "fd00::1/128"]) == 0  # fmt: skip
+    narrowed = {
+        p["metadata"]["name"]: p for p in yaml.safe_load_all((tmp_path / "base/network-policy.yaml").read_text())
+    }
+    assert narrowed[generate.ROUTER]["spec"]["egress"][1] == {
+        "to": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}],
+        **api,
+    }
+    with pytest.raises(SystemExit, match="--api-server-cidr '10.0.0.300/32' is not a CIDR"):
+        generate.main(["--output", str(tmp_path / "bad"), "--api-server-cidr", "10.0.0.300/32"])
 
-    policies = list(yaml.safe_load_all((REPO / "kubernetes" / "base" / "network-policy.yaml").read_text()))
-    assert [p["kind"] for p in policies] == ["NetworkPolicy", "NetworkPolicy"]
-    for policy in policies:
-        (dns,) = [r for r in policy["spec"]["egress"] if {"protocol": "UDP", "port": 53} in r.get("ports", [])]
-        assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {
-            (u, n) for u in ("UDP", "TCP") for n in (53, 5353)
-        }
-        assert {"namespaceSelector": {}} in dns["to"], "every namespace's DNS pods"
-        assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"], "NodeLocal DNSCache"
+
+def test_the_router_pod_has_two_replicas_a_budget_and_requests_and_limits():
+    for folder in ("one-node", "multi-node"):
+        deployment = one(folder, "Deployment")["spec"]
+        assert deployment["replicas"] == 2 and deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+        spec = deployment["template"]["spec"]
+        term = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        router = container(deployment["template"], "router")
+        resources = router["resources"]
+        assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+        assert "HF_HOME" not in env_of(router) and "--disable-tokenizer-autoload" in router["args"]
+        (budget,) = [
+            b["spec"] for b in objects(folder, "PodDisruptionBudget") if b["metadata"]["name"] == "sglang-router"
+        ]
+        assert budget["minAvailable"] == 1 and budget["selector"]["matchLabels"] == generate.labels("router")
+        service = next(s for s in objects(folder, "Service") if s["metadata"]["name"] == "sglang-router")
+        assert service["spec"]["sessionAffinity"] == "ClientIP"
+
+
+QUANTITY = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+
+
+def quantity(text) -> float:
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(text))
+    return float(match.group(1)) * QUANTITY.get(match.group(2), 1)
+
+
+def qos_class(spec: dict) -> str:
+    """The pod's QoS class as Kubernetes computes it (kubernetes/kubernetes pkg/apis/core/helper/qos/qos.go
+    GetPodQOS): over every container, init containers included, and only CPU and memory; a request left unset
+    defaults to its limit."""
+    requests_seen = limits_seen = False
+    guaranteed = True
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        resources = c.get("resources", {})
+        limits = {k: quantity(v) for k, v in resources.get("limits", {}).items() if k in ("cpu", "memory")}
+        requests = {k: quantity(v) for k, v in resources.get("requests", {}).items() if k in ("cpu", "memory")}
+        requests = {**limits, **requests}
+        requests_seen |= bool(requests)
+        limits_seen |= bool(limits)
+        guaranteed &= set(limits) == {"cpu", "memory"} and requests == limits
+    if not requests_seen and not limits_seen:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+@pytest.mark.parametrize("qos", generate.QOS_CLASSES)
+def test_the_server_pods_qos_class_is_the_one_asked_for(qos, tmp_path):
+    """docs/kubernetes.md, "Guaranteed QoS": --qos guaranteed gives every server pod limits equal to its requests,
+    in whole CPUs for the server container (the static CPU manager's exclusive cores); the default is Burstable."""
+    assert generate.main(["--output", str(tmp_path), "--qos", qos]) == 0
+    rendered = [d for path in tmp_path.rglob("server.yaml") for d in yaml.safe_load_all(path.read_text())]
+    specs = [d["spec"]["template"]["spec"] for d in rendered if d["kind"] == "StatefulSet"]
+    for d in rendered:
+        if d["kind"] == "LeaderWorkerSet":
+            specs += [d["spec"]["leaderWorkerTemplate"][r]["spec"] for r in ("leaderTemplate", "workerTemplate")]
+    assert len(specs) == 3
+    for spec in specs:
+        assert qos_class(spec) == qos.capitalize()
+        server = next(c for c in spec["containers"] if c["name"] == "server")["resources"]
+        assert server["limits"]["nvidia.com/gpu"] == 8 and server["requests"]["cpu"] == "10"
+        if qos == "guaranteed":
+            assert {k: v for k, v in server["limits"].items() if k != "nvidia.com/gpu"} == server["requests"]
+            assert quantity(server["limits"]["cpu"]).is_integer(), "whole CPUs, or no exclusive cores"
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec},
+                                     VERSIONS[-1], strict=True)  # fmt: skip
+    with pytest.raises(SystemExit):
+        generate.main(["--output", str(tmp_path / "bad"), "--qos", "besteffort"])
+
+
+# -- the RDMA component ------------------------------------------------------------------------------------------
+
+
+def every_template(rendered: list[dict]) -> list[dict]:
+    specs = []
+    for d in rendered:
+        if d["kind"] in ("StatefulSet", "Deployment"):
+            specs.append(d["spec"]["template"]["spec"])
+        if d["kind"] == "LeaderWorkerSet":
+            specs += [d["spec"]["leaderWorkerTemplate"][r]["spec"] for r in ("leaderTemplate", "workerTemplate")]
+    return specs
+
+
+def test_every_pod_meets_pod_security_restricted():
+    from support.pod_security import strictest_level, violations
+
+    specs = every_template([d for _, d in OBJECTS])
+    assert len(specs) == 5  # one-node's server, multi-node's leader and worker, both overlays' router
+    for spec in specs:
+        assert violations(spec, "restricted") == [] and strictest_level(spec) == "restricted"
+
+
+def test_the_rdma_component_gives_each_group_pod_the_device_and_ipc_lock_and_needs_privileged(crd_schemas, tmp_path):
+    """kubernetes/rdma/ over the multi-node overlay, rendered by kustomize as an operator adds it: every pod of a group
+    gets the RDMA device and IPC_LOCK and NCCL's InfiniBand transport, the rest as it was; the objects validate; and
+    what it costs: Pod Security "privileged" (IPC_LOCK is in neither "restricted" nor "baseline")."""
+    from support.pod_security import strictest_level, violations
+
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(FOLDER / "multi-node", tmp_path)],
+        "components": [os.path.relpath(FOLDER / "rdma", tmp_path)],
+    }))  # fmt: skip
+    rendered = [d for d in kustomize(tmp_path) if d]
+    plain = [d for d in kustomize(FOLDER / "multi-node") if d]
+    (lws,) = [d for d in rendered if d["kind"] == "LeaderWorkerSet"]
+    result = check_jsonschema(crd_schemas[(lws["apiVersion"], "LeaderWorkerSet")], lws, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for d in rendered:
+        if d["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(d, VERSIONS[-1], strict=True)
+    (before,) = [d for d in plain if d["kind"] == "LeaderWorkerSet"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][role]["spec"]
+        server = next(c for c in spec["containers"] if c["name"] == "server")
+        assert server["resources"]["limits"][generate.Cluster().rdma_resource] == 1
+        assert server["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert violations(spec, "baseline") == ["capabilities_baseline: server adds ['IPC_LOCK']"]
+        assert violations(spec, "restricted") == ["capabilities_baseline: server adds ['IPC_LOCK']",
+                                                  "capabilities_restricted: server adds ['IPC_LOCK']"]  # fmt: skip
+        assert strictest_level(spec) == "privileged"
+        # the rest of the pod as it was
+        old = before["spec"]["leaderWorkerTemplate"][role]["spec"]
+        del (
+            server["resources"]["limits"][generate.Cluster().rdma_resource],
+            server["securityContext"]["capabilities"]["add"],
+        )
+        assert spec == old
+    # NCCL over InfiniBand/RoCE in the settings the launcher loads, which are valid, the rest unchanged
+    (configmap,) = [d for d in rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings")]
+    (plain_map,) = [d for d in plain if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings")]
+    values, old_values = json.loads(configmap["data"]["settings.json"]), json.loads(plain_map["data"]["settings.json"])
+    assert values["environment"] == {**old_values["environment"], "NCCL_IB_DISABLE": "0"}
+    assert {k: v for k, v in values.items() if k != "environment"} == {
+        k: v for k, v in old_values.items() if k != "environment"
+    }
+    settings.ServerSettings(**{**values, "dist_init_addr": "leader:20000"})
+    assert [d for d in rendered if d["kind"] not in ("LeaderWorkerSet", "ConfigMap")] == [
+        d for d in plain if d["kind"] not in ("LeaderWorkerSet", "ConfigMap")
+    ]
+    with pytest.raises(SystemExit, match="--rdma-resource 'rdma' is not an extended resource name"):
+        generate.main(["--output", str(tmp_path / "bad"), "--rdma-resource", "rdma"])
 
 
 # -- NUMA memory policy under the runtime's default seccomp profile ------------------------------------------

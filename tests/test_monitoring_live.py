@@ -1,5 +1,5 @@
 """A real Prometheus (Debian's package) on loopback scrapes stand-in SGLang servers (an
-EAGLE-3 one, a baseline, one that never becomes ready) and the real sglang-router, with
+EAGLE-3 one, a baseline, one that never becomes ready) and the real router (smg), with
 the shipped rules loaded; `sglang-eagle3 bench run` sends requests; every dashboard query
 must then return data, and the data must be what the servers served."""
 
@@ -30,7 +30,7 @@ def hostport(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    pytest.importorskip("sglang_router", reason="needs the sglang-router wheel (pip install sglang-router==0.3.2)")
+    pytest.importorskip("smg", reason="needs the smg wheel (pip install 'sglang-eagle3[router]')")
     tmp = tmp_path_factory.mktemp("monitoring")
     unready_port = free_port()
     unready = [sys.executable, "-m", "sglang.launch_server", "--port", str(unready_port),
@@ -131,7 +131,12 @@ def test_bench_records_the_servers_acceptance_and_compare_prints_it(stack, run_c
 def test_rules_evaluate_and_catch_the_server_that_is_not_ready(stack):
     api = stack["api"]
     rules = json.loads(get(f"{api}/rules"))["data"]["groups"]
-    assert {g["name"] for g in rules} == {"sglang-eagle3", "sglang-router", "sglang-eagle3-thresholds"}
+    assert {g["name"] for g in rules} == {
+        "sglang-eagle3-process",
+        "sglang-eagle3",
+        "sglang-router",
+        "sglang-eagle3-thresholds",
+    }
     assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
     pending = wait_for(lambda: query(api, 'ALERTS{alertname="SGLangServerNotReady"}'), "SGLangServerNotReady")
     assert [a["metric"]["instance"] for a in pending] == [stack["unready"]]

@@ -1,5 +1,7 @@
 """Every metric and label the alert rules and the dashboard name is one SGLang 0.5.9 (read
-from its source) or sglang-router 0.3.2 (its real binary's /metrics) exports."""
+from its source), the router (smg 1.13.0, its real binary's /metrics) or an exporter of the
+server's process state (node_exporter's systemd collector, kube-state-metrics: their own
+definitions, support/monitoring_queries.py) exports."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from conftest import REPO
 from sglang_eagle3.source import sglang_source
 from support import metrics_catalog
 from support.bench_fixtures import fake_server
-from support.monitoring_queries import PROMETHEUS_SERIES, problems, recorded_series, substitute
+from support.monitoring_queries import EXPORTER_SERIES, PROMETHEUS_SERIES, problems, recorded_series, substitute
 
 MONITORING = REPO / "modules" / "monitoring"
 RULE_FILES = [MONITORING / "sglang-eagle3-alerts.yml", MONITORING / "sglang-eagle3-thresholds.yml"]
@@ -40,7 +42,7 @@ def sglang_catalog(pristine_tree) -> metrics_catalog.Catalog:
 
 @pytest.fixture(scope="session")
 def router_catalog() -> metrics_catalog.Catalog:
-    pytest.importorskip("sglang_router", reason="needs the sglang-router wheel (pip install sglang-router==0.3.2)")
+    pytest.importorskip("smg", reason="needs the smg wheel (pip install 'sglang-eagle3[router]')")
     from support.monitoring_stack import get, router
 
     with fake_server() as server, tempfile.TemporaryDirectory() as tmp, router([server.url], Path(tmp)) as url:
@@ -48,10 +50,10 @@ def router_catalog() -> metrics_catalog.Catalog:
 
 
 def known_series(*catalogs: metrics_catalog.Catalog) -> dict[str, frozenset[str]]:
-    known = {**PROMETHEUS_SERIES, **recorded_series(RULE_FILES)}
+    known = {**PROMETHEUS_SERIES, **EXPORTER_SERIES}
     for catalog in catalogs:
         known.update({name: catalog.labels_of(name) for name in catalog.series})
-    return known
+    return {**known, **recorded_series(RULE_FILES, known)}
 
 
 def test_catalog_reads_the_metrics_the_rules_rely_on(sglang_catalog):

@@ -27,7 +27,8 @@ def test_prometheus_scrapes_the_server_and_its_health_and_loads_the_rules(tmp_pa
     out = monitoring('services.sglang-eagle3.monitoring.baselineTargets = [ "gpu-b:30001" ];'
                      "services.sglang-eagle3.monitoring.thresholds.draftAcceptLength = 3.0;")  # fmt: skip
     jobs = {j["job_name"]: j for j in out["scrapeConfigs"]}
-    assert set(jobs) == {"sglang-eagle3", "sglang-eagle3-health", "sglang-baseline"}  # no router on this host
+    # no router on this host
+    assert set(jobs) == {"sglang-eagle3", "sglang-eagle3-health", "sglang-eagle3-node", "sglang-baseline"}
     # settings.host is 0.0.0.0 on this host: scraped on loopback, at settings.port
     assert jobs["sglang-eagle3"]["static_configs"] == [{"targets": ["127.0.0.1:30000"], "labels": {}}]
     assert jobs["sglang-eagle3-health"]["metrics_path"] == "/health_generate"
@@ -71,3 +72,26 @@ def test_the_router_is_scraped_when_its_module_is_enabled(router_on, expected):
               "services.sglang-router.metrics.port = 29100; }; })")  # fmt: skip
     jobs = {j["job_name"]: j for j in evaluate_module(config)["monitoring"]["scrapeConfigs"]}
     assert (jobs["sglang-router"]["static_configs"][0]["targets"] if "sglang-router" in jobs else None) == expected
+
+
+@needs_lib
+def test_the_server_units_state_is_scraped_with_the_servers_instance():
+    """What tells a load from an outage (docs/monitoring.md, "Loading or down"): node_exporter's systemd collector with
+    restart counts, scraped as job sglang-eagle3-node with the server's instance, only the server unit's series."""
+    host = evaluate_module(f"({{ lib, ... }}: {{ imports = [ {HOST} ]; services.prometheus.enable = true; }})")
+    jobs = {j["job_name"]: j for j in host["monitoring"]["scrapeConfigs"]}
+    node = jobs["sglang-eagle3-node"]
+    assert node["static_configs"] == [{"targets": ["127.0.0.1:9100"], "labels": {"instance": "127.0.0.1:30000"}}]
+    assert jobs["sglang-eagle3"]["static_configs"][0]["targets"] == ["127.0.0.1:30000"]
+    kept = {(r["source_labels"][0], r["regex"]) for r in node["metric_relabel_configs"] if r["action"] == "keep"}
+    assert kept == {("__name__", "node_systemd_unit_state|node_systemd_service_restart_total"),
+                    ("name", "sglang-eagle3\\.service")}  # fmt: skip
+    exporter = host["services"]["prometheus-node-exporter"]["serviceConfig"]
+    assert "--collector.systemd " in exporter["ExecStart"] and exporter["ExecStart"].endswith(
+        "--collector.systemd.enable-restarts-metrics"
+    )
+    assert "AF_UNIX" in exporter["RestrictAddressFamilies"]  # the collector reads systemd over D-Bus
+    off = evaluate_module(f"({{ lib, ... }}: {{ imports = [ {HOST} ]; services.prometheus.enable = true; "
+                          "services.sglang-eagle3.monitoring.processState = false; })")  # fmt: skip
+    assert "sglang-eagle3-node" not in {j["job_name"] for j in off["monitoring"]["scrapeConfigs"]}
+    assert "prometheus-node-exporter" not in off["services"]

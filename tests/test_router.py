@@ -1,4 +1,4 @@
-"""SGLang's router (the real sglang-router 0.3.2 binary) in front of three stand-in SGLang servers.
+"""The router (the real smg 1.13.0 binary, through sglang-eagle3-router) in front of three stand-in SGLang servers.
 
 The stand-ins replace SGLang because SGLang needs GPUs; the router only talks HTTP to
 them, in SGLang's formats (tests/router_fixtures.py). Each stand-in logs what it
@@ -8,12 +8,15 @@ answered, so every test checks where requests went against what the workers saw.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -109,9 +112,9 @@ def test_cache_aware_keeps_each_conversation_on_one_worker(tmp_path, policy):
 
 
 def test_power_of_two_avoids_the_worker_that_reports_load(tmp_path):
-    """Power of two compares the load the workers report (SGLang's /get_load: tokens in flight)."""
-    with cluster(tmp_path, 3, "--policy", "power_of_two", "--worker-startup-check-interval", "1",
-                 "--log-level", "debug", worker_env=WORKER) as (router, workers):  # fmt: skip
+    """Power of two compares the load the workers report (SGLang's /v1/loads: requests and tokens in flight)."""
+    with cluster(tmp_path, 3, "--policy", "power_of_two", "--load-monitor-interval", "1", "--log-level", "debug",
+                 worker_env=WORKER) as (router, workers):  # fmt: skip
         busy = workers[0]
 
         async def traffic():
@@ -120,12 +123,15 @@ def test_power_of_two_avoids_the_worker_that_reports_load(tmp_path):
                 held = [asyncio.create_task(generate(session, busy.url, f"held {i}", max_tokens=3000))
                         for i in range(10)]  # fmt: skip
                 await asyncio.to_thread(
-                    wait_until, lambda: get_json(f"{busy.url}/get_load")[0]["num_tokens"] == 30000, 10, "w0's load"
+                    wait_until,
+                    lambda: get_json(f"{busy.url}/v1/loads")["loads"][0]["num_used_tokens"] == 30000,
+                    10,
+                    "w0's load",
                 )
-                # The router polls /get_load every second; wait for two polls after the load was there.
-                fetched = router.log().count("Fetched loads from 3 workers")
+                # The router polls /v1/loads every second (--load-monitor-interval): wait for two polls after.
+                fetched = router.log().count("Fetched loads from 3/3 polled workers")
                 await asyncio.to_thread(
-                    wait_until, lambda: router.log().count("Fetched loads from 3 workers") >= fetched + 2, 20,
+                    wait_until, lambda: router.log().count("Fetched loads from 3/3 polled workers") >= fetched + 2, 20,
                     "two load polls of the router",
                 )  # fmt: skip
                 results = [await generate(session, router.url, f"balanced {i}") for i in range(30)]
@@ -278,6 +284,36 @@ def test_a_worker_that_starts_after_the_router_is_added_when_it_comes_up(tmp_pat
     assert len(late.served()) == 5 and len(early.served()) == 5
 
 
+@pytest.mark.parametrize("flags", [(), ("--disable-tokenizer-autoload",)], ids=["smg's default", "as the unit runs it"])
+def test_the_router_contacts_nothing_but_its_workers(tmp_path, flags):
+    """No tokenizer download, nothing else outside (docs/router.md; the pod's NetworkPolicy lets it reach only its
+    servers and the API server): the hub and every proxy variable point at a listener that records what reaches it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    outside = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    reached: list[bytes] = []
+
+    def record():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.settimeout(2)
+            with contextlib.suppress(OSError), connection:
+                reached.append(connection.recv(4096))
+
+    threading.Thread(target=record, daemon=True).start()
+    env = {"HF_ENDPOINT": outside, "HTTPS_PROXY": outside, "HTTP_PROXY": outside, "ALL_PROXY": outside,
+           "NO_PROXY": "127.0.0.1,localhost", "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
+    with cluster(tmp_path, 2, "--policy", "round_robin", *flags, worker_env=WORKER, env=env) as (router, _):
+        results = asyncio.run(sequential(router.url, [f"outside {i}" for i in range(6)]))
+        time.sleep(3)  # a tokenizer fetch would start when a worker is added
+    listener.close()
+    assert results == [(200, None)] * 6
+    assert reached == [], f"the router reached outside its workers: {reached[:2]}"
+    assert not (tmp_path / "hf").exists()
+
+
 # -- the API key --------------------------------------------------------------------------
 
 
@@ -322,13 +358,13 @@ def test_api_key_from_a_file_protects_the_router_and_reaches_the_workers(tmp_pat
     assert key not in router.log()
 
 
-# What sglang-router 0.3.2 answers without the key (docs/router.md, "services.sglang-router"): its probes, and four
-# more that show the model id, the router's summary and the workers' metrics, or make a worker generate.
-OPEN_WITHOUT_KEY = {"/health", "/liveness", "/readiness", "/health_generate", "/v1/models", "/get_server_info",
-                    "/engine_metrics"}  # fmt: skip
-KEY_REQUIRED = {("GET", "/get_model_info"), ("GET", "/workers"), ("GET", "/get_loads"), ("POST", "/generate"),
-                ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/flush_cache"),
-                ("POST", "/v1/tokenize"), ("GET", "/v1/responses")}  # fmt: skip
+# What smg 1.13.0 answers without the key (docs/router.md, "services.sglang-router"): its probes, and three more that
+# show the model id and the workers' metrics, or make a worker generate.
+OPEN_WITHOUT_KEY = {"/health", "/liveness", "/readiness", "/health_generate", "/v1/models", "/engine_metrics"}
+KEY_REQUIRED = {("GET", "/get_model_info"), ("GET", "/get_server_info"), ("GET", "/workers"), ("GET", "/get_loads"),
+                ("POST", "/generate"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+                ("POST", "/flush_cache"), ("POST", "/v1/tokenize"), ("POST", "/v1/responses"),
+                ("POST", "/workers")}  # fmt: skip
 
 
 def test_exactly_the_documented_endpoints_answer_without_the_key(tmp_path):
@@ -365,7 +401,7 @@ def test_exactly_the_documented_endpoints_answer_without_the_key(tmp_path):
         if line.startswith("| `apiKeyFile` | by `LoadCredential`")
     )
     said = set(re.findall(r"`(/[a-z0-9_/]+)`", row.split("without the key", 1)[1].split("Everything else", 1)[0]))
-    assert said == OPEN_WITHOUT_KEY and "answers seven endpoints without the key" in row
+    assert said == OPEN_WITHOUT_KEY and "answers six endpoints without the key" in row
     assert "`openFirewall = false`" in row
 
 

@@ -1,7 +1,7 @@
 """services.sglang-router, the cluster example and the router VM test, with nixpkgs' real lib.
 
 Evaluated with tests/nix/module-harness.nix (NIXPKGS_LIB: a copy of nixpkgs' lib/); the
-rendered command line is parsed by the router's own parser (the sglang-router wheel), and
+rendered command line is parsed by the router's own parser (the smg wheel), and
 the unit is checked with systemd-analyze. The VM test itself needs KVM and nixpkgs: here
 its nodes are evaluated with the same harness and its test script is checked as Python.
 """
@@ -30,8 +30,8 @@ def cluster_host(name: str, args: str = "{ }") -> str:
 
 
 def router_args(service: dict):
-    """The unit's command line, parsed by sglang-router's own parser (as the router will at start)."""
-    from sglang_router.launch_router import parse_router_args
+    """The unit's command line, parsed by the router's own parser (smg's, as the router will at start)."""
+    from smg.launch_router import parse_router_args
 
     exe, *argv = shlex.split(service["serviceConfig"]["ExecStart"])
     assert exe.endswith("/bin/sglang-eagle3-router")

@@ -1,5 +1,5 @@
 # Several 8-GPU hosts, each serving a whole Kimi-K2.5 + EAGLE-3 replica (tp 8), behind one
-# router host running SGLang's router. Add a host to serve more users at the same speed per
+# router host running the router (smg, SGLang's router continued). Add a host to serve more users at the same speed per
 # user; see docs/router.md.
 #
 # A function of the GPU hosts (an attrset name -> address, or just how many), returning one
@@ -14,7 +14,7 @@
   # name -> address, or a number N for gpu-1 .. gpu-N at 10.0.0.11, 10.0.0.12, ...
   gpuHosts ? 2,
   port ? 30000,
-  # The same key on every host: sglang-router 0.3.2 sends its own key to the workers.
+  # The same key on every host: the router (smg) sends its own key to the workers.
   apiKeyFile ? "/run/secrets/sglang-api-key",
 }:
 let

@@ -9,7 +9,7 @@
 #     routerPackage = self.packages.x86_64-linux.sglang-router;  # has bin/sglang-eagle3-router
 #   })
 {
-  # An environment with sglang-eagle3-router and sglang-router 0.3.2 (no CUDA needed).
+  # An environment with sglang-eagle3-router and smg 1.13.0 (no CUDA needed).
   routerPackage,
   # The module under test; modules/sglang-eagle3.nix imports it too.
   routerModule ? ../../modules/sglang-router.nix,

@@ -203,7 +203,7 @@ def read(tree: SGLangTree) -> Catalog:
 
 
 def from_exposition(text: str) -> Catalog:
-    """The metrics in a /metrics page (e.g. of the sglang-router binary), parsed by prometheus_client."""
+    """The metrics in a /metrics page (e.g. of the router binary, smg), parsed by prometheus_client."""
     from prometheus_client.parser import text_string_to_metric_families
 
     kinds = {"counter": "Counter", "gauge": "Gauge", "histogram": "Histogram", "summary": "Summary"}

@@ -13,7 +13,25 @@ import yaml
 
 # Dashboard variables, replaced the way Grafana does before the query reaches Prometheus.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "${job_eagle3}": "sglang-eagle3", "${job_baseline}": "sglang-baseline"}
-PROMETHEUS_SERIES = {"up": frozenset({"job", "instance"})}  # Prometheus' own, one per target
+# Prometheus' own, one per target; a target the Prometheus Operator found from a ServiceMonitor also carries
+# namespace, service, pod, container and endpoint (prometheus-operator pkg/prometheus/promcfg.go, its relabelings).
+PROMETHEUS_SERIES = {"up": frozenset({"job", "instance", "namespace", "service", "pod", "container", "endpoint"})}
+# What the exporters of the server's process state export (docs/monitoring.md, "Loading or down"), as their own
+# definitions name them; Prometheus adds job and instance:
+# - node_exporter's systemd collector: prometheus/node_exporter collector/systemd_linux.go (commit 019f5ffa),
+#   unit_state {name, state, type}; service_restart_total {name} with --collector.systemd.enable-restarts-metrics;
+# - kube-state-metrics: kubernetes/kube-state-metrics docs/metrics/workload/pod-metrics.md (commit 04ee634c).
+_SCRAPED = frozenset({"job", "instance"})
+_CONTAINER = _SCRAPED | {"namespace", "pod", "uid", "container"}
+EXPORTER_SERIES = {
+    "node_systemd_unit_state": _SCRAPED | {"name", "state", "type"},
+    "node_systemd_service_restart_total": _SCRAPED | {"name"},
+    "kube_pod_status_phase": _SCRAPED | {"namespace", "pod", "uid", "phase"},
+    "kube_pod_container_status_running": _CONTAINER,
+    "kube_pod_container_status_ready": _CONTAINER,
+    "kube_pod_container_status_restarts_total": _CONTAINER,
+    "kube_pod_container_status_waiting_reason": _CONTAINER | {"reason"},
+}
 
 
 def substitute(query: str, variables: dict[str, str] = GRAFANA_VARIABLES) -> str:
@@ -32,6 +50,11 @@ def _selector_name(vs) -> str | None:
 
 def problems(query: str, known: dict[str, frozenset[str]]) -> list[str]:
     """What in ``query`` names a series or label that ``known`` (name -> label names) lacks."""
+    return analyse(query, known)[1]
+
+
+def analyse(query: str, known: dict[str, frozenset[str]]) -> tuple[frozenset[str], list[str]]:
+    """(the label names of ``query``'s result, what in it names a series or label that ``known`` lacks)."""
     found: list[str] = []
 
     def labels(node) -> frozenset[str]:
@@ -80,16 +103,16 @@ def problems(query: str, known: dict[str, frozenset[str]]) -> list[str]:
             return lhs | rhs
         return frozenset()  # number and string literals
 
-    labels(pp.parse(query))
-    return found
+    return labels(pp.parse(query)), found
 
 
-def recorded_series(rule_files) -> dict[str, frozenset[str]]:
-    """Series that recording rules in these files create (no labels: ours are constants)."""
-    names = {}
+def recorded_series(rule_files, known: dict[str, frozenset[str]] | None = None) -> dict[str, frozenset[str]]:
+    """Series that recording rules in these files create, with the labels their expressions leave (read against
+    ``known``; without it, none)."""
+    names: dict[str, frozenset[str]] = {}
     for path in rule_files:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 if "record" in rule:
-                    names[rule["record"]] = frozenset()
+                    names[rule["record"]] = analyse(rule["expr"], {**known, **names})[0] if known else frozenset()
     return names

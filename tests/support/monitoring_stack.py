@@ -1,4 +1,4 @@
-"""Real processes on loopback for the monitoring tests: sglang-router (the PyPI wheel's
+"""Real processes on loopback for the monitoring tests: the router (smg, the PyPI wheel's
 binary) and Prometheus (Debian's package), each started, awaited and stopped."""
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ def process(argv: list[str], log: Path, env: dict[str, str] | None = None):
 
 @contextlib.contextmanager
 def router(worker_urls: list[str], tmp: Path):
-    """sglang-router in front of ``worker_urls``; yields its metrics URL once it has health-checked them."""
+    """The router (smg) in front of ``worker_urls``; yields its metrics URL once it has health-checked them."""
     port, metrics_port = free_port(), free_port()
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "-m", "smg.launch_router", "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *worker_urls, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
             "--health-check-interval-secs", "1"]  # fmt: skip
     with process(argv, tmp / "router.log"):
         url = f"http://127.0.0.1:{metrics_port}/metrics"
-        wait_for(lambda: "smg_worker_health{" in get(url), "sglang-router to report worker health")
+        wait_for(lambda: "smg_worker_health{" in get(url), "the router to report worker health")
         yield url
 
 

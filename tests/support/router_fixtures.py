@@ -1,6 +1,6 @@
-"""SGLang's real router (sglang-router, through sglang-eagle3-router) in front of stand-in SGLang servers.
+"""The real router (smg, through sglang-eagle3-router) in front of stand-in SGLang servers.
 
-The router is the real Rust binary from the sglang-router wheel. The workers are this
+The router is the real Rust binary from the smg wheel. The workers are this
 project's stand-in SGLang server (tests/stand_ins/fake_sglang): SGLang needs GPUs, and
 the router only sees HTTP (SGLang's endpoints and formats), which the stand-in speaks.
 Each worker logs every request it answered (prompt, tokens, when), so a test can tell
@@ -30,12 +30,9 @@ SOURCE = REPO / "python" / "src"
 
 
 def offline() -> dict[str, str]:
-    """Environment that keeps the router's traffic on loopback.
-
-    When it adds a worker, the router fetches the model's tokenizer from the Hugging Face
-    hub (for its own tokenize endpoints; routing HTTP does not need it). Tests send traffic
-    to loopback only: outside requests go to a proxy address where nothing listens.
-    """
+    """Environment that keeps the router's traffic on loopback: outside requests would go to a proxy address
+    where nothing listens. (smg fetches nothing: test_router.py's test_the_router_contacts_nothing_but_its_workers
+    shows it with a listener there; sglang-router 0.3.2 fetched the model's tokenizer from the hub.)"""
     dead = f"http://127.0.0.1:{free_port()}"
     return {"HTTPS_PROXY": dead, "HTTP_PROXY": dead, "ALL_PROXY": dead, "NO_PROXY": "127.0.0.1,localhost"}
 
@@ -112,7 +109,7 @@ class StandIn:
 
 
 class Router:
-    """sglang-eagle3-router (the real sglang-router) on loopback in front of the given workers."""
+    """sglang-eagle3-router (the real smg) on loopback in front of the given workers."""
 
     def __init__(self, directory: Path, workers: list[StandIn], *args: str, api_key_file: Path | None = None,
                  env: dict | None = None):  # fmt: skip

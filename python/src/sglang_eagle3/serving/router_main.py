@@ -1,16 +1,21 @@
-"""``sglang-eagle3-router``: SGLang's router (the ``sglang-router`` package), API key read from a file.
+"""``sglang-eagle3-router``: the router (smg, the Shepherd Model Gateway), API key read from a file.
 
-sglang-router 0.3.2 takes its API key only as ``--api-key KEY``, which any user can read
-in the process list. This entry point takes every other argument of
-``sglang-router launch`` unchanged (parsed by the router's own parser), reads the key
-from ``--api-key-file PATH`` or, under systemd, the credential
-``$CREDENTIALS_DIRECTORY/api-key`` (read as the server reads its key: credentials.read_key,
-so a file other users can read is refused), and starts the router in this process.
+smg takes its API key only as ``--api-key KEY``, which any user can read in the process list,
+or through its Python API. This entry point takes every other argument of ``smg launch``
+unchanged (parsed by smg's own parser), reads the key from ``--api-key-file PATH`` or, under
+systemd, the credential ``$CREDENTIALS_DIRECTORY/api-key`` (read as the server reads its key:
+credentials.read_key, so a file other users can read is refused), and hands it to the router
+in this process: never in argv, the environment or a log.
 
-The router uses that one key both ways: clients must send ``Authorization: Bearer KEY``
-(all but /health, /liveness, /readiness, /health_generate, /v1/models, /get_server_info and
-/engine_metrics: see the README), and it sends the same header to every worker given with
-``--worker-urls``. So the GPU hosts behind it must be started with the same key.
+The router uses that one key both ways: clients must send ``Authorization: Bearer KEY`` (all
+but /health, /liveness, /readiness, /health_generate, /v1/models and /engine_metrics: see
+docs/router.md), and it sends the same header to every worker. So the servers behind it must
+be started with the same key.
+
+One difference from ``smg launch``: with Kubernetes service discovery smg's launcher turns on
+its multi-model mode (IGW), which answers 400 ``missing_model`` to SGLang's ``/generate``
+without a ``model`` field. The servers behind this router serve one model, so the router
+stays in its single-model mode unless ``--enable-igw`` is given (docs/router.md).
 """
 
 from __future__ import annotations
@@ -61,16 +66,19 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
     except Eagle3Error as err:  # a key on the command line, a key file that cannot be used
         sys.exit(errors.report(err, PROG))
     try:
-        from sglang_router.launch_router import launch_router, parse_router_args
+        from smg.launch_router import parse_router_args
+        from smg.router import Router
     except ImportError:
-        missing = BadInput("the sglang-router package is not installed (pip install 'sglang-eagle3[router]')")
+        missing = BadInput("the smg package (the router) is not installed (pip install 'sglang-eagle3[router]')")
         sys.exit(errors.report(missing, PROG))
     sys.argv[0] = PROG  # so the router's own --help and usage errors name this command
-    router_args = parse_router_args(router_argv)  # the router's parser: bad arguments exit 2 with its message
+    router_args = parse_router_args(router_argv)  # smg's parser: bad arguments exit 2 with its message
     router_args.api_key = key
     try:
-        launch_router(router_args)  # blocks until the router stops (SIGTERM: graceful)
-    except Exception as err:  # the router's own start-up errors, e.g. a port in use
+        # What smg's launch_router does, less turning IGW on for discovery (above).
+        router_args._validate_router_args()
+        Router.from_args(router_args).start()  # blocks until the router stops (SIGTERM: graceful)
+    except Exception as err:  # the router's own errors: a bad combination of arguments, a port in use
         message = str(err).replace(key, "<api key>") if key else str(err)
         sys.exit(errors.report(Eagle3Error(f"the router stopped with an error: {message}"), PROG))
 

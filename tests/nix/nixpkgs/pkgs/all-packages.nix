@@ -304,6 +304,8 @@ trivial
   tzdata = hostTool "tzdata" "2025b" [ ];
   mesa = hostTool "mesa" "25.3.3" [ ];
   grafana = hostTool "grafana" "12.3.2" [ "grafana" ];
+  # pkgs/by-name/pr/prometheus-node-exporter/package.nix (commit 0145c6da): pname node_exporter, 1.12.0.
+  prometheus-node-exporter = hostTool "node_exporter" "1.12.0" [ "node_exporter" ];
   nix-required-mounts = hostTool "nix-required-mounts" "0.0.1" [ "nix-required-mounts" ];
   # pkgs/os-specific/linux/nvidia-x11/default.nix via linuxPackages.nvidiaPackages; generic.nix
   # gives the driver a `bin` output with nvidia-smi (what lib.getBin picks).

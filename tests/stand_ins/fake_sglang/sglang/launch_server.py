@@ -12,8 +12,8 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_SIGNAL_LOG    file to append the names of received SIGTERM/SIGINT to
   FAKE_SGLANG_FAIL_AFTER    break every stream after this many tokens (error mid-stream)
   FAKE_SGLANG_DIE_AFTER     exit abruptly after this many finished requests (server killed)
-  FAKE_SGLANG_SEND_LOG      file to append, per finished stream, a JSON line with the prompt and
-                            the CLOCK_MONOTONIC time each chunk was handed to the socket
+  FAKE_SGLANG_SEND_LOG      file to append, per finished request, a JSON line with the prompt, the
+                            CLOCK_MONOTONIC time it was received and each chunk was handed to the socket
   FAKE_SGLANG_API_KEY_FILE  require "Authorization: Bearer <key>" (the file's content) on every
                             path but /health* and /metrics*, as SGLang's --api-key does; /server_info
                             then also shows api_key, as unpatched 0.5.9 does
@@ -25,9 +25,10 @@ and ignores the rest). Behaviour is set with environment variables:
                             draft (1 = the model below, 0.5 = half its extra accepted tokens and speed-up)
 
 GET /metrics serves SGLang 0.5.9's Prometheus metrics, fed by what was served (fake_metrics.py).
-For sglang-router (which sits in front of several of these): /get_load reports the
-requests in flight, /flush_cache answers, and a request with "stream": false gets one
-JSON answer once its last token is due, as SGLang does.
+For the router (which sits in front of several of these): /v1/loads (SGLang 0.5.9's shape,
+srt/entrypoints/v1_loads.py) and the deprecated /get_load report the requests and tokens in
+flight, /flush_cache answers, and a request with "stream": false gets one JSON answer once its
+last token is due, as SGLang does.
 
 With a speculative algorithm the rate and burst follow a made-up model of (steps, top-k,
 draft tokens) with one clear best point, scaled by the draft's quality, so sweeps across
@@ -145,13 +146,31 @@ def get(path: str) -> bytes:
         load = {"dp_rank": 0, "num_reqs": in_flight["requests"], "num_waiting_reqs": 0,
                 "num_tokens": in_flight["tokens"]}  # fmt: skip
         return response(200, json.dumps([load]).encode())
+    if path == "/v1/loads":  # 0.5.9's /v1/loads: per-rank loads (GetLoadsReqOutput) and their aggregate
+        return response(200, json.dumps(v1_loads()).encode())
     if path == "/flush_cache":
         return response(200, b"Cache flushed.\n", "text/plain")
     return response(404, b'{"detail": "Not Found"}')
 
 
+def v1_loads() -> dict:
+    """SGLang 0.5.9's /v1/loads answer (srt/entrypoints/v1_loads.py get_loads, its core fields) for one rank."""
+    capacity = int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000))
+    usage = round(in_flight["tokens"] / capacity, 4)
+    load = {"dp_rank": 0, "num_running_reqs": in_flight["requests"], "num_waiting_reqs": 0,
+            "num_used_tokens": in_flight["tokens"], "max_total_num_tokens": capacity, "token_usage": usage,
+            "gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": usage,
+            "max_running_requests": MAX_RUNNING or 1024, "num_total_reqs": in_flight["requests"]}  # fmt: skip
+    aggregate = {"total_running_reqs": in_flight["requests"], "total_waiting_reqs": 0,
+                 "total_reqs": in_flight["requests"], "avg_token_usage": usage, "avg_throughput": 0.0,
+                 "avg_utilization": usage}  # fmt: skip
+    return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "version": "0.5.9",
+            "dp_rank_count": 1, "loads": [load], "aggregate": aggregate}  # fmt: skip
+
+
 async def complete(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, chunk) -> None:
     """A non-streamed request: one answer when its last token is due."""
+    received = time.monotonic()
     await asyncio.sleep(FIRST_DELAY + (max_tokens - 1) / RATE)
     final = chunk(max_tokens, max_tokens, True)
     if "choices" in final:  # OpenAI: a chat.completion, not a chunk
@@ -159,7 +178,8 @@ async def complete(writer: asyncio.StreamWriter, prompt: str, max_tokens: int, c
         final["choices"][0]["message"] = {"role": "assistant", "content": " tok" * max_tokens}
     if SEND_LOG:
         with open(SEND_LOG, "a") as f:
-            f.write(json.dumps({"prompt": prompt, "tokens": max_tokens, "sent": [time.monotonic()]}) + "\n")
+            row = {"prompt": prompt, "tokens": max_tokens, "received": received, "sent": [time.monotonic()]}
+            f.write(json.dumps(row) + "\n")
     writer.write(response(200, json.dumps(final).encode()))
     finished["count"] += 1
     if DIE_AFTER is not None and finished["count"] >= DIE_AFTER:
@@ -210,7 +230,8 @@ async def decode(writer, prompt: str, max_tokens: int, chunk, loop, received: fl
     metrics.finished(prompt_tokens, done, received, time.monotonic())
     if SEND_LOG:  # written before [DONE], so it is there by the time the client has finished
         with open(SEND_LOG, "a") as f:
-            f.write(json.dumps({"prompt": prompt, "tokens": done, "sent": sent, "handed": handed}) + "\n")
+            row = {"prompt": prompt, "tokens": done, "received": received, "sent": sent, "handed": handed}
+            f.write(json.dumps(row) + "\n")
     writer.write(b"data: [DONE]\n\n")
     await writer.drain()
     finished["count"] += 1
@@ -224,6 +245,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         if not request_line:
             return
         method, path, _ = request_line.split(" ", 2)
+        path = path.split("?", 1)[0]  # /v1/loads?include=core
         headers = {}
         while (line := (await reader.readline()).decode().strip()) != "":
             name, _, value = line.partition(":")

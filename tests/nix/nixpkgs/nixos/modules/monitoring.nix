@@ -1,4 +1,4 @@
-# services.prometheus and services.grafana, mirrored from
+# services.prometheus (with its node exporter) and services.grafana, mirrored from
 #   nixos/modules/services/monitoring/prometheus/default.nix: enable, port (9090),
 #     listenAddress, globalConfig, scrapeConfigs (scrape_config / static_config
 #     submodules, unset fields null and left out of prometheus.yml), rules, ruleFiles; the
@@ -192,6 +192,37 @@ in
         type = types.listOf types.path;
         default = [ ];
       };
+      # nixos/modules/services/monitoring/prometheus/exporters.nix (mkExporterOpts: enable, port, listenAddress
+      # "0.0.0.0", extraFlags, openFirewall; commit 01241074) and exporters/node.nix (port 9100, enabledCollectors,
+      # disabledCollectors; its unit runs node_exporter --collector.<name> for each, and allows AF_UNIX, for D-Bus,
+      # when the systemd collector is on; commit 04c7868c): the node exporter, the one exporter used here.
+      exporters.node = {
+        enable = lib.mkEnableOption "the prometheus node exporter";
+        port = mkOption {
+          type = types.port;
+          default = 9100;
+        };
+        listenAddress = mkOption {
+          type = types.str;
+          default = "0.0.0.0";
+        };
+        extraFlags = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+        openFirewall = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        enabledCollectors = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+        disabledCollectors = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+      };
     };
     grafana = {
       enable = lib.mkEnableOption "grafana";
@@ -238,6 +269,31 @@ in
       };
       users.groups.prometheus = { };
     })
+    (lib.mkIf prom.exporters.node.enable (
+      let
+        node = prom.exporters.node;
+      in
+      {
+        systemd.services.prometheus-node-exporter = {
+          wantedBy = [ "multi-user.target" ];
+          after = [ "network.target" ];
+          serviceConfig = {
+            ExecStart = lib.concatStringsSep " " (
+              [ "${pkgs.prometheus-node-exporter}/bin/node_exporter" ]
+              ++ map (x: "--collector." + x) node.enabledCollectors
+              ++ map (x: "--no-collector." + x) node.disabledCollectors
+              ++ [ "--web.listen-address ${node.listenAddress}:${toString node.port}" ]
+              ++ node.extraFlags
+            );
+            RestrictAddressFamilies = [
+              "AF_INET"
+              "AF_INET6"
+            ]
+            ++ lib.optional (lib.elem "systemd" node.enabledCollectors || lib.elem "logind" node.enabledCollectors) "AF_UNIX";
+          };
+        };
+      }
+    ))
     (lib.mkIf graf.enable {
       systemd.services.grafana = {
         wantedBy = [ "multi-user.target" ];
