@@ -24,9 +24,14 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from ..exit_status import ExitStatus
 from . import BenchError
 
 APIS = ("native", "openai")
+# How long the server may take to say what it serves. SGLang opens its port only once the model is loaded, so a
+# server that accepts the connection answers /model_info at once; one that does not answer in this time is hung
+# or not SGLang (a port forwarded to nothing).
+IDENTIFY_TIMEOUT_S = 30.0
 YIELD_BEFORE_BOOKKEEPING_S = 0.002
 # meta_info.completion_tokens (native) and usage.completion_tokens (OpenAI) are both cumulative.
 COMPLETION_TOKENS = re.compile(r'"completion_tokens":\s*(\d+)')
@@ -193,8 +198,8 @@ async def stream_one(
     return result
 
 
-async def _get_json(client: aiohttp.ClientSession, path: str) -> tuple[int, dict | None]:
-    async with client.get(path) as response:
+async def _get_json(client: aiohttp.ClientSession, path: str, timeout: float | None = None) -> tuple[int, dict | None]:
+    async with client.get(path, timeout=aiohttp.ClientTimeout(total=timeout) if timeout else None) as response:
         try:
             return response.status, await response.json(content_type=None)
         except ValueError:
@@ -205,11 +210,17 @@ async def identify(client: aiohttp.ClientSession, api: str) -> dict:
     """Check this is an SGLang server before sending load; returns /model_info."""
     base = str(client._base_url)
     try:
-        status, info = await _get_json(client, "/model_info")
+        status, info = await _get_json(client, "/model_info", IDENTIFY_TIMEOUT_S)
         if status == 404:
-            status, info = await _get_json(client, "/get_model_info")
-    except (aiohttp.ClientError, TimeoutError) as err:
-        raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip()) from None
+            status, info = await _get_json(client, "/get_model_info", IDENTIFY_TIMEOUT_S)
+    except TimeoutError:
+        raise BenchError(
+            f"{base} did not answer /model_info within {IDENTIFY_TIMEOUT_S:.0f} s: the port is open but nothing "
+            "answers there (a hung server, or not an SGLang server); check the URL and the server's log",
+            ExitStatus.CHECK_FAILED,
+        ) from None
+    except aiohttp.ClientError as err:  # a server that does not answer is a failed check, as the hub's is (models)
+        raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip(), ExitStatus.CHECK_FAILED) from None
     if status == 401:
         has_key = "Authorization" in client.headers
         raise BenchError(

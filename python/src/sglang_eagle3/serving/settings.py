@@ -44,7 +44,7 @@ from pydantic import (
 
 from .. import SGLANG_VERSION
 from ..errors import BadInput, shown, shown_path
-from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
+from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_problem, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
@@ -209,6 +209,14 @@ class ServerSettings(BaseModel):
         60, gt=0, le=3600, json_schema_extra=LAUNCHER_ONLY,
         description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
     )  # fmt: skip
+
+    @field_validator(*(secret.setting for secret in SECRET_ARGS), mode="before")
+    @classmethod
+    def _a_path_not_a_key(cls, value: Any) -> Any:
+        # A key typed where its file's path belongs: refused here, by every command alike, without repeating it.
+        if isinstance(value, (str, Path)) and (problem := key_file_problem(value, "the path")):
+            raise ValueError(problem)
+        return value
 
     @field_validator("environment")
     @classmethod
@@ -479,14 +487,18 @@ def load(
         raise SettingsError(describe(err)) from None
 
 
+# Settings whose values a message never quotes: what is typed there may be a secret.
+NEVER_SHOWN = frozenset({"extra_args", "environment", *(secret.setting for secret in SECRET_ARGS)})
+
+
 def describe(err: ValidationError) -> str:
     """Pydantic's errors as one line per field: 'tp_size: Input should be greater than or equal to 1 (got 0)'."""
     lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         message = e["msg"].removeprefix("Value error, ")
-        # The value is shown for plain fields only: extra_args and environment may hold secrets.
-        plain = where and where.split(".")[0] not in ("extra_args", "environment")
+        # The value is shown for plain fields only: extra_args, environment and a key's file may hold secrets.
+        plain = where and where.split(".")[0] not in NEVER_SHOWN
         got = f" (got {shown(e['input'])})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
         lines.append(f"{where}: {message}{got}" if where else message)
     return "invalid settings:\n  " + "\n  ".join(lines)
