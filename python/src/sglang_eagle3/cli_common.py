@@ -48,6 +48,10 @@ class TopLevelGroup(click.Group):
         try:
             with redaction.hiding_output():
                 return super().main(*args, **kwargs)
+        except SystemExit as done:
+            if not restore_signals:
+                _end_program(done.code)
+            raise
         finally:
             errors.settle()
             if restore_signals:
@@ -108,6 +112,21 @@ class TopLevelGroup(click.Group):
     @staticmethod
     def _print_json(kind: str, message: str) -> None:
         click.echo(json.dumps({"ok": False, "error": {"kind": kind, "message": message}}, indent=2))
+
+
+def _end_program(code) -> None:
+    """End the program now, with ``code``: its output flushed, without the interpreter's teardown. A command that
+    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which the interpreter
+    puts the default signal handlers back: a Ctrl-C then killed a finished command (exit -2, no word) or made an
+    interrupted one wait. Nothing is left to do at exit: files are closed and temporary ones removed by their
+    commands, and worker threads (models fetch's downloads) are left as os._exit leaves them."""
+    status = code if isinstance(code, int) else ExitStatus.OK if code is None else ExitStatus.CHECK_FAILED
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 def traceback_wanted() -> bool:

@@ -46,8 +46,10 @@ CREDENTIAL_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghu_", "ghs_
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)\S*@")  # up to the last @ of the word: a password may hold @
 _BARE_USERINFO = re.compile(r"(?<![\w/:.@-])[\w.~%+\-]+:[^\s@/]+@(?=[\w\[])")  # user:password@host, no scheme
 _QUERY_VALUE = re.compile(r"([?&;#][\w.\-]*=)([^&\s#'\"]*)")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-+=]{5,}")
-_RANDOM_CHARS = re.compile(r"[A-Za-z0-9_\-+=]{20,}")
+# A prefixed key wherever it starts (after "model_path=", inside a path or a JSON string), and a random-looking word
+# (base64's "=" padding at its end only, so "name=value" is two words).
+_PREFIXED = re.compile("(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, CREDENTIAL_PREFIXES)) + r")[A-Za-z0-9_\-+=]{4,}")
+_WORD = re.compile(r"[A-Za-z0-9_\-+]{20,}={0,2}")
 _remembered: set[str] = set()
 
 
@@ -68,15 +70,23 @@ def looks_like_credential(value: str) -> bool:
         return False
     if "@" in word and (_URL_USERINFO.search(word) or _BARE_USERINFO.search(word)):
         return True
-    return any(_credential_word(w) for w in _WORD.findall(word))
+    return any(_prefixed_key(m.group(0)) for m in _PREFIXED.finditer(word)) or any(
+        _random_looking(w) for w in _WORD.findall(word)
+    )
 
 
-def _credential_word(word: str) -> bool:
-    prefixed = next((p for p in CREDENTIAL_PREFIXES if word.startswith(p)), None)
-    rest = word[len(prefixed) :] if prefixed else ""
-    if len(rest) >= 4 and any(c.isdigit() or c.isupper() for c in rest):  # hf_hub_download is no token
-        return True
-    if not _RANDOM_CHARS.fullmatch(word):
+def _prefixed_key(word: str) -> bool:
+    """A key's prefix, then at least four characters with a digit or a capital among them (hf_hub_download is no
+    token)."""
+    prefix = next(p for p in CREDENTIAL_PREFIXES if word.startswith(p))
+    rest = word[len(prefix) :]
+    return len(rest) >= 4 and any(c.isdigit() or c.isupper() for c in rest)
+
+
+def _random_looking(word: str) -> bool:
+    """20 characters or more, letters of both cases and digits, changing class at least every other character."""
+    word = word.rstrip("=")
+    if len(word) < 20:
         return False
     if sum(c.isupper() for c in word) < 2 or sum(c.islower() for c in word) < 2 or sum(c.isdigit() for c in word) < 2:
         return False
@@ -114,7 +124,8 @@ def hide(text: str, environ=None) -> str:
     text = _QUERY_VALUE.sub(lambda m: m.group(1) + HIDDEN if secret_name(m.group(1)[1:-1]) else m.group(0), text)
     for secret in sorted(_known(os.environ if environ is None else environ), key=len, reverse=True):
         text = text.replace(secret, HIDDEN)
-    return _WORD.sub(lambda m: HIDDEN if _credential_word(m.group(0)) else m.group(0), text)
+    text = _PREFIXED.sub(lambda m: HIDDEN if _prefixed_key(m.group(0)) else m.group(0), text)
+    return _WORD.sub(lambda m: HIDDEN if _random_looking(m.group(0)) else m.group(0), text)
 
 
 def hide_values(value):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from ..exit_status import ExitStatus
+from ..files import loads_json
 from . import BenchError
 
 APIS = ("native", "openai")
@@ -156,7 +157,7 @@ async def stream_one(
                     break
                 so_far = _completion_tokens(payload)
                 if so_far is None:
-                    event = json.loads(payload)
+                    event = loads_json(payload)
                     if "error" in event:
                         raise BenchError(f"server error mid-stream: {event['error']}")
                     if not _has_content(api, event):
@@ -191,7 +192,7 @@ async def stream_one(
     decode_tokens = counts[-1] - counts[0]
     if decode_tokens > 0 and times[-1] > times[0]:
         result.decode_tok_s = decode_tokens / (times[-1] - times[0])
-    meta = json.loads(last_payload).get("meta_info") or {}
+    meta = loads_json(last_payload).get("meta_info") or {}
     result.spec_accept_length = meta.get("spec_accept_length")
     result.spec_accept_rate = meta.get("spec_accept_rate")
     result.spec_verify_ct = meta.get("spec_verify_ct")

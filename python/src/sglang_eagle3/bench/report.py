@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
 
 from ..errors import shown
+from ..files import TOO_DEEP, loads_json
 from ..judging import findings
 from ..judging.findings import Finding, Judged, Status
 from ..serving.settings import describe
@@ -113,9 +114,9 @@ def load(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
+            record = loads_json(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines) and err.msg != TOO_DEEP:
                 continue  # torn final line
             raise BenchError(f"{path}:{number} is not a JSON record; is this a sglang-eagle3 results file?") from None
         if not isinstance(record, dict) or "type" not in record:

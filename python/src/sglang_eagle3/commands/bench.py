@@ -104,7 +104,7 @@ def _stopped(outcome, output: Path, measuring: str = "") -> Interrupted:
 @bench_group.command("run")
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
 @click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
+@click.option("--output", type=options.NonEmptyPath(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
 @options.api_key_file
 @bench_options
 def bench_run(
@@ -142,7 +142,7 @@ def bench_run(
 
 
 @bench_group.command("summary")
-@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("results", type=options.NonEmptyPath(exists=True, dir_okay=False, path_type=Path))
 @options.plot
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
@@ -287,6 +287,7 @@ def _int_list(text: str, option: str) -> list[int]:
     "drafts",
     multiple=True,
     metavar="PATH",
+    type=options.NonEmptyText(),
     help="Draft model to sweep (repeatable: each is swept over the same grid). Default: the setting.",
 )
 @options.output_dir("results/sweep")

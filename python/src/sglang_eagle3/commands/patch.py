@@ -86,7 +86,7 @@ def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult
 @patch_group.command("check")
 @options.sglang_required
 @click.option(
-    "--series", "series_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    "--series", "series_dir", metavar="DIR", type=options.NonEmptyPath(exists=True, file_okay=False, path_type=Path),
     help="The patch series to check (a patches/sglang-<version> directory). Default: the tree's own "
     "version's series when this project has one, else the default series.",
 )  # fmt: skip

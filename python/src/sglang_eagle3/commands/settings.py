@@ -36,7 +36,9 @@ def settings_schema() -> None:
 
 
 @settings_group.command("reference")
-@click.option("--write", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Update this file's block.")
+@click.option(
+    "--write", type=options.NonEmptyPath(exists=True, dir_okay=False, path_type=Path), help="Update this file's block."
+)
 def settings_reference(write: Path | None) -> None:
     """The settings reference as a Markdown table (docs/serve.md embeds it between markers)."""
     table = settings.reference_markdown()

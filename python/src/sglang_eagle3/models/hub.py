@@ -65,6 +65,18 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
     return token
 
 
+def check_client() -> None:
+    """huggingface_hub reads its HF_* variables as it is imported; one it cannot read (HF_HUB_ETAG_TIMEOUT=abc)
+    is bad input, said once, before anything is asked of the hub."""
+    try:
+        import huggingface_hub.constants  # noqa: F401 - its module-level reads are the check
+    except ValueError as err:
+        raise ModelsError(
+            "bad_input", f"huggingface_hub cannot read its environment ({shown(str(err))}): check the HF_* variables "
+            "(HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT take whole seconds)", ExitStatus.BAD_INPUT,
+        ) from None  # fmt: skip
+
+
 def ignored_token_variables(environ: dict[str, str] | None = None) -> list[str]:
     environ = os.environ if environ is None else environ
     return [name for name in TOKEN_ENV_VARS if environ.get(name)]

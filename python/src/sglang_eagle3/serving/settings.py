@@ -44,6 +44,7 @@ from pydantic import (
 
 from .. import SGLANG_VERSION
 from ..errors import BadInput, shown, shown_path
+from ..files import loads_json, loads_toml
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_problem, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
@@ -371,7 +372,7 @@ def _parse_value(name: str, raw: str) -> Any:
     A text setting keeps its text: `served_model_name=1234` is the name "1234".
     """
     try:
-        value = json.loads(raw)
+        value = loads_json(raw)
     except ValueError:  # not JSON, or a number of more than Python's 4,300 digits: text, which the field judges
         return raw
     if isinstance(value, (bool, int, float)) and _takes_text(name):
@@ -417,7 +418,7 @@ def read_file(path: Path) -> dict:
         raise SettingsError(f"settings file {shown_path(path)}: YAML is not read; write it as JSON or TOML ({formats})")
     toml = path.suffix.lower() == ".toml"
     try:
-        data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicates)
+        data = loads_toml(text) if toml else loads_json(text, object_pairs_hook=_no_duplicates)
     except (tomllib.TOMLDecodeError, ValueError) as err:  # ValueError: JSON's, or a number of over 4,300 digits
         kind = "TOML" if toml else "JSON"
         raise SettingsError(f"{shown_path(path)} is not valid {kind}: {err} ({formats})") from None

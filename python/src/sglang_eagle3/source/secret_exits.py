@@ -40,6 +40,7 @@ gives every key a disposition; ``patch check`` reports the keys a tree has that 
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -51,7 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
+from ..files import loads_json, write_atomic
 from . import source_index
+from .sglang_release import working
 from .sglang_source import SGLangTree
 from .source_index import ServerArgsField, SourceIndex, SourceLayoutError, own_nodes, server_args_fields
 
@@ -480,15 +483,14 @@ def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
         digest.update(path.relative_to(scan.package).as_posix().encode() + b"\0" + text + b"\0")
     cached = _cache_dir() / f"{digest.hexdigest()}.json"
     try:
-        return [Exit(**e) for e in json.loads(cached.read_text())]
-    except (OSError, ValueError, TypeError):
+        return [Exit(**e) for e in loads_json(cached.read_text())]
+    except (OSError, ValueError, TypeError):  # none, or damaged: scanned again and replaced
         pass
-    exits = scan.run()
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps([e.__dict__ for e in exits]))
-    except OSError:
-        pass
+    with working(f"auditing where SGLang's server args can leave {root} (once per tree, about a minute; kept in "
+                 f"{cached.parent})"):  # fmt: skip
+        exits = scan.run()
+    with contextlib.suppress(OSError):
+        write_atomic(cached, json.dumps([e.__dict__ for e in exits]))
     return exits
 
 
