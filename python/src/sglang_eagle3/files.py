@@ -55,6 +55,7 @@ def atomic_file(path: Path, mode: str = "wb"):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would have made it (mkstemp's are private)
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
@@ -65,6 +66,15 @@ def atomic_file(path: Path, mode: str = "wb"):
             os.unlink(temporary)
         raise
     fsync(path.parent, directory=True)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask sets one to read it, a race with other threads)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
