@@ -24,7 +24,7 @@ from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.source import patchset
 from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from support.gpus import fake_nvidia_smi
-from support.own_resources import refused_port
+from support.own_resources import missing_path, refused_port
 
 
 def clean(result) -> str:
@@ -387,8 +387,9 @@ def test_a_repo_id_too_long_for_the_hub_is_bad_input_shown_once_and_short(run_cl
 def test_a_missing_api_key_file_is_bad_input_in_serve_and_bench_alike(run_cli, tmp_path):
     missing = tmp_path / "no-such.key"
     serve = run_cli("serve", "--dry-run", "--set", f"api_key_file={missing}")
-    bench = run_cli("bench", "run", "--url", "http://127.0.0.1:1", "--api-key-file", str(missing),
-                    "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
+    with refused_port() as port:
+        bench = run_cli("bench", "run", "--url", f"http://127.0.0.1:{port}", "--api-key-file", str(missing),
+                        "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
     for result in (serve, bench):
         assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
         assert f"{missing} does not exist; write the key into that file" in clean(result)
@@ -402,10 +403,10 @@ def program(*args: str) -> list[str]:
 @pytest.mark.parametrize(
     "sig, status", [(signal.SIGINT, ExitStatus.INTERRUPTED), (signal.SIGTERM, ExitStatus.TERMINATED)]
 )
-def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status):
+def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status, tmp_path):
     """`timeout -s TERM 0.2 sglang-eagle3 patch apply` ended silently with 143, a Ctrl-C in the first quarter second
     printed a KeyboardInterrupt traceback from the imports. Now: one line, 128 + the signal."""
-    proc = subprocess.Popen(program("patch", "apply", "--sglang", "/nonexistent"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(program("patch", "apply", "--sglang", str(missing_path(tmp_path))), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 60
     while not catches_sigterm(proc.pid):  # the program has begun: its first lines answer signals
@@ -529,16 +530,17 @@ def test_a_tls_key_password_file_on_0_5_9_fails_the_dry_run(run_cli, patched_tre
     assert "ssl_keyfile_password_file: SGLang 0.5.9 has no flag --ssl-keyfile-password" in line
 
 
-def test_patch_check_takes_one_format(run_cli):
-    result = run_cli("patch", "check", "--sglang", "/nonexistent", "--json", "--markdown")
+def test_patch_check_takes_one_format(run_cli, tmp_path):
+    result = run_cli("patch", "check", "--sglang", str(missing_path(tmp_path)), "--json", "--markdown")
     assert result.returncode == ExitStatus.BAD_INPUT
     assert "--json and --markdown are two formats of one report: give one of them" in clean(result)
 
 
 def test_a_sweep_names_a_draft_directory_that_is_not_there(run_cli, tmp_path):
-    result = run_cli("bench", "sweep", "--draft", "/nonexistent/draft", "--output-dir", str(tmp_path / "out"))
+    draft = missing_path(tmp_path, "draft")
+    result = run_cli("bench", "sweep", "--draft", str(draft), "--output-dir", str(tmp_path / "out"))
     assert result.returncode == ExitStatus.BAD_INPUT
-    assert "'/nonexistent/draft' is no directory" in clean(result) and "--draft" in result.stderr
+    assert "never-created/draft' is no directory" in clean(result) and "--draft" in result.stderr  # (shortened)
     assert not (tmp_path / "out").exists()
 
 
@@ -600,22 +602,22 @@ def test_bench_ab_names_its_own_option(run_cli, tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ["probe", "--sglang", "/nonexistent", "--json"],
-        ["patch", "verify", "--sglang", "/nonexistent", "--json"],
-        ["patch", "check", "--sglang", "/nonexistent", "--json"],
+        ["probe", "--sglang", "{missing}", "--json"],
+        ["patch", "verify", "--sglang", "{missing}", "--json"],
+        ["patch", "check", "--sglang", "{missing}", "--json"],
         ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
-        ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+        ["models", "verify", "--lock", "{missing}.lock.json", "--dir", "{missing}", "--json"],
         # click's usage errors (issue 36): a bad option, a missing value, a bad value, before or after --json
         ["probe", "--json", "--bogus"],
         ["serve", "--dry-run", "--json", "--set"],
         ["patch", "verify", "--json", "--sglang"],
         ["models", "verify", "--json", "--lock", "x.lock.json"],
-        ["patch", "check", "--sglang", "/nonexistent", "--json", "--markdown"],
+        ["patch", "check", "--sglang", "{missing}", "--json", "--markdown"],
         ["settings", "show", "--bogus"],
     ],
 )
-def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
-    result = run_cli(*args)
+def test_under_json_every_command_fails_as_one_json_object(run_cli, args, tmp_path):
+    result = run_cli(*[a.replace("{missing}", str(missing_path(tmp_path))) for a in args])
     assert result.returncode == ExitStatus.BAD_INPUT
     clean(result)
     if "--json" not in args:
@@ -631,16 +633,18 @@ def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
 def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
     sweep = run_cli("bench", "sweep", "--set", "tp_size=0", "--output-dir", str(tmp_path / "sweep"))
     assert sweep.returncode == ExitStatus.BAD_INPUT
-    preflight = run_cli("bench", "sweep", "--sglang", "/nonexistent", "--output-dir", str(tmp_path / "sweep"),
-                        env={"SGLANG_EAGLE3_NVIDIA_SMI": "/nonexistent/nvidia-smi"})  # fmt: skip
+    missing = str(missing_path(tmp_path))
+    preflight = run_cli("bench", "sweep", "--sglang", missing, "--output-dir", str(tmp_path / "sweep"),
+                        env={"SGLANG_EAGLE3_NVIDIA_SMI": missing})  # fmt: skip
     assert preflight.returncode != ExitStatus.OK
     assert not (tmp_path / "sweep").exists()
 
 
 def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp_path):
-    result = subprocess.run(program("bench", "compare", "http://127.0.0.1:1", "http://127.0.0.1:1"), cwd=tmp_path,
-                            capture_output=True, text=True)  # fmt: skip
-    assert result.returncode != ExitStatus.OK and "Traceback" not in result.stderr
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        result = subprocess.run(program("bench", "compare", url, url), cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == ExitStatus.CHECK_FAILED and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -653,17 +657,17 @@ def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp
         ["settings", "show", "--set", "no_such_\x1b[2J=1"],
         ["bench", "run", "--url", "http://" + "a" * 100_000],
         ["bench", "run", "--url", "http://\x1b[31mhost\x1b[0m:99999"],
-        ["probe", "--sglang", "/nonexistent", "--compute-capability", "1" * 100_000],
-        ["models", "lock", "\x1b[31m/x", "--output", "/nonexistent/x.json"],
+        ["probe", "--sglang", "{missing}", "--compute-capability", "1" * 100_000],
+        ["models", "lock", "\x1b[31m/x", "--output", "{missing}/x.json"],
         ["probe", "--sglang", "x" * 100_000],  # paths too: as they are unless long or not printable
         ["probe", "--sglang", "/a\x1b[31mb\x07c"],
-        ["settings", "show", "--config", "/nonexistent/a\x07b.json"],
+        ["settings", "show", "--config", "{missing}/a\x07b.json"],
         ["serve", "--dry-run", "--set", "model_path=" + "x" * 100_000],
-        ["models", "verify", "--lock", "/nonexistent/a\x07b", "--dir", "/nonexistent"],
+        ["models", "verify", "--lock", "{missing}/a\x07b", "--dir", "{missing}"],
     ],
 )
-def test_values_are_shown_short_and_escaped(run_cli, args):
-    result = run_cli(*args)
+def test_values_are_shown_short_and_escaped(run_cli, args, tmp_path):
+    result = run_cli(*[a.replace("{missing}", str(missing_path(tmp_path))) for a in args])
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
     text = clean(result)
     assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]
@@ -671,11 +675,12 @@ def test_values_are_shown_short_and_escaped(run_cli, args):
 
 def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
     env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
-    result = run_cli("serve", "--dry-run", "--set", "model_path=/nonexistent/a\x07b", "--set",
+    missing = missing_path(tmp_path)
+    result = run_cli("serve", "--dry-run", "--set", f"model_path={missing}/a\x07b", "--set",
                      "served_model_name=x\x07y", env=env)  # fmt: skip
     assert result.returncode == ExitStatus.CHECK_FAILED
     text = clean(result)
-    assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
+    assert "\x07" not in text and "missing/a\\x07b" in text and "x\\x07y" in text
 
 
 def test_the_dry_run_shortens_a_long_value_as_messages_do(run_cli, tmp_path):

@@ -40,10 +40,10 @@ import huggingface_hub
 import pytest
 import sglang_eagle3
 from conftest import REPO
-from sglang_eagle3.cli import main
 from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.serving.credentials import SECRET_ARGS
+from support import cli_catalog
 from support.own_resources import refused_port
 
 RANDOM = secrets.token_hex(12)
@@ -61,25 +61,8 @@ def found_in(data: bytes | str) -> bool:
 # -- the channels, from their definitions ------------------------------------------------------------------------
 
 
-def leaf_commands(group: click.Group = main, prefix: tuple[str, ...] = ()):
-    for name, command in sorted(group.commands.items()):
-        if isinstance(command, click.Group):
-            yield from leaf_commands(command, (*prefix, name))
-        else:
-            yield (*prefix, name), command
-
-
-COMMANDS = dict(leaf_commands())
-
-
-def takes(command: click.Command, name: str) -> bool:
-    return any(p.name == name for p in command.params)
-
-
-def is_path(param: click.Parameter) -> bool:
-    """A parameter that names a file or directory: click's Path, or text whose metavar says it is one (--sglang)."""
-    metavar = (getattr(param, "metavar", None) or "").upper()
-    return isinstance(param.type, click.Path) or any(word in metavar for word in ("DIR", "FILE", "PATH", "WHEEL"))
+COMMANDS = cli_catalog.leaf_commands()
+takes, is_path = cli_catalog.takes, cli_catalog.is_path
 
 
 def environ_reads(root: Path) -> dict[str, str | None]:
@@ -220,25 +203,14 @@ def fill(command_path: tuple[str, ...], command: click.Command, sandbox: Sandbox
     """Values for the command's required parameters the run does not plant: benign ones of each kind (a URL nothing
     answers, a lock, results files, a program), so the run gets as far as it can; by type for any other."""
     results = sandbox.file("results.jsonl", json.dumps({"type": "run", "label": "base"}) + "\n")
+    program = f"{sys.executable} -m sglang_eagle3"
     by_name = {
         "url": [sandbox.url], "specs": ["example/tiny"], "output": [str(sandbox.root / "out" / "x.lock.json")],
         "lock_file": [str(EXAMPLE_LOCK)], "directory": [str(sandbox.root / "model")],
         "baseline": [str(results)], "eagle3": [str(results)], "sglang": [str(sandbox.root / "no-sglang")],
-        "a_program": [f"{sys.executable} -m sglang_eagle3"], "b_program": [f"{sys.executable} -m sglang_eagle3"],
+        "a_program": [program], "b_program": [program],
     }  # fmt: skip
-    args: list[str] = []
-    for param in command.params:
-        if not param.required or param.name in given:
-            continue
-        values = by_name.get(param.name)
-        if values is None:
-            kind = param.type
-            values = [str(sandbox.root / "filler") if isinstance(kind, click.Path)
-                      else kind.choices[0] if isinstance(kind, click.Choice)
-                      else str(getattr(kind, "min", None) or 1) if isinstance(kind, click.types._NumberRangeBase)
-                      else "x"]  # fmt: skip
-        args += values if isinstance(param, click.Argument) else [param.opts[0], values[0]]
-    return args
+    return cli_catalog.required_args(command, by_name, given, sandbox.root)
 
 
 def invocations(command_path, command, sandbox, planted: list[str], given: set[str]) -> list[list[str]]:
@@ -419,9 +391,7 @@ def test_a_secret_as_any_path_or_in_any_file_never_comes_out(sandbox):
             holding_the_secret(sandbox, f"dir-{param.name}/{SECRET}.json")
             held = holding_the_secret(sandbox, f"{param.name}-{SECRET}.json".replace(SECRET, "held"))
             for value in (str(secret_path), str(held), str(secret_dir)):
-                planted = [value] if isinstance(param, click.Argument) else [param.opts[0], value]
-                if isinstance(param, click.Argument) and param.nargs == 2:
-                    planted = [value, value]
+                planted = cli_catalog.given(param, value)
                 argv = [*path, *planted, *fill(path, command, sandbox, {param.name})]
                 runs += [(argv, {}, True), ([*argv, "--dry-run"], {}, True)] if takes(command, "dry_run") else \
                     [(argv, {}, True)]  # fmt: skip

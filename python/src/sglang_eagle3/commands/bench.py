@@ -175,8 +175,8 @@ def _records_for(source: str, label: str, api_key_file: Path | None, run_name: s
 
 
 @bench_group.command("compare")
-@click.argument("baseline")
-@click.argument("eagle3")
+@click.argument("baseline", metavar="BASELINE_FILE|URL")
+@click.argument("eagle3", metavar="EAGLE3_FILE|URL")
 @click.option("--baseline-run", metavar="RUN", help="The run of BASELINE's results file to judge (its id, or a "
               "label no other run there has); needed when the file holds several runs.")  # fmt: skip
 @click.option("--eagle3-run", metavar="RUN", help="The run of EAGLE3's results file to judge, as --baseline-run.")

@@ -48,6 +48,8 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
         return None
     if problem := credentials.key_file_problem(path, "--token-file"):
         raise ModelsError("token", problem, ExitStatus.BAD_INPUT)
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block or never end
+        raise ModelsError("token", f"the token file {path} is not a regular file", ExitStatus.BAD_INPUT)
     try:
         token = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as err:

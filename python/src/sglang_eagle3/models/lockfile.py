@@ -128,6 +128,8 @@ def describe(err: ValidationError) -> str:
 
 def load(path: Path) -> ModelLock:
     """Read and validate a lock file; every problem is a ModelsError naming the file and the field."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block or never end
+        raise ModelsError("bad_lock", f"lock file {shown_path(path)} is not a regular file", ExitStatus.BAD_INPUT)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
