@@ -349,8 +349,10 @@ def test_a_secret_in_any_variable_the_tools_read_never_comes_out(sandbox):
     everything = {name: planted_variable(name, sandbox.port) for name in [*URL_VARIABLES, *OTHER_VARIABLES]}
     runs = [(argv, everything, False) for path, command in COMMANDS.items()
             for argv in invocations(path, command, sandbox, [], set())]  # fmt: skip
+    # Each URL variable alone: `models fetch` is left out there (its hub client retries an unreachable hub for 23 s;
+    # its requests go through the same client and messages as `models lock`'s) and runs above with all of them.
     runs += [(argv, {name: planted_variable(name, sandbox.port)}, False) for name in URL_VARIABLES
-             for argv in network_invocations(sandbox)]  # fmt: skip
+             for argv in network_invocations(sandbox) if argv[:2] != ["models", "fetch"]]  # fmt: skip
     assert run_all(sandbox, runs) == []
 
 
