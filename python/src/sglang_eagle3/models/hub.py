@@ -18,6 +18,7 @@ import datetime as dt
 import errno
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -109,6 +110,9 @@ def _quiet_client() -> None:
     for handler in logging.getLogger("huggingface_hub").handlers:
         if not any(isinstance(f, _OneLine) for f in handler.filters):
             handler.addFilter(_OneLine())
+        if isinstance(handler, logging.StreamHandler) and handler.stream is not sys.stderr:
+            # this command's stderr (its secrets hidden), not the one of whoever imported the client first
+            handler.setStream(sys.stderr)
 
 
 class _OneLine:
