@@ -45,6 +45,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
+from sglang_eagle3 import redaction
+from sglang_eagle3.models import ModelsError, lockfile
 from sglang_eagle3.serving import credentials, launch_plan, settings
 
 HERE = Path(__file__).resolve().parent
@@ -1008,12 +1010,19 @@ def manifests(locks: dict[str, Path] | None = None, cluster: Cluster | None = No
     return out
 
 
+def _path(text: str) -> Path:
+    """A path argument; an empty one is refused (Path("") is the working directory: the checkout, here)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a path (an empty one would mean the working directory)")
+    return Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed file differs")
-    parser.add_argument("--target-lock", type=Path, default=EXAMPLE_LOCKS["target"])
-    parser.add_argument("--draft-lock", type=Path, default=EXAMPLE_LOCKS["draft"])
-    parser.add_argument("--output", type=Path, default=HERE)
+    parser.add_argument("--target-lock", type=_path, default=EXAMPLE_LOCKS["target"])
+    parser.add_argument("--draft-lock", type=_path, default=EXAMPLE_LOCKS["draft"])
+    parser.add_argument("--output", type=_path, default=HERE)
     default = Cluster()
     nodes = parser.add_argument_group("the GPU nodes (defaults: the tuned host, 8x RTX PRO 6000 Blackwell 96 GB)")
     nodes.add_argument(
@@ -1085,19 +1094,40 @@ def main(argv: list[str] | None = None) -> int:
         sglang=args.sglang, image=args.image, router_image=args.router_image,
         api_server_cidrs=tuple(args.api_server_cidrs or ()), qos=args.qos, rdma_resource=args.rdma_resource,
     )  # fmt: skip
-    wanted = manifests({"target": args.target_lock, "draft": args.draft_lock}, cluster)
-    stale = [
-        p for p, text in wanted.items() if not (args.output / p).is_file() or (args.output / p).read_text() != text
-    ]
-    if args.check:
+    locks = {"target": args.target_lock, "draft": args.draft_lock}
+    if problem := _bad_input(args.output, locks):
+        parser.error(problem)  # exit 2, as argparse's own refusals
+    wanted = manifests(locks, cluster)
+    try:
+        stale = [p for p, text in wanted.items()
+                 if not (args.output / p).is_file() or (args.output / p).read_text() != text]  # fmt: skip
+        if args.check:
+            shown = "kubernetes" if args.output.resolve() == HERE.resolve() else str(args.output)
+            for path in stale:
+                print(f"{shown}/{path} differs from what generate.py writes; run: python kubernetes/generate.py"
+                      + ("" if shown == "kubernetes" else f" --output {args.output}"))  # fmt: skip
+            return 1 if stale else 0
         for path in stale:
-            print(f"kubernetes/{path} differs from what generate.py writes; run: python kubernetes/generate.py")
-        return 1 if stale else 0
-    for path in stale:
-        (args.output / path).parent.mkdir(parents=True, exist_ok=True)
-        (args.output / path).write_text(wanted[path])
+            (args.output / path).parent.mkdir(parents=True, exist_ok=True)
+            (args.output / path).write_text(wanted[path])
+    except OSError as err:  # a file where a directory belongs, no permission: the path named, no traceback
+        parser.error(f"cannot write {err.filename or args.output}: {err.strerror or err}; choose another --output")
     return 0
 
 
+def _bad_input(output: Path, locks: dict[str, Path]) -> str | None:
+    """What is wrong with --output or a lock, said as the models commands say it, or None."""
+    if output.exists() and not output.is_dir():
+        return f"--output {output} is not a directory; give the directory to write the manifests into"
+    for role, lock in locks.items():
+        try:
+            lockfile.load(lock)
+        except ModelsError as err:
+            return f"--{role}-lock: {err}"
+    return None
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    with redaction.hiding_output():  # what it says passes the one rule sglang-eagle3's output passes: no secret shows
+        status = main()
+    sys.exit(status)

@@ -23,6 +23,7 @@ from pathlib import PurePosixPath
 import pytest
 import torch
 from conftest import CACHE, REPO
+from support.own_resources import missing_path
 from support.pinned_wheels import fetch_wheel
 from support.scripts import load_script
 
@@ -78,13 +79,15 @@ def test_the_default_ladder_doubles_from_4_kib_to_256_mib():
         (["--batches", "one"], "give token counts separated by commas"),
         (["--hidden", "7170"], "--hidden 7170: must be a positive multiple of 8"),
         (["--nproc", "0"], "--nproc 0: give 1 or more ranks"),
-        (["--runtime-env", "/nonexistent/runtime-env.json"], "no such file"),
+        (["--runtime-env", "{missing}/runtime-env.json"], "no such file"),
         (["--nproc", "13"], "--nproc 13: the exact bf16 sums allow at most 12 ranks"),
         (["--timeout", "0"], "--timeout 0: give 1 second or more"),
-        (["--json", "/nonexistent/dir/out.json"], "/nonexistent/dir is not a directory this user can write"),
+        (["--json", "{missing}/dir/out.json"], "{missing}/dir is not a directory this user can write"),
     ],
 )
-def test_bad_arguments_exit_2_saying_what_is_wrong(argv, said, capsys):
+def test_bad_arguments_exit_2_saying_what_is_wrong(argv, said, capsys, tmp_path):
+    missing = missing_path(tmp_path)  # the test's own: a fixed /nonexistent/dir may exist on a busy machine
+    argv, said = [a.replace("{missing}", str(missing)) for a in argv], said.replace("{missing}", str(missing))
     with pytest.raises(SystemExit) as exit_:
         ar.parse_args(argv)
     assert exit_.value.code == 2
@@ -238,14 +241,15 @@ def test_skip_reasons_name_what_is_missing(flashinfer_sites):
     assert "exports no TRT-LLM all-reduce fusion" in ar.skip_reason("fusion", no_fusion, 8, "cuda")
 
 
-def test_the_wrapper_variables_are_every_one_of_runtime_env_json():
+def test_the_wrapper_variables_are_every_one_of_runtime_env_json(tmp_path):
     spec = json.loads(RUNTIME_ENV.read_text())
     environ = {"CC": "/wrapper/bin/cc"}
-    record = ar.wrapper_environment(spec, "/nonexistent/cuda", environ)
+    cuda = missing_path(tmp_path, "cuda")
+    record = ar.wrapper_environment(spec, str(cuda), environ)
     assert [r["name"] for r in record] == list(spec["environment"])
     by_name = {r["name"]: r for r in record}
     assert by_name["CC"] == {"name": "CC", "value": "/wrapper/bin/cc", "how": "already set"}  # the caller's wins
-    assert by_name["CUDA_HOME"]["how"] == "left unset: no bin/nvcc under /nonexistent/cuda"
+    assert by_name["CUDA_HOME"]["how"] == f"left unset: no bin/nvcc under {cuda}"
     assert "CUDA_HOME" not in environ
     assert by_name["TORCH_CUDA_ARCH_LIST"]["how"].startswith("left unset: only when capabilities are chosen")
     # A plain value is set as it is, as the wrapper's --set-default does (nix/runtime-env.nix).

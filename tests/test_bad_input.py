@@ -5,8 +5,11 @@ One test per finding of issue 10 (items 6-14); tests/test_fuzz_cli.py goes beyon
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -15,12 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import snapshot
+from conftest import REPO, snapshot
 from sglang_eagle3.bench import report
 from sglang_eagle3.exit_status import ExitStatus
 from sglang_eagle3.source import patchset
 from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from support.gpus import fake_nvidia_smi
+from support.own_resources import missing_path, refused_port
 
 
 def clean(result) -> str:
@@ -383,8 +387,9 @@ def test_a_repo_id_too_long_for_the_hub_is_bad_input_shown_once_and_short(run_cl
 def test_a_missing_api_key_file_is_bad_input_in_serve_and_bench_alike(run_cli, tmp_path):
     missing = tmp_path / "no-such.key"
     serve = run_cli("serve", "--dry-run", "--set", f"api_key_file={missing}")
-    bench = run_cli("bench", "run", "--url", "http://127.0.0.1:1", "--api-key-file", str(missing),
-                    "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
+    with refused_port() as port:
+        bench = run_cli("bench", "run", "--url", f"http://127.0.0.1:{port}", "--api-key-file", str(missing),
+                        "--output", str(tmp_path / "r.jsonl"))  # fmt: skip
     for result in (serve, bench):
         assert result.returncode == ExitStatus.BAD_INPUT, result.stdout + result.stderr
         assert f"{missing} does not exist; write the key into that file" in clean(result)
@@ -398,10 +403,10 @@ def program(*args: str) -> list[str]:
 @pytest.mark.parametrize(
     "sig, status", [(signal.SIGINT, ExitStatus.INTERRUPTED), (signal.SIGTERM, ExitStatus.TERMINATED)]
 )
-def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status):
+def test_a_signal_while_the_commands_load_is_one_line_and_its_status(sig, status, tmp_path):
     """`timeout -s TERM 0.2 sglang-eagle3 patch apply` ended silently with 143, a Ctrl-C in the first quarter second
     printed a KeyboardInterrupt traceback from the imports. Now: one line, 128 + the signal."""
-    proc = subprocess.Popen(program("patch", "apply", "--sglang", "/nonexistent"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(program("patch", "apply", "--sglang", str(missing_path(tmp_path))), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 60
     while not catches_sigterm(proc.pid):  # the program has begun: its first lines answer signals
@@ -525,16 +530,17 @@ def test_a_tls_key_password_file_on_0_5_9_fails_the_dry_run(run_cli, patched_tre
     assert "ssl_keyfile_password_file: SGLang 0.5.9 has no flag --ssl-keyfile-password" in line
 
 
-def test_patch_check_takes_one_format(run_cli):
-    result = run_cli("patch", "check", "--sglang", "/nonexistent", "--json", "--markdown")
+def test_patch_check_takes_one_format(run_cli, tmp_path):
+    result = run_cli("patch", "check", "--sglang", str(missing_path(tmp_path)), "--json", "--markdown")
     assert result.returncode == ExitStatus.BAD_INPUT
     assert "--json and --markdown are two formats of one report: give one of them" in clean(result)
 
 
 def test_a_sweep_names_a_draft_directory_that_is_not_there(run_cli, tmp_path):
-    result = run_cli("bench", "sweep", "--draft", "/nonexistent/draft", "--output-dir", str(tmp_path / "out"))
+    draft = missing_path(tmp_path, "draft")
+    result = run_cli("bench", "sweep", "--draft", str(draft), "--output-dir", str(tmp_path / "out"))
     assert result.returncode == ExitStatus.BAD_INPUT
-    assert "'/nonexistent/draft' is no directory" in clean(result) and "--draft" in result.stderr
+    assert "never-created/draft' is no directory" in clean(result) and "--draft" in result.stderr  # (shortened)
     assert not (tmp_path / "out").exists()
 
 
@@ -596,22 +602,22 @@ def test_bench_ab_names_its_own_option(run_cli, tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ["probe", "--sglang", "/nonexistent", "--json"],
-        ["patch", "verify", "--sglang", "/nonexistent", "--json"],
-        ["patch", "check", "--sglang", "/nonexistent", "--json"],
+        ["probe", "--sglang", "{missing}", "--json"],
+        ["patch", "verify", "--sglang", "{missing}", "--json"],
+        ["patch", "check", "--sglang", "{missing}", "--json"],
         ["serve", "--dry-run", "--json", "--set", "tp_size=0"],
-        ["models", "verify", "--lock", "/nonexistent.lock.json", "--dir", "/nonexistent", "--json"],
+        ["models", "verify", "--lock", "{missing}.lock.json", "--dir", "{missing}", "--json"],
         # click's usage errors (issue 36): a bad option, a missing value, a bad value, before or after --json
         ["probe", "--json", "--bogus"],
         ["serve", "--dry-run", "--json", "--set"],
         ["patch", "verify", "--json", "--sglang"],
         ["models", "verify", "--json", "--lock", "x.lock.json"],
-        ["patch", "check", "--sglang", "/nonexistent", "--json", "--markdown"],
+        ["patch", "check", "--sglang", "{missing}", "--json", "--markdown"],
         ["settings", "show", "--bogus"],
     ],
 )
-def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
-    result = run_cli(*args)
+def test_under_json_every_command_fails_as_one_json_object(run_cli, args, tmp_path):
+    result = run_cli(*[a.replace("{missing}", str(missing_path(tmp_path))) for a in args])
     assert result.returncode == ExitStatus.BAD_INPUT
     clean(result)
     if "--json" not in args:
@@ -627,16 +633,18 @@ def test_under_json_every_command_fails_as_one_json_object(run_cli, args):
 def test_commands_that_fail_early_leave_no_result_directories(run_cli, tmp_path):
     sweep = run_cli("bench", "sweep", "--set", "tp_size=0", "--output-dir", str(tmp_path / "sweep"))
     assert sweep.returncode == ExitStatus.BAD_INPUT
-    preflight = run_cli("bench", "sweep", "--sglang", "/nonexistent", "--output-dir", str(tmp_path / "sweep"),
-                        env={"SGLANG_EAGLE3_NVIDIA_SMI": "/nonexistent/nvidia-smi"})  # fmt: skip
+    missing = str(missing_path(tmp_path))
+    preflight = run_cli("bench", "sweep", "--sglang", missing, "--output-dir", str(tmp_path / "sweep"),
+                        env={"SGLANG_EAGLE3_NVIDIA_SMI": missing})  # fmt: skip
     assert preflight.returncode != ExitStatus.OK
     assert not (tmp_path / "sweep").exists()
 
 
 def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp_path):
-    result = subprocess.run(program("bench", "compare", "http://127.0.0.1:1", "http://127.0.0.1:1"), cwd=tmp_path,
-                            capture_output=True, text=True)  # fmt: skip
-    assert result.returncode != ExitStatus.OK and "Traceback" not in result.stderr
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        result = subprocess.run(program("bench", "compare", url, url), cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == ExitStatus.CHECK_FAILED and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -649,17 +657,17 @@ def test_compare_measuring_an_unreachable_server_leaves_no_results_directory(tmp
         ["settings", "show", "--set", "no_such_\x1b[2J=1"],
         ["bench", "run", "--url", "http://" + "a" * 100_000],
         ["bench", "run", "--url", "http://\x1b[31mhost\x1b[0m:99999"],
-        ["probe", "--sglang", "/nonexistent", "--compute-capability", "1" * 100_000],
-        ["models", "lock", "\x1b[31m/x", "--output", "/nonexistent/x.json"],
+        ["probe", "--sglang", "{missing}", "--compute-capability", "1" * 100_000],
+        ["models", "lock", "\x1b[31m/x", "--output", "{missing}/x.json"],
         ["probe", "--sglang", "x" * 100_000],  # paths too: as they are unless long or not printable
         ["probe", "--sglang", "/a\x1b[31mb\x07c"],
-        ["settings", "show", "--config", "/nonexistent/a\x07b.json"],
+        ["settings", "show", "--config", "{missing}/a\x07b.json"],
         ["serve", "--dry-run", "--set", "model_path=" + "x" * 100_000],
-        ["models", "verify", "--lock", "/nonexistent/a\x07b", "--dir", "/nonexistent"],
+        ["models", "verify", "--lock", "{missing}/a\x07b", "--dir", "{missing}"],
     ],
 )
-def test_values_are_shown_short_and_escaped(run_cli, args):
-    result = run_cli(*args)
+def test_values_are_shown_short_and_escaped(run_cli, args, tmp_path):
+    result = run_cli(*[a.replace("{missing}", str(missing_path(tmp_path))) for a in args])
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[:2000]
     text = clean(result)
     assert len(text) < 3000 and "\x1b" not in text and "\x07" not in text, text[:3000]
@@ -667,11 +675,12 @@ def test_values_are_shown_short_and_escaped(run_cli, args):
 
 def test_the_dry_run_shows_control_characters_escaped(run_cli, tmp_path):
     env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
-    result = run_cli("serve", "--dry-run", "--set", "model_path=/nonexistent/a\x07b", "--set",
+    missing = missing_path(tmp_path)
+    result = run_cli("serve", "--dry-run", "--set", f"model_path={missing}/a\x07b", "--set",
                      "served_model_name=x\x07y", env=env)  # fmt: skip
     assert result.returncode == ExitStatus.CHECK_FAILED
     text = clean(result)
-    assert "\x07" not in text and "/nonexistent/a\\x07b" in text and "x\\x07y" in text
+    assert "\x07" not in text and "missing/a\\x07b" in text and "x\\x07y" in text
 
 
 def test_the_dry_run_shortens_a_long_value_as_messages_do(run_cli, tmp_path):
@@ -769,3 +778,240 @@ def test_patch_check_says_what_it_checks_before_it_reads(pristine_tree, monkeypa
     line = result.stderr.splitlines()[0]
     assert line.startswith("checking the ") and "patches of " in line
     assert f"against SGLang 0.5.9 at {pristine_tree / 'sglang'} ..." in line
+
+
+# -- issue 46 (4): exit statuses and signals ----------------------------------------------------------------------
+
+
+def blocked_writing(argv: list[str], env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """Start ``argv`` with stdout a full pipe (one page, already written): its first write to stdout blocks, which
+    is where a command that has done its work prints its report. Returns the process and the pipe's read end, once
+    it is blocked there."""
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    os.write(write, b"x" * 4096)
+    proc = subprocess.Popen(argv, stdout=write, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(write)
+    deadline = time.monotonic() + 120
+    while "pipe_write" not in Path(f"/proc/{proc.pid}/wchan").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    return proc, read
+
+
+def drained(proc: subprocess.Popen, read: int) -> tuple[bytes, str]:
+    out = b""
+    while chunk := os.read(read, 1 << 16):
+        out += chunk
+    os.close(read)
+    return out[4096:], proc.communicate(timeout=60)[1]
+
+
+@pytest.mark.parametrize("what", ["patch apply", "settings show", "settings schema", "patch list"])
+def test_a_signal_once_the_work_is_done_changes_nothing(what, pristine_tree, tree_copy, tmp_path):
+    """`patch apply` exited 130 or 143 after the whole series was applied (5 of 25 timed runs), `settings show`
+    likewise. Here the signals come exactly then: the work done, the command blocked printing its report. Both
+    Ctrl-C and SIGTERM change nothing: the report comes out whole and the status is 0."""
+    argv = {"patch apply": ["patch", "apply", "--sglang", str(tree_copy(pristine_tree))],
+            "settings show": ["settings", "show", "--set", "served_model_name=" + "m" * 70_000],
+            "settings schema": ["settings", "schema"], "patch list": ["patch", "list"]}[what]  # fmt: skip
+    proc, read = blocked_writing(program(*argv))
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)  # the signals delivered while it waits to write
+    out, err = drained(proc, read)
+    assert proc.returncode == ExitStatus.OK, err
+    assert "Traceback" not in err and "interrupted" not in err and "terminated" not in err
+    if what == "patch apply":
+        assert out.decode().rstrip().endswith("now carries the whole patch set.")
+        assert run_patch_verify(argv[-1]).returncode == ExitStatus.OK
+    elif what == "settings show":
+        assert json.loads(out)["served_model_name"] == "m" * 70_000
+
+
+def run_patch_verify(tree: str) -> subprocess.CompletedProcess:
+    return subprocess.run(program("patch", "verify", "--sglang", tree), capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_of_the_start_is_one_line_or_nothing(sig, tmp_path):
+    """A signal in the first tens of milliseconds gave a KeyboardInterrupt traceback or "Fatal Python error". From
+    the program's first line on (it catches SIGTERM from then: /proc's SigCgt; before it is the interpreter's own
+    start-up), at every moment: one line and 128 + the signal, or the command's own outcome; never a traceback."""
+    outcomes = set()
+    for delay_ms in (0, 1, 2, 4, 7, 10, 15, 20, 30, 45, 60, 90, 130, 200, 300):
+        proc = subprocess.Popen(program("settings", "show", "--config", str(tmp_path / "missing.json")),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not catches_sigterm(proc.pid):
+            if proc.poll() is not None:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        time.sleep(delay_ms / 1000)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err and "Fatal Python error" not in err and "Aborted" not in err, (delay_ms, err)
+        if proc.returncode in (-sig, 128 + sig):
+            assert len(err.strip().splitlines()) == 1 and signal.Signals(sig).name in err, (delay_ms, err)
+        else:  # it had read the settings file before: its own outcome, bad input
+            assert proc.returncode == ExitStatus.BAD_INPUT and "cannot read settings file" in err, (delay_ms, err)
+        outcomes.add(proc.returncode)
+    assert outcomes & {-sig, 128 + sig}, "no signal came before the command had ended: the test measured nothing"
+
+
+@pytest.mark.parametrize("argv", [["patch", "list"], ["settings", "schema"], ["--help"], ["patch", "--help"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
+    """`sglang-eagle3 patch list | head -1` exited 2 with "Broken pipe; check the path and its permissions". It ends
+    quietly, as other programs do, with the status a shell gives one SIGPIPE ended (141)."""
+    shell = f"set -o pipefail; {shlex.join(program(*argv))} | head -c 10 >/dev/null"
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
+    assert result.returncode in (ExitStatus.OK, ExitStatus.BROKEN_PIPE), result.stderr  # 0: it wrote all in time
+    assert result.stderr == "", result.stderr
+    big = subprocess.run(["bash", "-c", f"set -o pipefail; {shlex.join(program(*argv))} | head -c 1 >/dev/null; "
+                          "exit ${PIPESTATUS[0]}"], capture_output=True, text=True)  # fmt: skip
+    assert big.stderr == "" and big.returncode in (ExitStatus.OK, ExitStatus.BROKEN_PIPE)
+    slow = subprocess.run(["bash", "-c", f"{shlex.join(program(*argv))} | (sleep 0; exec true); "
+                           "exit ${PIPESTATUS[0]}"], capture_output=True, text=True)  # fmt: skip
+    assert slow.stderr == "" and slow.returncode in (ExitStatus.OK, ExitStatus.BROKEN_PIPE)
+
+
+def test_patch_list_into_a_closed_pipe_is_141():
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    proc = subprocess.run(program("patch", "list"), stdout=write, stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    assert proc.returncode == ExitStatus.BROKEN_PIPE == 141 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("value, shows", [("0", False), ("", False), ("no", False), ("1", True), ("true", True)])
+def test_the_traceback_variable_means_what_it_says(monkeypatch, value, shows):
+    """SGLANG_EAGLE3_TRACEBACK=0 printed a traceback (any value did)."""
+    from click.testing import CliRunner
+    from sglang_eagle3 import cli
+    from sglang_eagle3.serving import settings as server_settings
+
+    monkeypatch.setattr(server_settings, "json_schema", lambda: 1 / 0)
+    result = CliRunner(env={"SGLANG_EAGLE3_TRACEBACK": value}).invoke(cli.main, ["settings", "schema"])
+    if shows:
+        assert isinstance(result.exception, ZeroDivisionError)
+    else:
+        assert result.exit_code == ExitStatus.UNEXPECTED and "unexpected ZeroDivisionError" in result.output
+        assert "Traceback" not in result.output
+
+
+def deep_json(path: Path, levels: int = 100_000) -> Path:
+    path.write_text("[" * levels + "]" * levels)
+    return path
+
+
+@pytest.mark.parametrize("args", [["settings", "show", "--config", "{json}"],
+                                  ["settings", "show", "--config", "{toml}"], ["bench", "summary", "{json}"],
+                                  ["bench", "compare", "{json}", "{json}"],
+                                  ["models", "verify", "--lock", "{json}", "--dir", "{dir}"],
+                                  ["models", "fetch", "--lock", "{json}", "--dir", "{dir}"]])  # fmt: skip
+def test_deeply_nested_inputs_are_bad_input(run_cli, tmp_path, args):
+    """Deeply nested JSON exited 70 (RecursionError); it is bad input, said as any malformed file is."""
+    toml = tmp_path / "deep.toml"
+    toml.write_text("a = " + "[" * 100_000 + "]" * 100_000)
+    given = {"json": str(deep_json(tmp_path / "deep.json")), "toml": str(toml), "dir": str(tmp_path / "model")}
+    result = run_cli(*[a.format(**given) for a in args])
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr[-2000:]
+    assert "Traceback" not in clean(result) and len(result.stderr) < 2000
+
+
+def without_gnu_patch(tmp_path: Path) -> dict[str, str]:
+    """PATH with everything the commands need but GNU patch (python is called by its full path)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "bash", "env", "cat"):
+        if found := shutil.which(tool):
+            (bin_dir / tool).symlink_to(found)
+    return {**os.environ, "PATH": str(bin_dir)}
+
+
+def test_the_same_failure_has_the_same_status_in_every_command(tmp_path, pristine_tree, tree_copy):
+    """Without GNU patch, check and apply exited 1 but verify 2; an unreachable server exited 2 in bench but 1 in
+    models. A program the host lacks and a server that does not answer are failed checks (1) in every command."""
+    tree = str(tree_copy(pristine_tree))
+    env = without_gnu_patch(tmp_path)
+    for argv in (["patch", "check", "--sglang", tree], ["patch", "apply", "--sglang", tree],
+                 ["patch", "verify", "--sglang", tree]):  # fmt: skip
+        result = subprocess.run(program(*argv), capture_output=True, text=True, env=env)
+        assert result.returncode == ExitStatus.CHECK_FAILED, (argv, result.stderr[-1500:])
+        assert "GNU patch is not installed" in result.stderr and "Traceback" not in result.stderr
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        hub = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0"}
+        lock = REPO / "nix" / "tests" / "example-draft.lock.json"
+        for argv, env, said in (
+            (["bench", "run", "--url", url, "--output", str(tmp_path / "r.jsonl")], None, f"cannot reach {url}"),
+            (["bench", "compare", url, url], None, f"cannot reach {url}"),
+            (["models", "lock", "example/tiny", "-o", str(tmp_path / "x.lock.json")], hub, "cannot reach the hub"),
+            (["models", "fetch", "--lock", str(lock), "--dir", str(tmp_path / "m")], hub, "cannot reach the hub"),
+        ):
+            result = subprocess.run(program(*argv), capture_output=True, text=True, env=env, cwd=tmp_path)
+            assert result.returncode == ExitStatus.CHECK_FAILED, (argv, result.stderr[-1500:])
+            assert said in result.stderr and "Traceback" not in result.stderr
+
+
+# -- issue 46 (5): bad input accepted or misread ------------------------------------------------------------------
+
+
+def test_an_empty_path_never_means_the_working_directory(run_cli, tmp_path):
+    """`models verify --dir ''`, `models lock -o ''` and kubernetes/generate.py's `--output ''` read or wrote the
+    working directory (the checkout). tests/test_fuzz_cli.py gives '' to every path option there is."""
+    lock = str(REPO / "nix" / "tests" / "example-draft.lock.json")
+    for argv in (["models", "verify", "--lock", lock, "--dir", ""], ["models", "lock", "example/tiny", "-o", ""],
+                 ["models", "fetch", "--lock", lock, "--dir", " "], ["probe", "--sglang", ""],
+                 ["bench", "compare", "", lock]):  # fmt: skip
+        result = subprocess.run(program(*argv), capture_output=True, text=True, cwd=tmp_path)
+        assert result.returncode == ExitStatus.BAD_INPUT and "is empty" in result.stderr, (argv, result.stderr)
+        assert list(tmp_path.iterdir()) == []
+    generate = subprocess.run([sys.executable, str(REPO / "kubernetes" / "generate.py"), "--output", ""],
+                              capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert generate.returncode == 2 and "argument --output: is empty" in generate.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_refuses_a_bad_lock_or_output_and_checks_the_directory_it_names(tmp_path):
+    """kubernetes/generate.py gave tracebacks for a bad --target-lock or an --output that is a file, and --check
+    named kubernetes/ whatever --output was."""
+    generate = [sys.executable, str(REPO / "kubernetes" / "generate.py")]
+    (tmp_path / "file").write_text("")
+    (tmp_path / "bad.lock.json").write_text('{"repo": 1}')
+    for args, said in ((["--target-lock", str(tmp_path / "bad.lock.json")], "--target-lock: lock file"),
+                       (["--draft-lock", str(tmp_path / "missing.json")], "--draft-lock: cannot read lock file"),
+                       (["--output", str(tmp_path / "file")], "is not a directory"),
+                       (["--output", str(tmp_path / "file" / "below")], "cannot write"),
+                       (["--target-lock", str(deep_json(tmp_path / "deep.json"))], "nested too deeply")):  # fmt: skip
+        result = subprocess.run([*generate, *args, "--output", str(tmp_path / "out")] if "--output" not in args
+                                else [*generate, *args], capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 2 and said in result.stderr, (args, result.stderr[-1500:])
+        assert "Traceback" not in result.stderr
+    elsewhere = tmp_path / "manifests"
+    check = subprocess.run([*generate, "--check", "--output", str(elsewhere)], capture_output=True, text=True)
+    assert check.returncode == 1 and f"{elsewhere}/base/" in check.stdout and "kubernetes/base" not in check.stdout
+    assert subprocess.run([*generate, "--output", str(elsewhere)], capture_output=True).returncode == 0
+    assert subprocess.run([*generate, "--check", "--output", str(elsewhere)], capture_output=True).returncode == 0
+
+
+def test_preflights_models_lock_hint_is_a_command_that_runs(run_cli, tmp_path):
+    """Preflight's `sglang-eagle3 models lock nvidia/Kimi-K2.5-NVFP4` lacked the -o it requires. Every command a
+    finding quotes parses with the CLI's own definitions."""
+    import re
+
+    import click
+    from sglang_eagle3 import cli
+
+    env = {"SGLANG_EAGLE3_NVIDIA_SMI": fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")}
+    result = run_cli("serve", "--dry-run", "--set", "revision=main", env=env)  # hub ids: a branch, and no revision
+    quoted = re.findall(r"`(sglang-eagle3 [^`]+)`", result.stdout)
+    assert any(" models lock " in q for q in quoted), result.stdout
+    for command in quoted:
+        found, words = cli.main, shlex.split(command)[1:]
+        while isinstance(found, click.Group):
+            found = found.get_command(click.Context(found), words.pop(0))
+        found.make_context(found.name, words)  # click.UsageError for a missing option (--output) or a bad value
+        assert found.name in ("lock", "fetch"), command

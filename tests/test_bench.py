@@ -8,6 +8,7 @@ EAGLE-style bursts of several tokens per chunk.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import statistics
@@ -22,7 +23,8 @@ from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import RunConfig, run
 from sglang_eagle3.exit_status import ExitStatus
 from support import harness_env
-from support.bench_fixtures import fake_server, free_port
+from support.bench_fixtures import fake_server
+from support.own_resources import refused_port
 
 
 def test_openai_api_with_usage_counts(tmp_path):
@@ -101,9 +103,88 @@ def test_error_mid_stream_is_reported_per_request(tmp_path, run_cli):
 
 
 def test_unreachable_url(tmp_path, run_cli):
-    result = run_cli("bench", "run", "--url", f"http://127.0.0.1:{free_port()}", "--output", str(tmp_path / "r.jsonl"))
-    assert result.returncode == 2 and "cannot reach http://127.0.0.1:" in result.stderr
-    assert "Traceback" not in result.stderr
+    with refused_port() as port:
+        result = run_cli("bench", "run", "--url", f"http://127.0.0.1:{port}", "--output", str(tmp_path / "r.jsonl"))
+    assert result.returncode == 1 and "cannot reach http://127.0.0.1:" in result.stderr  # as the hub's (models)
+    assert "Traceback" not in result.stderr and not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_server_that_accepts_and_never_answers_is_said_so(tmp_path, monkeypatch):
+    """A port that accepts connections and answers nothing (a hung server, a forward to nothing) kept `bench run`
+    silent for ten minutes; after Ctrl-C it named a results file it never wrote. It says what it is doing at once,
+    gives up after client.IDENTIFY_TIMEOUT_S, and names no file it did not write."""
+    import socket
+
+    from sglang_eagle3.bench import client
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts (the kernel completes the handshake), never reads or answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        (tmp_path / "sitecustomize.py").write_text(  # the timeout, shortened for this test only
+            "import sglang_eagle3.bench.client as c\nc.IDENTIFY_TIMEOUT_S = 2.0\n"
+        )
+        output = tmp_path / "r.jsonl"
+        timed_out = subprocess.run([sys.executable, "-m", "sglang_eagle3", "bench", "run", "--url", url, "--output",
+                                    str(output)], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        assert timed_out.returncode == ExitStatus.CHECK_FAILED, timed_out.stderr
+        assert timed_out.stderr.startswith(f"bench: {url}: asking what it serves (at most ")
+        assert f"{url} did not answer /model_info within 2 s: the port is open but nothing answers" in timed_out.stderr
+        proc = bench_cli("--url", url, "--output", str(output))  # the real timeout: stopped by Ctrl-C meanwhile
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert "it was stopped before the first request; nothing was written" in err and str(output) not in err
+    assert not output.exists() and client.IDENTIFY_TIMEOUT_S == 30.0
+
+
+def test_compare_judges_exactly_the_runs_it_names(tmp_path, run_cli):
+    """`bench run` appends; compare took the median of every single-stream request in the file, whatever its run:
+    a file of two runs (medians 4954 and 3079, as issue 46 found) was gated as one. Now a file of several runs is
+    refused unless the run is named, and the run named is the only one judged."""
+    base = write_results(tmp_path / "base.jsonl", "baseline", [4000.0, 4000.0, 4000.0])
+    both = tmp_path / "eagle3.jsonl"
+    first = write_results(tmp_path / "first.jsonl", "eagle3", [4950.0, 4954.0, 4960.0], run="20261204-101010-aaaaaa")
+    second = write_results(tmp_path / "second.jsonl", "eagle3", [3070.0, 3079.0, 3090.0], run="20261204-111111-bbbbbb")
+    both.write_text(first.read_text() + second.read_text())
+    refused = run_cli("bench", "compare", str(base), str(both))
+    assert refused.returncode == ExitStatus.BAD_INPUT and "Verdict" not in refused.stdout
+    assert f"{both} holds 2 runs (bench run appends to its --output); name the one to judge with --eagle3-run" \
+        in refused.stderr  # fmt: skip
+    assert "20261204-101010-aaaaaa (label 'eagle3', 3 requests" in refused.stderr
+    for named, median, status in (("20261204-101010-aaaaaa", "4954.0", 0), ("20261204-111111-bbbbbb", "3079.0", 1)):
+        result = run_cli("bench", "compare", str(base), str(both), "--eagle3-run", named, "--threshold", "1.2")
+        assert result.returncode == status and re.search(rf"^  EAGLE-3\s+{median}", result.stdout, re.M), result.stdout
+    missing = run_cli("bench", "compare", str(base), str(both), "--eagle3-run", "nope")
+    assert missing.returncode == ExitStatus.BAD_INPUT and "has no run 'nope'" in missing.stderr
+    labelled = run_cli("bench", "compare", str(base), str(both), "--eagle3-run", "eagle3")  # a label two runs have
+    assert labelled.returncode == ExitStatus.BAD_INPUT and "a label several runs have" in labelled.stderr
+    # A file written before runs had ids: each "run" record starts the next (#1, #2).
+    legacy = tmp_path / "legacy.jsonl"
+    legacy.write_text(write_results(tmp_path / "a", "eagle3", [10.0]).read_text()
+                      + write_results(tmp_path / "b", "eagle3", [20.0]).read_text())  # fmt: skip
+    assert run_cli("bench", "compare", str(base), str(legacy)).returncode == ExitStatus.BAD_INPUT
+    result = run_cli("bench", "compare", str(base), str(legacy), "--eagle3-run", "#2", "--threshold", "0.001")
+    assert result.returncode == 0 and re.search(r"^  EAGLE-3\s+20.0", result.stdout, re.M)
+
+
+def test_each_run_appended_to_a_file_has_its_own_id_and_summary(tmp_path, run_cli):
+    output = tmp_path / "r.jsonl"
+    with fake_server(RATE=400) as server:
+        for label in ("eagle3", "eagle3"):
+            result = run_cli("bench", "run", "--url", server.url, "--label", label, "--requests", "2", "--warmup",
+                             "0", "--max-tokens", "8", "--output", str(output), "--no-plot")  # fmt: skip
+            assert result.returncode == 0, result.stderr
+    runs = report.runs(report.load(output))
+    assert len(runs) == 2 and all(all(r["run"] == run_id for r in records) for run_id, records in runs.items())
+    last = list(runs)[-1]
+    assert f"results: {output} (run {last})" in result.stdout
+    assert len(re.findall(r"^eagle3 +1 +2 +0 ", result.stdout, re.M)) == 1, result.stdout  # this run's summary only
+    # a summary of the whole file keeps the two runs apart, though they share a label
+    summary = run_cli("bench", "summary", str(output), "--no-plot")
+    assert all(f"eagle3 ({run_id})" in summary.stdout for run_id in runs), summary.stdout
 
 
 def test_not_an_sglang_server(tmp_path, run_cli):
@@ -125,11 +206,11 @@ def test_not_an_sglang_server(tmp_path, run_cli):
     assert result.returncode == 2 and "does not look like an SGLang server" in result.stderr
 
 
-def write_results(path, label, rates):
+def write_results(path, label, rates, run=None):
     lines = [{"type": "run", "label": label}]
     lines += [{"type": "request", "label": label, "concurrency": 1, "ok": True, "decode_tok_s": r,
                "chunk_times_us": [100000, 110000], "chunk_tokens": [1, 1]} for r in rates]  # fmt: skip
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    path.write_text("".join(json.dumps({**x, "run": run} if run else x) + "\n" for x in lines))
     return path
 
 

@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO
 from sglang_eagle3.host import driver as host_driver
 from support import driver_tree
+from support.own_resources import missing_path
 
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"
 DEFAULT_DIRS = re.search(r"hostLibDirs:-([^}]*)\}", HOST_DRIVER.read_text()).group(1).split()
@@ -83,7 +84,8 @@ def test_the_soname_links_are_made_where_no_ldconfig_ran(tmp_path, drivers):
     directory = driver_tree.lay_out(tmp_path / "root", "no-ldconfig", drivers[13000])
     assert not (directory / "libcuda.so.1").exists()
     dirs = " ".join(str(tmp_path / "root" / d.lstrip("/")) for d in DEFAULT_DIRS)
-    assigns = f"driverLink=/nonexistent ldconfigs=/nonexistent hostLibDirs={shlex.quote(dirs)}"
+    nowhere = missing_path(tmp_path)  # no driver link and no ldconfig: paths of the test's own, never created
+    assigns = f"driverLink={nowhere} ldconfigs={nowhere} hostLibDirs={shlex.quote(dirs)}"
     script = f"set -e; {assigns}; . {HOST_DRIVER}; echo $LD_LIBRARY_PATH"
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}).stdout.strip()  # fmt: skip

@@ -26,6 +26,7 @@ from support.draft_fixtures import (
     write_draft,
 )
 from support.gpus import fake_nvidia_smi
+from support.own_resources import missing_path
 
 KIMI = "KimiK25ForConditionalGeneration"
 DEEPSEEK = "DeepseekV3ForCausalLM"  # the pristine KimiK25 wrapper lacks the method; its inner model has it
@@ -319,7 +320,7 @@ def test_bad_draft_input_is_exit_2_with_a_clear_message(tmp_path, target, patche
     [
         ({"architectures": [KIMI], "text_config": "big"}, None, "text_config must be a JSON object"),
         ({"architectures": [KIMI], "text_config": {"hidden_size": 7168}}, None, "has no num_hidden_layers"),
-        (None, "/nonexistent/kimi", "target model /nonexistent/kimi is not a directory"),
+        (None, "{missing}/kimi", "target model {missing}/kimi is not a directory"),
         (None, "not a hub id!", "is neither an existing directory nor a Hugging Face id"),
     ],
 )
@@ -327,6 +328,8 @@ def test_bad_target_input_is_exit_2(tmp_path, patched_tree, run_cli, target_conf
     draft = write_draft(tmp_path / "draft", eagle3_draft_config((1, 29, 57)), d2t_rows=32000)
     if model is None:
         model = str(write_config(tmp_path / "target", target_config))
+    missing = str(missing_path(tmp_path))  # the test's own: a fixed /nonexistent/kimi may exist on a busy machine
+    model, message = model.replace("{missing}", missing), message.replace("{missing}", missing)
     result = run_cli(
         "probe", "--sglang", str(patched_tree), "--arch", KIMI, "--set", f"model_path={model}", "--draft", str(draft)
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from support.own_resources import missing_path
 
 REGISTER = json.loads((REPO / "generated.json").read_text())
 ENTRIES = {name: entry for name, entry in REGISTER.items() if not name.startswith("_")}
@@ -126,9 +127,9 @@ def test_write_puts_a_stdout_writers_output_in_its_file(tmp_path):
     assert target.read_text() == "new\n"
 
 
-@pytest.mark.parametrize("args", [["--only", "no-such-entry"], ["--register", "/nonexistent/register.json"]])
-def test_bad_input_is_named(args):
-    result = run(*args)
+@pytest.mark.parametrize("args", [["--only", "no-such-entry"], ["--register", "{missing}/register.json"]])
+def test_bad_input_is_named(args, tmp_path):
+    result = run(*[a.replace("{missing}", str(missing_path(tmp_path))) for a in args])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "no entry no-such-entry" in result.stderr or "cannot read the register" in result.stderr
 

@@ -46,6 +46,7 @@ from support.models_fixtures import (
     sample_files,
     sha256,
 )  # fmt: skip
+from support.own_resources import refused_port
 
 HUBS = {pin["version"]: pin for pin in stack_hubs().values()}  # the stacks' hub clients, by version
 both_hubs = pytest.mark.parametrize("client", sorted(HUBS), indirect=True, ids=lambda v: f"hub-{v}")
@@ -761,8 +762,11 @@ def test_a_lock_output_that_cannot_be_written_is_refused_before_the_hub_is_asked
     hub here does not even answer)."""
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {"HF_ENDPOINT": "http://127.0.0.1:9"}
-    code, data, _, err = run_models(env, "lock", REPO_ID, "--output", str(a_file / "model.lock.json"), timeout=60)
+    with refused_port() as port:  # the test's own port: 9 may be another job's
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {
+            "HF_ENDPOINT": f"http://127.0.0.1:{port}"
+        }
+        code, data, _, err = run_models(env, "lock", REPO_ID, "--output", str(a_file / "model.lock.json"), timeout=60)
     assert code == ExitStatus.BAD_INPUT and data["error"]["kind"] == "bad_input", (data, err)
     assert str(a_file) in data["error"]["message"] and a_file.read_text() == "mine"
 

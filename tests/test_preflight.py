@@ -15,6 +15,7 @@ from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.source import sglang_source
 from support.bench_fixtures import free_port
 from support.gpus import fake_nvidia_smi
+from support.own_resources import missing_path
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -28,7 +29,7 @@ def run(tmp_path, tree, recording, **overrides):
     return preflight.run(
         s,
         str(tree),
-        nvidia_smi=fake_nvidia_smi(tmp_path, recording) if recording != "absent" else "/nonexistent/nvidia-smi",
+        nvidia_smi=fake_nvidia_smi(tmp_path, recording) if recording != "absent" else str(missing_path(tmp_path)),
     )
 
 

@@ -25,6 +25,7 @@ from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.source_index import SourceIndex
 from support import pins
+from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_weights
 from support.gpus import fake_nvidia_smi
 
@@ -477,7 +478,9 @@ def test_sglang_main_does_what_each_trees_launch_server_does(tmp_path, tree):
 
 def test_serve_dry_run_on_each_tree(tmp_path, tree, run_cli):
     smi = fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv")
-    args = ["--set", "pcie_ipc_allreduce=true", "--set", "enable_flashinfer_allreduce_fusion=false"]
+    # a port of the test's own: the default (30000) may be another job's, and preflight's port check would say so
+    args = ["--set", "pcie_ipc_allreduce=true", "--set", "enable_flashinfer_allreduce_fusion=false", "--set",
+            f"port={free_port()}"]  # fmt: skip
     result = run_cli("serve", "--dry-run", "--sglang", str(tree.root), *args, env={"SGLANG_EAGLE3_NVIDIA_SMI": smi})
     assert "Traceback" not in result.stdout + result.stderr
     assert result.returncode == (1 if tree.version == "0.5.9" else 0)  # 0.5.23: warnings and not-checked only

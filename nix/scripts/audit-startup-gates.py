@@ -28,6 +28,7 @@ Needs: the sglang_eagle3 package (the test environment); network access to PyPI 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import hashlib
 import importlib.util
@@ -41,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
+from sglang_eagle3 import files  # noqa: E402 - atomic cache writes
 from sglang_eagle3.source import source_index, startup_gates  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
@@ -122,8 +124,9 @@ def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str], list[dict]
     digest = digest.hexdigest()[:16]
     kept = cache / "startup-gates" / digest / f"{wheel.name}.json"
     if kept.is_file():
-        record = json.loads(kept.read_text())
-        return record["gates"], record["modules"], record["unresolved"]
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # a damaged entry is scanned again and replaced
+            record = files.loads_json(kept.read_text())
+            return record["gates"], record["modules"], record["unresolved"]
     with zipfile.ZipFile(wheel) as archive:
         names = sorted(archive.namelist())
         sources = [(n, archive.read(n).decode("utf-8", errors="replace")) for n in names if n.endswith(".py")]
@@ -132,8 +135,9 @@ def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str], list[dict]
     )
     found, unresolved = startup_gates.wheel_scan(sources)
     gates = [gate.record() for gate in found]
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps({"gates": gates, "modules": modules, "unresolved": unresolved}))
+    files.write_atomic(
+        kept, json.dumps({"gates": gates, "modules": modules, "unresolved": unresolved})
+    )  # whole, or not there
     return gates, modules, unresolved
 
 

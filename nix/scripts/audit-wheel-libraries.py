@@ -36,7 +36,6 @@ import hashlib
 import io
 import json
 import sys
-import tempfile
 import tomllib
 import urllib.error
 import urllib.parse
@@ -51,6 +50,9 @@ from packaging.markers import Marker
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = REPO / "nix" / "pins.json"
+sys.path.insert(0, str(REPO / "python" / "src"))
+
+from sglang_eagle3 import files  # noqa: E402 - the repository's package, found above: atomic writes
 
 
 def stack_files(version: str | None = None) -> dict[str, Path]:
@@ -154,25 +156,33 @@ def best_wheel(package: dict, python_tag: str) -> dict:
 
 
 def download(url: str, sha256: str | None, cache: Path) -> Path:
+    """``url``'s file in ``cache``, downloaded if missing, sha256 checked (when given). The download appears under
+    its name only whole and checked (a temporary file beside it, fsync, rename: a run stopped at any point leaves no
+    part of it there); a cached file whose sha256 is not the expected one is damaged, said so and fetched again."""
     target = cache / url.rsplit("/", 1)[1]
-    if not target.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        print(f"  downloading {target.name}", file=sys.stderr)
-        with (
-            urllib.request.urlopen(url, timeout=600) as response,
-            tempfile.NamedTemporaryFile(dir=cache, delete=False) as f,
-        ):
-            while block := response.read(1 << 22):
-                f.write(block)
-        Path(f.name).rename(target)
-    if sha256:
+    if target.is_file():
+        actual = _sha256(target)
+        if not sha256 or actual == sha256:
+            return target
+        print(f"  {target} is damaged (sha256 {actual}, expected {sha256}); downloading it again", file=sys.stderr)
+        target.unlink()
+    print(f"  downloading {target.name}", file=sys.stderr)
+    with urllib.request.urlopen(url, timeout=600) as response, files.atomic_file(target) as f:
         digest = hashlib.sha256()
-        with target.open("rb") as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-        if digest.hexdigest() != sha256:
-            raise SystemExit(f"{target} has sha256 {digest.hexdigest()}, expected {sha256}")
+        while block := response.read(1 << 22):
+            f.write(block)
+            digest.update(block)
+        if sha256 and digest.hexdigest() != sha256:  # raised inside the block: nothing is kept
+            raise SystemExit(f"{url} serves sha256 {digest.hexdigest()}, expected {sha256}: the file was replaced")
     return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def elf_libraries(wheel: Path) -> tuple[list[str], list[str], int]:

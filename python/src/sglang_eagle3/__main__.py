@@ -2,36 +2,43 @@
 
 Loading the commands takes a few hundred milliseconds (click, pydantic, the command modules). A
 Ctrl-C in that time printed a KeyboardInterrupt traceback from whichever import it hit, and SIGTERM
-ended the program without a word. Here both are answered before anything else is imported: one line,
+ended the program without a word. Here both are answered before anything else is imported (with the
+interpreter's built-in ``_signal``: the ``signal`` module itself imports enum and functools): one line,
 then the program ends by the signal itself (a shell shows 128 + its number, ExitStatus.INTERRUPTED, 130,
 or ExitStatus.TERMINATED, 143; systemd counts it a clean stop); nothing was done yet. Once the commands
-are loaded, the top-level group answers them (cli_common.TopLevelGroup).
+are loaded, the top-level group answers them (cli_common.TopLevelGroup, errors.Phase) and, once the
+command's work is done, lets no signal change its outcome. What comes before this module's first line
+(the interpreter's own start-up, about 10 ms) is CPython's.
 """
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
+import sys
 
-_EARLY = {signal.SIGINT: "interrupted by Ctrl-C (SIGINT)", signal.SIGTERM: "terminated by SIGTERM"}
+_EARLY = {_signal.SIGINT: "interrupted by Ctrl-C (SIGINT)", _signal.SIGTERM: "terminated by SIGTERM"}
 
 
 def _stopped_while_starting(signum, _frame):
-    what = _EARLY[signal.Signals(signum)]
-    os.write(2, f"Error: {what} while starting; nothing was done\n".encode())
+    os.write(2, f"Error: {_EARLY[signum]} while starting; nothing was done\n".encode())
     # Nothing to keep or clean up yet: end by the signal itself, as the program would have without this handler
     # (a shell shows 128 + the signal, the status above; systemd counts a SIGTERM'd unit as stopped cleanly).
-    signal.signal(signum, signal.SIG_DFL)
+    _signal.signal(signum, _signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
+# At import, when this is the program (the console script imports this module, `python -m` runs it), not when a
+# test or tool imports the package's modules: the program's first lines.
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "").startswith("sglang-eagle3"):
+    for _signum in _EARLY:
+        _signal.signal(_signum, _stopped_while_starting)
+
+
 def main() -> None:
-    previous = {s: signal.signal(s, _stopped_while_starting) for s in _EARLY}
     from .cli import main as commands
 
-    for s, handler in previous.items():
-        signal.signal(s, handler)
-    commands()
+    commands(restore_signals=False)  # the process ends with the command: a late signal changes nothing
 
 
 if __name__ == "__main__":

@@ -30,5 +30,5 @@ for command in (patch_group, probe_command, settings_group, serve_command, bench
     main.add_command(command)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m sglang_eagle3.cli: the program, as sglang-eagle3 is
+    main(restore_signals=False)

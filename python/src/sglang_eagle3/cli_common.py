@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import signal
+import sys
 from pathlib import Path
 
 import click
 
-from . import errors
+from . import errors, redaction
 from .errors import BadInput, Eagle3Error, shown, shown_path
 from .exit_status import ExitStatus
 from .serving import credentials, settings
@@ -28,36 +29,62 @@ class TopLevelGroup(click.Group):
 
     Commands raise an Eagle3Error (BadInput, CheckFailed, Interrupted, ModelsError, ...)
     carrying its ExitStatus; this prints it and exits with that status, as httpie's main
-    does. Below that, as a net: a file that cannot be read or written is bad input, Ctrl-C
-    is an interruption, and anything else is a bug: one line and ExitStatus.UNEXPECTED,
-    apart from 1 (a check said no). SGLANG_EAGLE3_TRACEBACK=1 shows the traceback instead.
-    With --json every failure is also one JSON object on stdout, click's usage errors included.
+    does. Below that, as a net: a file that cannot be read or written is bad input, an input
+    nested too deeply to read is bad input, Ctrl-C is an interruption, a reader of the output
+    that went away (``| head``) ends the command quietly, and anything else is a bug: one line and
+    ExitStatus.UNEXPECTED, apart from 1 (a check said no). SGLANG_EAGLE3_TRACEBACK=1 shows the
+    traceback instead. With --json every failure is also one JSON object on stdout, click's usage
+    errors included. Whatever a command prints passes redaction.hiding_output: no secret shows.
+
+    Signals (errors.Phase): while the command line is read, one line and the signal's own end; while the command
+    runs, KeyboardInterrupt or Terminated, reported with 130 or 143; once its work is done (errors.settle, and
+    always once it returns), a signal changes nothing.
     """
 
-    def invoke(self, ctx: click.Context):
-        # SIGTERM: one line and ExitStatus.TERMINATED, as Ctrl-C gets one and INTERRUPTED; the handler it replaced
-        # is put back at the end (a program that runs the commands in-process, such as click's test runner).
-        previous = errors.on_sigterm()
+    def main(self, *args, restore_signals: bool = True, **kwargs):
+        """``restore_signals``: False for the program (__main__), which ends with the command, so a signal after the
+        command's work is never the default's; True for a caller that goes on (click's test runner)."""
+        previous = errors.answer_signals(errors.Phase.RUNNING if restore_signals else errors.Phase.STARTING)
         try:
-            return self._invoke(ctx)
+            with redaction.hiding_output():
+                return super().main(*args, **kwargs)
+        except SystemExit as done:
+            if not restore_signals:
+                _end_program(done.code)
+            raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            errors.settle()
+            if restore_signals:
+                errors.restore_signals(previous)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGV] = list(args)
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:  # --help | head
+            _stop_quietly()
+
+    def invoke(self, ctx: click.Context):
+        errors.set_phase(errors.Phase.RUNNING)
+        try:
+            return self._invoke(ctx)
+        finally:
+            errors.settle()
 
     def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except click.ClickException as err:  # click's usage errors (exit 2): click prints them on stderr
+            errors.settle()
             if _json_asked(ctx):
                 known = err.exit_code in {int(status) for status in ExitStatus}
                 self._print_json(ExitStatus(err.exit_code).name.lower() if known else "error", err.format_message())
             raise
-        except (click.exceptions.Exit, click.Abort):
+        except (click.exceptions.Exit, click.Abort, SystemExit):
+            errors.settle()
             raise  # the commands' verdicts (their exit status)
+        except BrokenPipeError:
+            _stop_quietly()
         except Eagle3Error as err:
             self._fail(ctx, err)
         except errors.Terminated:
@@ -65,16 +92,19 @@ class TopLevelGroup(click.Group):
         except KeyboardInterrupt:
             self._fail(ctx, errors.Interrupted("interrupted by Ctrl-C (SIGINT)"))
         except Exception as err:
-            if os.environ.get(TRACEBACK_ENV):
+            if traceback_wanted():
                 raise
             if isinstance(err, (OSError, UnicodeError)):
                 self._fail(ctx, BadInput(_describe_os_error(err)))
+            if isinstance(err, RecursionError):
+                self._fail(ctx, BadInput(f"an input is nested too deeply to read ({err}); give a flat file or value"))
             unexpected = f"unexpected {type(err).__name__}: {err} ({TRACEBACK_ENV}=1 shows where)"
             self._fail(ctx, Eagle3Error(unexpected, ExitStatus.UNEXPECTED))
 
     @staticmethod
     def _fail(ctx: click.Context, err: Eagle3Error):
         """The error on stderr and its status; with --json, also as JSON on stdout, the same for every command."""
+        errors.settle()  # the outcome is decided: a signal now does not turn it into another
         if ctx.meta.get(JSON_ERRORS) and not ctx.meta.get(JSON_PRINTED):
             TopLevelGroup._print_json(getattr(err, "kind", None) or err.status.name.lower(), str(err))
         ctx.exit(errors.report(err))
@@ -82,6 +112,39 @@ class TopLevelGroup(click.Group):
     @staticmethod
     def _print_json(kind: str, message: str) -> None:
         click.echo(json.dumps({"ok": False, "error": {"kind": kind, "message": message}}, indent=2))
+
+
+def _end_program(code) -> None:
+    """End the program now, with ``code``: its output flushed, without the interpreter's teardown. A command that
+    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which the interpreter
+    puts the default signal handlers back: a Ctrl-C then killed a finished command (exit -2, no word) or made an
+    interrupted one wait. Nothing is left to do at exit: files are closed and temporary ones removed by their
+    commands, and worker threads (models fetch's downloads) are left as os._exit leaves them."""
+    status = code if isinstance(code, int) else ExitStatus.OK if code is None else ExitStatus.CHECK_FAILED
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
+
+
+def traceback_wanted() -> bool:
+    """SGLANG_EAGLE3_TRACEBACK=1 (or true, yes, on): show an unexpected error's traceback; 0, empty or unset: not."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _stop_quietly():
+    """The reader of the output went away (``sglang-eagle3 patch list | head -1``): nothing more to say to anyone.
+    What is left in stdout's buffer goes to /dev/null, so the interpreter's last flush does not complain, and the
+    status is the one a shell reports for a program SIGPIPE ended (Python ignores SIGPIPE, so this says it)."""
+    errors.settle()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # a stream without a file (click's test runner): nothing to do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(ExitStatus.BROKEN_PIPE)
 
 
 def _json_asked(ctx: click.Context) -> bool:

@@ -14,11 +14,15 @@ Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import os
 import reprlib
 import signal
 import sys
 
 from .exit_status import ExitStatus
+from .redaction import hide, hide_values
 
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring = 80  # a 100,000-character value is shown as its first and last characters
@@ -26,9 +30,9 @@ _SHOWN.maxstring = 80  # a 100,000-character value is shown as its first and las
 
 def shown(value: object) -> str:
     """A user's value as a message quotes it: in quotes, control characters escaped (``\\x1b``, ``\\n``), at most
-    80 characters (longer ones keep their start and end around ``...``). Every message that echoes what a user
-    typed or a file held goes through here; a secret is never given to it."""
-    return _SHOWN.repr(value)
+    80 characters (longer ones keep their start and end around ``...``), and anything in it that looks secret
+    hidden first (redaction.py). Every message that echoes what a user typed or a file held goes through here."""
+    return _SHOWN.repr(hide_values(value))
 
 
 def printable(text: str) -> str:
@@ -41,7 +45,7 @@ def shortened(text: str) -> str:
     """``text`` as output that is not a message shows it (the dry run's command line and environment): control
     characters escaped as ``printable`` does, at most 80 characters as ``shown`` keeps them (a longer text keeps its
     start and end around ``...``), no quotes added."""
-    text = printable(text)
+    text = printable(hide(text))
     if len(text) <= _SHOWN.maxstring:
         return text
     start = (_SHOWN.maxstring - 3) // 2
@@ -50,8 +54,9 @@ def shortened(text: str) -> str:
 
 def shown_path(path: object) -> str:
     """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
-    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped."""
-    text = str(path)
+    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped; what looks secret in
+    it hidden either way."""
+    text = hide(str(path))
     return text if len(text) <= 200 and text.isprintable() else shown(text)
 
 
@@ -92,26 +97,83 @@ class Interrupted(Eagle3Error):
 
 
 class Terminated(KeyboardInterrupt):  # noqa: N818 (a signal, as KeyboardInterrupt is)
-    """SIGTERM, raised in the main thread by the handler ``on_sigterm`` installs: a BaseException like
-    KeyboardInterrupt, so the code a command has for Ctrl-C (keeping what was written) runs for it too, and no
-    ``except Exception`` swallows it. The top-level group reports it with ExitStatus.TERMINATED."""
+    """SIGTERM, raised in the main thread while a command runs: a BaseException like KeyboardInterrupt, so the code
+    a command has for Ctrl-C (keeping what was written) runs for it too, and no ``except Exception`` swallows it.
+    The top-level group reports it with ExitStatus.TERMINATED."""
 
 
-def _raise_terminated(_signum, _frame):
-    raise Terminated("terminated by SIGTERM")
+# -- signals: what SIGINT and SIGTERM do in each phase of a command -------------------------------------------------
 
 
-def on_sigterm():
-    """From now on SIGTERM raises Terminated in the main thread (a command that handles it itself, such as serve
-    or models fetch, installs its own handler over this one); returns the handler it replaced, for the caller to
-    put back. Elsewhere than the main thread: nothing, and None."""
+class Phase(enum.Enum):
+    """Where a command is, for a signal that arrives (the handler ``answer_signals`` installs reads it)."""
+
+    STARTING = "starting"  # nothing done yet: one line, then the program ends by the signal itself (128 + n)
+    RUNNING = "running"  # KeyboardInterrupt or Terminated: the command keeps what it wrote and reports 130 or 143
+    SETTLED = "settled"  # its work is done and its outcome decided: the signal changes nothing
+
+
+_phase = Phase.RUNNING
+_answering = False  # answer_signals installed the handler (the top-level group runs a command)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _on_signal(signum, _frame):
+    if _phase is Phase.SETTLED:
+        return
+    what = "terminated by SIGTERM" if signum == signal.SIGTERM else "interrupted by Ctrl-C (SIGINT)"
+    if _phase is Phase.STARTING:
+        os.write(2, f"Error: {what} while starting; nothing was done\n".encode())
+        signal.signal(signum, signal.SIG_DFL)  # as the program would have ended without this handler
+        os.kill(os.getpid(), signum)
+        return
+    raise Terminated(what) if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def answer_signals(phase: Phase = Phase.RUNNING) -> dict:
+    """From now on SIGINT and SIGTERM do what ``phase`` (and later ``set_phase``, ``settle``) says; returns the
+    handlers replaced, for ``restore_signals``. A command that handles a signal itself (serve, models fetch) installs
+    its own handler over this one while it runs. Elsewhere than the main thread: nothing, and {}."""
+    global _phase, _answering
+    _phase = phase
     try:
-        return signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {s: signal.signal(s, _on_signal) for s in _SIGNALS}
     except ValueError:
-        return None
+        return {}
+    _answering = True
+    return previous
+
+
+def set_phase(phase: Phase) -> None:
+    global _phase
+    _phase = phase
+
+
+def settle() -> None:
+    """The command's work is done and its outcome decided (the tree patched, the settings read): a signal that comes
+    from now on changes nothing, the command finishes its report and exits with its status. Takes the signals back
+    from a handler the command installed for its work (only while a command runs: called from library code
+    elsewhere, e.g. a test, it leaves the caller's handlers alone)."""
+    set_phase(Phase.SETTLED)
+    if _answering:
+        with contextlib.suppress(ValueError):
+            for s in _SIGNALS:
+                signal.signal(s, _on_signal)
+
+
+def restore_signals(previous: dict) -> None:
+    """The handlers ``answer_signals`` replaced, back (a program that runs commands in-process, e.g. click's test
+    runner); a signal is then the caller's again."""
+    global _answering
+    set_phase(Phase.RUNNING)
+    with contextlib.suppress(ValueError):
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    _answering = False
 
 
 def report(err: Eagle3Error, prog: str | None = None) -> ExitStatus:
-    """Print ``err`` on stderr (``Error: message``, or ``PROG: message``) and return its exit status."""
-    print(f"{prog or 'Error'}: {err}", file=sys.stderr, flush=True)
+    """Print ``err`` on stderr (``Error: message``, or ``PROG: message``; secrets hidden) and return its exit
+    status."""
+    print(f"{prog or 'Error'}: {hide(str(err))}", file=sys.stderr, flush=True)
     return err.status

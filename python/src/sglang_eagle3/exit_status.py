@@ -5,6 +5,11 @@ from __future__ import annotations
 import enum
 import signal
 
+_CHECK_FAILED = (
+    "a check failed (not ready, preflight, patch conflict, the A/B gate, requests, a download, a server or the hub "
+    "that does not answer, a program the host lacks)"
+)
+
 
 class ExitStatus(enum.IntEnum):
     """What a command's exit status means; the message on stderr says why."""
@@ -16,7 +21,7 @@ class ExitStatus(enum.IntEnum):
         return status
 
     OK = 0, "done; ready; all applied; the gate passed; the server stopped on SIGTERM"
-    CHECK_FAILED = 1, "a check failed (not ready, preflight, patch conflict, the A/B gate, requests, a download)"
+    CHECK_FAILED = 1, _CHECK_FAILED
     BAD_INPUT = 2, "bad input (option, setting, file, URL, SGLang tree); the message says what to fix"
     NOT_READY = 3, "serve: the server did not answer /health_generate within ready_timeout"
     SERVER_EXITED = 4, "serve: the server exited or was killed by itself; its log says why"
@@ -27,6 +32,8 @@ class ExitStatus(enum.IntEnum):
     # status whether the signal came before the commands were loaded (Python's default) or during one.
     INTERRUPTED = 130, "interrupted by Ctrl-C (SIGINT); what was written so far is kept"
     TERMINATED = 143, "terminated by SIGTERM (serve: 0, the server stopped); what was written so far is kept"
+    # As a shell reports a program SIGPIPE ended (`seq 1 1000000 | head -1`); Python ignores SIGPIPE, so this says it.
+    BROKEN_PIPE = 141, "the output's reader went away (a pipe into head): stopped quietly, as other programs do"
 
 
 def for_signal(signum: int) -> ExitStatus:

@@ -16,6 +16,26 @@ from .serving import settings
 from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
 
+class NonEmptyPath(click.Path):
+    """click's Path, refusing an empty value: ``--dir ''`` would otherwise name the current directory."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give a path (an empty one would mean the current directory)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class NonEmptyText(click.ParamType):
+    """Text that is not empty nor blank, for an option that names a path among other things (--sglang, --draft)."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give a value (an empty path would mean the current directory)", param, ctx)
+        return value
+
+
 def _remember_json(ctx: click.Context, _param, value: bool) -> bool:
     if value:
         ctx.meta[JSON_ERRORS] = True  # meta is shared by every context of the invocation: the group reads it
@@ -45,7 +65,7 @@ def _sglang(required: bool, to_patch: bool = False):
     )
     return click.option(
         "--sglang", "sglang", metavar="DIR" if to_patch else "DIR|WHEEL|VERSION", required=required,
-        help=patched if to_patch else read,
+        type=NonEmptyText(), help=patched if to_patch else read,
     )  # fmt: skip
 
 
@@ -58,7 +78,7 @@ sglang_to_patch = _sglang(required=False, to_patch=True)
 
 
 config = click.option(
-    "--config", type=click.Path(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
+    "--config", type=NonEmptyPath(dir_okay=False, path_type=Path), envvar="SGLANG_EAGLE3_CONFIG",
     help="Settings file (JSON or TOML). Also $SGLANG_EAGLE3_CONFIG.",
 )  # fmt: skip
 assignments = click.option(
@@ -93,7 +113,7 @@ def gate(func):
 def output_dir(default: str):
     """--output-dir: where a multi-run command writes its records, logs and plots."""
     return click.option(
-        "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(default), show_default=True,
+        "--output-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=Path(default), show_default=True,
         help="Directory for the results (JSON Lines), the servers' logs and the plots; created if missing.",
     )  # fmt: skip
 
@@ -101,7 +121,7 @@ def output_dir(default: str):
 # -- the server's API key (bench) -------------------------------------------------------------------
 
 api_key_file = click.option(
-    "--api-key-file", type=click.Path(path_type=Path), metavar="FILE",
+    "--api-key-file", type=NonEmptyPath(path_type=Path), metavar="FILE",
     help="File holding the server's API key (sent as 'Authorization: Bearer'); mode 600. "
     "Default: $CREDENTIALS_DIRECTORY/api-key when run by systemd with LoadCredential=api-key:...",
 )  # fmt: skip
@@ -110,16 +130,16 @@ plot = click.option("--plot/--no-plot", default=True, show_default=True, help="W
 # -- model weights (models) ---------------------------------------------------------------------------
 
 lock = click.option(
-    "--lock", "lock_file", required=True, type=click.Path(path_type=Path), help="The model's lock file."
+    "--lock", "lock_file", required=True, type=NonEmptyPath(path_type=Path), help="The model's lock file."
 )
 model_dir = click.option(
-    "--dir", "directory", required=True, type=click.Path(path_type=Path), help="The model directory."
+    "--dir", "directory", required=True, type=NonEmptyPath(path_type=Path), help="The model directory."
 )
 JOBS = click.IntRange(1, 64)
 download_jobs = click.option("--jobs", type=JOBS, default=8, show_default=True, help="Parallel downloads.")
 hash_jobs = click.option("--jobs", type=JOBS, default=None, help="Files hashed in parallel [default: CPUs, at most 8].")
 token_file = click.option(
-    "--token-file", type=click.Path(dir_okay=False, path_type=Path),
+    "--token-file", type=NonEmptyPath(dir_okay=False, path_type=Path),
     help=f"File holding a Hugging Face token (gated or private repositories). Default: "
     f"$CREDENTIALS_DIRECTORY/{HUB_TOKEN_CREDENTIAL} under systemd. Never taken from argv or the environment.",
 )  # fmt: skip

@@ -99,7 +99,7 @@ def measure(side: Side, settings: ServerSettings, argv: list[str], template: Run
             raise _side_not_ready(side, failure, server_log, logged_from, settings) from None
     if outcome.interrupted:
         raise BenchError(f"{side.label}: interrupted; the requests measured so far are kept in {config.output}")
-    return Measured(side, [r for r in report.load(config.output) if r.get("label") == side.label], server_log)
+    return Measured(side, report.runs(report.load(config.output))[outcome.run_id], server_log)
 
 
 def _side_not_ready(side: Side, failure: launcher.NotReady, server_log: Path, logged_from: int,

@@ -24,9 +24,15 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from ..exit_status import ExitStatus
+from ..files import loads_json
 from . import BenchError
 
 APIS = ("native", "openai")
+# How long the server may take to say what it serves. SGLang opens its port only once the model is loaded, so a
+# server that accepts the connection answers /model_info at once; one that does not answer in this time is hung
+# or not SGLang (a port forwarded to nothing).
+IDENTIFY_TIMEOUT_S = 30.0
 YIELD_BEFORE_BOOKKEEPING_S = 0.002
 # meta_info.completion_tokens (native) and usage.completion_tokens (OpenAI) are both cumulative.
 COMPLETION_TOKENS = re.compile(r'"completion_tokens":\s*(\d+)')
@@ -151,7 +157,7 @@ async def stream_one(
                     break
                 so_far = _completion_tokens(payload)
                 if so_far is None:
-                    event = json.loads(payload)
+                    event = loads_json(payload)
                     if "error" in event:
                         raise BenchError(f"server error mid-stream: {event['error']}")
                     if not _has_content(api, event):
@@ -186,15 +192,15 @@ async def stream_one(
     decode_tokens = counts[-1] - counts[0]
     if decode_tokens > 0 and times[-1] > times[0]:
         result.decode_tok_s = decode_tokens / (times[-1] - times[0])
-    meta = json.loads(last_payload).get("meta_info") or {}
+    meta = loads_json(last_payload).get("meta_info") or {}
     result.spec_accept_length = meta.get("spec_accept_length")
     result.spec_accept_rate = meta.get("spec_accept_rate")
     result.spec_verify_ct = meta.get("spec_verify_ct")
     return result
 
 
-async def _get_json(client: aiohttp.ClientSession, path: str) -> tuple[int, dict | None]:
-    async with client.get(path) as response:
+async def _get_json(client: aiohttp.ClientSession, path: str, timeout: float | None = None) -> tuple[int, dict | None]:
+    async with client.get(path, timeout=aiohttp.ClientTimeout(total=timeout) if timeout else None) as response:
         try:
             return response.status, await response.json(content_type=None)
         except ValueError:
@@ -205,11 +211,17 @@ async def identify(client: aiohttp.ClientSession, api: str) -> dict:
     """Check this is an SGLang server before sending load; returns /model_info."""
     base = str(client._base_url)
     try:
-        status, info = await _get_json(client, "/model_info")
+        status, info = await _get_json(client, "/model_info", IDENTIFY_TIMEOUT_S)
         if status == 404:
-            status, info = await _get_json(client, "/get_model_info")
-    except (aiohttp.ClientError, TimeoutError) as err:
-        raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip()) from None
+            status, info = await _get_json(client, "/get_model_info", IDENTIFY_TIMEOUT_S)
+    except TimeoutError:
+        raise BenchError(
+            f"{base} did not answer /model_info within {IDENTIFY_TIMEOUT_S:.0f} s: the port is open but nothing "
+            "answers there (a hung server, or not an SGLang server); check the URL and the server's log",
+            ExitStatus.CHECK_FAILED,
+        ) from None
+    except aiohttp.ClientError as err:  # a server that does not answer is a failed check, as the hub's is (models)
+        raise BenchError(f"cannot reach {base}: {type(err).__name__} {err}".strip(), ExitStatus.CHECK_FAILED) from None
     if status == 401:
         has_key = "Authorization" in client.headers
         raise BenchError(

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError, model_validator
 
+from ..errors import shown
+from ..files import TOO_DEEP, loads_json
 from ..judging import findings
 from ..judging.findings import Finding, Judged, Status
 from ..serving.settings import describe
@@ -45,6 +47,7 @@ Number = float | None
 class RunRecord(_Record):
     type: Literal["run"]
     label: str = "run"
+    run: str | None = None  # the run's identity; every record of the run carries it (older files: none)
 
 
 class RequestRecord(_Record):
@@ -111,9 +114,9 @@ def load(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
+            record = loads_json(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines) and err.msg != TOO_DEEP:
                 continue  # torn final line
             raise BenchError(f"{path}:{number} is not a JSON record; is this a sglang-eagle3 results file?") from None
         if not isinstance(record, dict) or "type" not in record:
@@ -127,6 +130,62 @@ def load(path: Path) -> list[dict]:
     if not any(r["type"] == "run" for r in records):
         raise BenchError(f"{path} has no 'run' record; is this a sglang-eagle3 results file?")
     return records
+
+
+def runs(records: list[dict]) -> dict[str, list[dict]]:
+    """A results file's records by run, in the order the runs started. ``bench run`` appends, so a file may hold
+    several; each record names its run ("run", the id runner.new_run_id gives). In a file written before runs had
+    ids, each "run" record starts the next, named #1, #2, ..."""
+    found: dict[str, list[dict]] = {}
+    current, count = "#1", 0
+    for r in records:
+        if r["type"] == "run" and not r.get("run"):
+            count += 1
+            current = f"#{count}"
+        found.setdefault(r.get("run") or current, []).append(r)
+    return found
+
+
+def _run_line(run_id: str, rs: list[dict]) -> str:
+    head = next((r for r in rs if r["type"] == "run"), {})
+    requests = sum(r["type"] == "request" for r in rs)
+    return f"{run_id} (label {shown(head.get('label', '?'))}, {requests} requests, started {head.get('started', '?')})"
+
+
+def select_run(records: list[dict], name: str | None, source: str, option: str) -> list[dict]:
+    """The records of one run of a results file: the run ``name`` names (its id, or a label no other run has), or
+    the file's only run. A file of several runs and no name is refused: which one to judge is the user's to say."""
+    found = runs(records)
+    listing = "; ".join(_run_line(run_id, rs) for run_id, rs in found.items())
+    if name is not None:
+        if name in found:
+            return found[name]
+        labelled = [run_id for run_id, rs in found.items() if rs[0].get("label") == name]
+        if len(labelled) == 1:
+            return found[labelled[0]]
+        several = ", a label several runs have" if labelled else ""
+        raise BenchError(f"{source} has no run {shown(name)}{several}; give {option} one of its runs: {listing}")
+    if len(found) == 1:
+        return next(iter(found.values()))
+    raise BenchError(
+        f"{source} holds {len(found)} runs (bench run appends to its --output); name the one to judge with {option} "
+        f"RUN, its id or a label no other run has: {listing}"
+    )
+
+
+def labelled(records: list[dict]) -> list[dict]:
+    """The records with each run's label made unique: a label two runs share becomes "label (run id)", so a
+    summary or plot of a file of several runs never pools them."""
+    found = runs(records)
+    seen: dict[str, int] = {}
+    for rs in found.values():
+        label = rs[0].get("label")
+        seen[label] = seen.get(label, 0) + 1
+    out = []
+    for run_id, rs in found.items():
+        rename = seen[rs[0].get("label")] > 1
+        out += [{**r, "label": f"{r['label']} ({run_id})"} if rename and "label" in r else r for r in rs]
+    return out
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -154,6 +213,7 @@ def aggregate_tok_s(level: dict) -> float | None:
 
 
 def summarize(records: list[dict]) -> list[Group]:
+    records = labelled(records)
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in records:
         if r["type"] == "request":
@@ -207,6 +267,7 @@ def plot(records: list[dict], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = labelled(records)
     groups = summarize(records)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for label in sorted({g.label for g in groups}):

@@ -16,6 +16,7 @@ import datetime as dt
 import gc
 import json
 import re
+import secrets
 import signal
 import time
 import urllib.parse
@@ -26,6 +27,7 @@ from pathlib import Path
 import aiohttp
 
 from ..errors import shown
+from ..redaction import shown_url
 from ..serving import credentials
 from . import BenchError, server_metrics
 from .client import APIS, RequestResult, avg_spec_accept_length, identify, server_info, stream_one
@@ -70,7 +72,7 @@ class RunConfig:
 def base_url(url: str) -> str:
     """A server's base URL, checked: http(s), a host, a valid port, no path beyond '/'."""
     example = "e.g. http://127.0.0.1:30000"
-    said = _shown_url(url)
+    said = shown(shown_url(url))
     try:
         parts = urllib.parse.urlsplit(url.strip())
         port = parts.port  # raises ValueError for a port out of range or not a number
@@ -95,33 +97,32 @@ def looks_like_url(text: str) -> bool:
     return re.match(r"\s*[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
 
 
-def _shown_url(url: str) -> str:
-    """A URL as messages show it: everything up to the last @ (a user:password, whatever characters the password
-    has) and any query or fragment hidden, as either may hold a credential."""
-    scheme, sep, rest = url.strip().partition("://")
-    if not sep:
-        scheme, rest = "", url.strip()
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    return shown(scheme + sep + re.sub(r"([?#]).*", r"\1***", rest, flags=re.DOTALL))
+def new_run_id() -> str:
+    """A run's identity in its results file (each record carries it as "run"): when it started, and a random part
+    for runs started in the same second. `bench compare --baseline-run` names it."""
+    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 @dataclass
 class RunOutcome:
+    run_id: str = field(default_factory=new_run_id)  # every record of the run carries it as "run"
     finished: int = 0
     failed: int = 0
     interrupted: bool = False
     aborted: str | None = None  # why the run stopped early (server gone)
     signal: int = signal.SIGINT  # what interrupted it: SIGINT or SIGTERM (exit_status.for_signal)
+    written: bool = False  # the results file got this run's records (a run stopped before it began wrote none)
 
 
 class ResultWriter:
-    def __init__(self, path: Path):
+    """Appends a run's records to its results file (a file may hold several runs: each record names its own)."""
+
+    def __init__(self, path: Path, run_id: str):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("a")
+        self.file, self.run_id = path.open("a"), run_id
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps({**record, "run": self.run_id}) + "\n")
         self.file.flush()  # a crash one second later must not lose this request
 
     def close(self) -> None:
@@ -188,8 +189,9 @@ async def _level(client, config: RunConfig, prompts, concurrency: int, writer, o
                       "output_tokens": sum(n for _, _, n in spans), "wall_s": wall_s})  # fmt: skip
 
 
-async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None) -> RunOutcome:
-    outcome = RunOutcome()
+async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None,
+                    outcome: RunOutcome | None = None) -> RunOutcome:  # fmt: skip
+    outcome = outcome or RunOutcome()
     prompts = load_prompts()
     connector = aiohttp.TCPConnector(limit=max(config.concurrencies) + 4)
     timeout = aiohttp.ClientTimeout(total=config.timeout, connect=10.0)
@@ -199,12 +201,13 @@ async def run_async(config: RunConfig, on_result=lambda r: None, on_level=lambda
     ) as client:
         model_info = await identify(client, config.api)
         metrics_before = await server_metrics.snapshot(client)
-        writer = ResultWriter(config.output)
+        writer = ResultWriter(config.output, outcome.run_id)
+        outcome.written = True
         try:
             started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            described = {k: v for k, v in asdict(config).items() if k != "output"}  # the file knows where it is
             writer.write(
-                {"type": "run", **asdict(config), "output": str(config.output),
-                 "api_key_file": str(config.api_key_file) if config.api_key_file else None,
+                {"type": "run", **described, "api_key_file": str(config.api_key_file) if config.api_key_file else None,
                  "model": model_info.get("model_path"), "started": started}
             )  # fmt: skip
             for concurrency in config.concurrencies:
@@ -231,6 +234,7 @@ def run(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None)
     """Run to completion, or until SIGINT or SIGTERM: then the requests in flight are dropped and the rest kept."""
 
     received: list[int] = []
+    outcome = RunOutcome()
 
     def stop(signum: int) -> None:
         received.append(signum)
@@ -244,15 +248,20 @@ def run(config: RunConfig, on_result=lambda r: None, on_level=lambda c, n: None)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, stop, signum)
         try:
-            outcome = await run_async(config, on_result, on_level)
+            await run_async(config, on_result, on_level, outcome)
         except asyncio.CancelledError:
-            outcome = RunOutcome(interrupted=True)
+            outcome.interrupted = True
         outcome.signal = received[0] if received else signal.SIGINT
         return outcome
 
     task = None
-
-    return asyncio.run(main())
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return asyncio.run(main())
+    finally:  # asyncio leaves SIGTERM at the default when its loop closes: the command's handlers, back
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def result_summary_line(result: RequestResult) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from .. import redaction
 from ..serving import launch_plan, launcher
 from ..serving.settings import ServerSettings, default, describe
 from . import BenchError, report
@@ -97,7 +98,7 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
                 if outcome.interrupted:
                     log("interrupted: the points measured so far are kept")
                     break
-                point.median_tok_s, point.accept_length = _medians(results, point.label)
+                point.median_tok_s, point.accept_length = _medians(results, outcome.run_id, point.label)
                 accept = f", accept length {point.accept_length:.2f}" if point.accept_length else ""
                 log(f"{point.label}: median single-stream decode {point.median_tok_s or 0:.1f} tok/s{accept}")
             except (launcher.NotReady, BenchError) as err:
@@ -105,15 +106,22 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
                 log(f"{point.label}: failed ({err})")
         line = {"label": point.label, "draft": point.draft, "shape": point.shape, "median_tok_s": point.median_tok_s,
                 "accept_length": point.accept_length, "error": point.error,
-                "settings": point.settings.model_dump(mode="json")}  # fmt: skip
+                "settings": _shown_settings(point.settings)}  # fmt: skip
         with summary.open("a") as f:
             f.write(json.dumps(line) + "\n")
     return points
 
 
-def _medians(results: Path, label: str) -> tuple[float | None, float | None]:
-    """Median single-stream decode tok/s and accept length of one point."""
-    records = [r for r in report.load(results) if r.get("label") == label]
+def _shown_settings(settings) -> dict:
+    """A point's settings as the summary file keeps them: secrets masked, as `settings show` shows them."""
+    data = settings.model_dump(mode="json")
+    data["environment"] = redaction.masked_env(data["environment"])
+    return redaction.hide_values(data)
+
+
+def _medians(results: Path, run_id: str, label: str) -> tuple[float | None, float | None]:
+    """Median single-stream decode tok/s and accept length of one point: its run (the file may hold earlier ones)."""
+    records = report.runs(report.load(results)).get(run_id, [])
     try:
         tok_s = report.single_stream_median(records, label)
     except BenchError:

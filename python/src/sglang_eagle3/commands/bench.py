@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .. import options
+from .. import errors, options
 from ..cli_common import check_key_files, load_settings, writable_file
 from ..errors import CheckFailed, Interrupted, shown
 from ..exit_status import ExitStatus, for_signal
@@ -80,27 +80,42 @@ class _Progress:
             self.progress.update(self.task, advance=1, last=result_summary_line(result))
 
 
-def _finish(output: Path, plot: bool) -> None:
+def _finish(output: Path, plot: bool, run: str | None = None) -> None:
+    """The summary (and plot) of a results file, or of one run of it."""
     from ..bench import report
 
     records = report.load(output)
+    if run is not None:
+        records = report.runs(records).get(run, [])
     click.echo(report.render_summary(report.summarize(records)))
-    click.echo(f"results: {output}")
+    click.echo(f"results: {output}" + (f" (run {run})" if run else ""))
     if plot and any(r["type"] == "request" and r.get("ok") for r in records):
         click.echo(f"plot:    {report.plot(records, output.with_suffix('.png'))}")
+
+
+def _stopped(outcome, output: Path, measuring: str = "") -> Interrupted:
+    """An interrupted run, naming the results file only when the run wrote to it."""
+    how = "interrupted" if outcome.signal == signal.SIGINT else f"terminated by {signal.Signals(outcome.signal).name}"
+    kept = (f"{outcome.finished} finished requests are kept in {output} (run {outcome.run_id})" if outcome.written
+            else "it was stopped before the first request; nothing was written")  # fmt: skip
+    return Interrupted(f"{how}{measuring}: {kept}", for_signal(outcome.signal))
 
 
 @bench_group.command("run")
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
 @click.option("--label", default="run", show_default=True, help="Name of this configuration in results and plots.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
+@click.option("--output", type=options.NonEmptyPath(dir_okay=False, path_type=Path), help="Results file (JSON Lines).")
 @options.api_key_file
 @bench_options
 def bench_run(
     url, label, output, api_key_file, api, concurrencies, concurrency_sweep, requests, warmup, max_tokens,
     ignore_eos, plot,
 ):  # fmt: skip
-    """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance."""
+    """Benchmark a running server: per-request TTFT, decode tok/s, inter-token latency, acceptance.
+
+    Each run appends its records to --output under an id of its own (`bench compare --baseline-run` names it).
+    """
+    from ..bench.client import IDENTIFY_TIMEOUT_S
     from ..bench.runner import RunConfig, run
 
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else list(concurrencies or [1])
@@ -109,18 +124,17 @@ def bench_run(
                        ignore_eos=ignore_eos, api_key_file=_key_file(api_key_file))  # fmt: skip
     config.headers()  # a bad key file is reported before anything is written
     output = writable_file(config.output)
+    click.echo(f"bench: {config.url}: asking what it serves (at most {IDENTIFY_TIMEOUT_S:.0f} s), then "
+               f"{config.requests} requests per level at concurrency {', '.join(map(str, levels))}, each at most "
+               f"{config.timeout:.0f} s", err=True)  # fmt: skip
     bar = _Progress()
     with bar.progress:
         outcome = run(config, on_result=bar.result, on_level=lambda c, n: bar.level(c, n, label))
-    if output.exists():
-        _finish(output, plot)
+    errors.settle()  # measured: what is left is the report
+    if outcome.written:
+        _finish(output, plot, outcome.run_id)
     if outcome.interrupted:
-        how = (
-            "interrupted" if outcome.signal == signal.SIGINT else f"terminated by {signal.Signals(outcome.signal).name}"
-        )
-        raise Interrupted(
-            f"{how}: {outcome.finished} finished requests are kept in {output}", for_signal(outcome.signal)
-        )
+        raise _stopped(outcome, output)
     if outcome.aborted:
         raise CheckFailed(f"stopped early: {outcome.aborted}; {outcome.finished} finished requests kept")
     if outcome.failed:
@@ -128,7 +142,7 @@ def bench_run(
 
 
 @bench_group.command("summary")
-@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("results", type=options.NonEmptyPath(exists=True, dir_okay=False, path_type=Path))
 @options.plot
 def bench_summary(results, plot):
     """Summarise (and plot) a results file, including one from an interrupted run."""
@@ -136,44 +150,52 @@ def bench_summary(results, plot):
     _finish(results, plot)
 
 
-def _records_for(source: str, label: str, api_key_file: Path | None) -> list[dict]:
-    """A results file, or a server URL that is measured now (single stream, defaults)."""
+def _records_for(source: str, label: str, api_key_file: Path | None, run_name: str | None, option: str) -> list[dict]:
+    """One run's records: of a results file (the run ``run_name`` names, or the file's only one), or of a server
+    URL that is measured now (single stream, defaults)."""
     from ..bench import report
     from ..bench.runner import RunConfig, looks_like_url, run
 
+    if not source.strip():
+        raise click.BadParameter("is empty; give a results file or a server's URL", param_hint=label.upper())
     # A URL is measured (base_url refuses what is not http(s) without showing a password), and so is what only
     # looks like a user:password@host, not like a results file that exists.
     if looks_like_url(source) or ("@" in source and not Path(source).exists()):
+        if run_name is not None:
+            raise click.BadParameter(f"names a run of a results file, but {label.upper()} is a URL (measured now)",
+                                     param_hint=option)  # fmt: skip
         config = RunConfig(url=source, output=_default_output(label), label=label, api_key_file=api_key_file)
         output = writable_file(config.output)
         click.echo(f"measuring {label} at {config.url} -> {output}")
         outcome = run(config)
         if outcome.interrupted:
-            how = (
-                "interrupted"
-                if outcome.signal == signal.SIGINT
-                else f"terminated by {signal.Signals(outcome.signal).name}"
-            )
-            raise Interrupted(f"{how} while measuring {label}: {outcome.finished} finished requests are kept in "
-                              f"{output}", for_signal(outcome.signal))  # fmt: skip
-        return report.load(output)
-    return report.load(Path(source))
+            raise _stopped(outcome, output, f" while measuring {label}")
+        return report.runs(report.load(output))[outcome.run_id]
+    return report.select_run(report.load(Path(source)), run_name, source, option)
 
 
 @bench_group.command("compare")
-@click.argument("baseline")
-@click.argument("eagle3")
+@click.argument("baseline", metavar="BASELINE_FILE|URL")
+@click.argument("eagle3", metavar="EAGLE3_FILE|URL")
+@click.option("--baseline-run", metavar="RUN", help="The run of BASELINE's results file to judge (its id, or a "
+              "label no other run there has); needed when the file holds several runs.")  # fmt: skip
+@click.option("--eagle3-run", metavar="RUN", help="The run of EAGLE3's results file to judge, as --baseline-run.")
 @options.gate
 @options.api_key_file
-def bench_compare(baseline, eagle3, threshold, floor, api_key_file):
-    """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs)."""
+def bench_compare(baseline, eagle3, baseline_run, eagle3_run, threshold, floor, api_key_file):
+    """The A/B gate: fail unless EAGLE-3 beats the baseline (result files or server URLs).
+
+    Each side is one run: a results file of several runs (bench run appends) needs --baseline-run or --eagle3-run
+    to name it; exactly the runs named are compared.
+    """
     from ..bench import report
 
     key_file = _key_file(api_key_file)
     verdict = report.compare(
-        _records_for(baseline, "baseline", key_file), _records_for(eagle3, "eagle3", key_file),
-        threshold=threshold, floor=floor,
+        _records_for(baseline, "baseline", key_file, baseline_run, "--baseline-run"),
+        _records_for(eagle3, "eagle3", key_file, eagle3_run, "--eagle3-run"), threshold=threshold, floor=floor,
     )  # fmt: skip
+    errors.settle()
     click.echo(report.render_verdict(verdict))
     sys.exit(ExitStatus.OK if verdict.passed else ExitStatus.CHECK_FAILED)
 
@@ -265,6 +287,7 @@ def _int_list(text: str, option: str) -> list[int]:
     "drafts",
     multiple=True,
     metavar="PATH",
+    type=options.NonEmptyText(),
     help="Draft model to sweep (repeatable: each is swept over the same grid). Default: the setting.",
 )
 @options.output_dir("results/sweep")

@@ -29,6 +29,7 @@ from ..models.progress import human_bytes
 @click.group("models")
 def models_group() -> None:
     """Pin model weights: lock a hub revision to a commit and per-file hashes, fetch exactly that, verify it."""
+    hub.check_client()
 
 
 def _finish(as_json: bool, payload: dict, error: ModelsError | None = None) -> None:
@@ -60,7 +61,7 @@ def _io_error(err: OSError, directory: Path) -> ModelsError:
 @models_group.command("lock")
 @click.argument("specs", nargs=-1, required=True, metavar="REPO[@REVISION]...")
 @click.option(
-    "--output", "-o", required=True, type=click.Path(),
+    "--output", "-o", required=True, type=options.NonEmptyPath(),
     help="The lock file for one model; for several (or a path ending in /), a directory that gets "
     "OWNER--NAME.lock.json for each.",
 )  # fmt: skip
@@ -79,7 +80,7 @@ def lock_command(specs, output: str, token_file, jobs, as_json) -> None:
         token = _token(token_file)
         parsed = [hub.parse_spec(s) for s in specs]
         into_dir = len(parsed) > 1 or output.endswith("/") or Path(output).is_dir()
-        targets = [Path(output) / f"{repo.replace('/', '--')}.lock.json" if into_dir else Path(output)
+        targets = [Path(output) / lockfile.file_name(repo) if into_dir else Path(output)
                    for repo, _ in parsed]  # fmt: skip
         if len(set(targets)) < len(targets):
             raise ModelsError(

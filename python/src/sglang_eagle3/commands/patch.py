@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
 import click
 
-from .. import SGLANG_VERSION, options
+from .. import SGLANG_VERSION, errors, options
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..judging import patch_check
@@ -33,6 +32,7 @@ def patch_group() -> None:
 def patch_list() -> None:
     """Show the patches in series order."""
     series = _series()
+    errors.settle()  # what is left is printing
     click.echo(f"Patch set for SGLang {series.sglang_version} ({series.directory}):")
     for p in series.patches:
         click.echo(f"  {p.name}\n      {p.summary}\n      touches: {', '.join(p.files)}")
@@ -66,14 +66,10 @@ def patch_apply(sglang: str | None) -> None:
     except patchset.PatchError as err:
         if tree.version != series.sglang_version and err.status is ExitStatus.CHECK_FAILED:
             raise BadInput(str(err)) from None  # a conflict on another SGLang version: the wrong tree
-        raise  # its own status: a conflict, a tree not writable, an interruption
+        raise  # its own status: a conflict, a tree not writable, an interruption, GNU patch missing
     # Done: the tree carries the series. A signal from here on cannot undo it; the report is all that is left.
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        _report_applied(tree, result)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    errors.settle()
+    _report_applied(tree, result)
 
 
 def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult) -> None:
@@ -90,7 +86,7 @@ def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult
 @patch_group.command("check")
 @options.sglang_required
 @click.option(
-    "--series", "series_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    "--series", "series_dir", metavar="DIR", type=options.NonEmptyPath(exists=True, file_okay=False, path_type=Path),
     help="The patch series to check (a patches/sglang-<version> directory). Default: the tree's own "
     "version's series when this project has one, else the default series.",
 )  # fmt: skip
@@ -123,10 +119,7 @@ def patch_verify(sglang: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
     tree = sglang_release.resolve(sglang)
     series = _series(version=tree.version)
-    try:
-        statuses = patchset.verify(series, tree)
-    except patchset.PatchError as err:
-        raise BadInput(str(err)) from None
+    statuses = patchset.verify(series, tree)  # its errors carry their statuses: the wrong tree 2, no GNU patch 1
     if as_json:
         click.echo(
             json.dumps(

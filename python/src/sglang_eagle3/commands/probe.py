@@ -38,7 +38,7 @@ from ..source.source_index import SourceLayoutError
     "without it, PCIe, as on the tuned host (reported as assumed).",
 )  # fmt: skip
 @click.option(
-    "--draft", metavar="PATH",
+    "--draft", metavar="PATH", type=options.NonEmptyText(),
     help="Draft model to check against the settings' model_path: a directory, or a hub id in the local HF cache.",
 )  # fmt: skip
 @options.json_output

@@ -9,11 +9,11 @@ import sys
 
 import click
 
-from .. import options
+from .. import options, redaction
 from ..cli_common import check_key_files, load_settings
 from ..errors import printable, shortened
 from ..exit_status import ExitStatus
-from ..serving import credentials, launch_plan, launcher
+from ..serving import launch_plan, launcher
 from . import preflight_step
 
 
@@ -52,18 +52,18 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     judged = preflight_step.judge(s, sglang)
     plan, checks, note = judged.plan, judged.checks, judged.note
     if as_json:
-        click.echo(json.dumps({
+        click.echo(json.dumps(redaction.hide_values({
             "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
-            "env": credentials.masked_env(plan.env), "health_url": launch_plan.health_url(s),
+            "env": redaction.masked_env(plan.env), "health_url": launch_plan.health_url(s),
             "sglang": {"judged": str(judged.tree.package) if judged.tree else None,
                        "runs": str(judged.runs) if judged.runs else None, "note": note},
             "preflight": checks.to_dict(),
-        }, indent=2))  # fmt: skip
+        }), indent=2))  # fmt: skip
     else:
         click.echo(f"profile: {profile}")
         # Each word shortened and its control characters escaped: a line to read; --json has the argv exactly.
         click.echo(f"command: {shlex.join(shortened(word) for word in plan.argv)}")
-        for key, value in credentials.masked_env(plan.env).items():
+        for key, value in redaction.masked_env(plan.env).items():
             click.echo(f"env:     {shortened(key)}={shortened(value)}")
         if note:
             click.echo(f"note:    {note}")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from .. import options
+from .. import errors, options, redaction
 from ..cli_common import load_settings
 from ..errors import BadInput
-from ..serving import credentials, settings
+from ..serving import settings
 
 
 @click.group("settings")
@@ -23,18 +23,22 @@ def settings_group() -> None:
 def settings_show(config, assignments, profile) -> None:
     """The effective settings as JSON (after file, environment, --set and profile); secrets masked."""
     shown = load_settings(config, assignments, profile).model_dump(mode="json")
-    shown["environment"] = credentials.masked_env(shown["environment"])
-    click.echo(json.dumps(shown, indent=2))
+    errors.settle()  # read: what is left is to print them, which a late signal does not undo
+    shown["environment"] = redaction.masked_env(shown["environment"])
+    click.echo(json.dumps(redaction.hide_values(shown), indent=2))
 
 
 @settings_group.command("schema")
 def settings_schema() -> None:
     """JSON Schema of the settings (the NixOS module and the docs are generated from it)."""
+    errors.settle()
     click.echo(json.dumps(settings.json_schema(), indent=2))
 
 
 @settings_group.command("reference")
-@click.option("--write", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Update this file's block.")
+@click.option(
+    "--write", type=options.NonEmptyPath(exists=True, dir_okay=False, path_type=Path), help="Update this file's block."
+)
 def settings_reference(write: Path | None) -> None:
     """The settings reference as a Markdown table (docs/serve.md embeds it between markers)."""
     table = settings.reference_markdown()

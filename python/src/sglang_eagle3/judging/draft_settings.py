@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..models import draft_inputs
+from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
 from ..source import attention_backends, draft_inheritance, eagle3_source, sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
@@ -143,7 +143,7 @@ def check_draft_revision(result: Report, settings: ServerSettings, index: Source
             f"revision {settings.revision} (the target's) is given to the draft {draft} too, since "
             f"speculative_draft_model_revision is not set; the draft's repository has no such commit, so the draft "
             f"fails after the target has loaded. Set speculative_draft_model_revision (`sglang-eagle3 models lock "
-            f"{draft}` prints its commit)",
+            f"{draft} -o {lockfile.file_name(draft)}` prints its commit)",
             where,
         )  # fmt: skip
 

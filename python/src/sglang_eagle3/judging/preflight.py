@@ -24,7 +24,7 @@ from ..host import driver as host_driver
 from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
-from ..models import draft_inputs
+from ..models import draft_inputs, lockfile
 from ..serving import credentials, launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
@@ -108,7 +108,8 @@ def check_model_dir(
         return None
     if not draft_inputs.looks_local(path):
         # A hub id without a commit resolves when SGLang starts: a re-upload changes what is served.
-        pin = f"pin it: `sglang-eagle3 models lock {shown_path(path)}` prints the commit for {revision_field}"
+        lock = f"sglang-eagle3 models lock {shown_path(path)} -o {lockfile.file_name(path)}"
+        pin = f"pin it: `{lock}` prints the commit for {revision_field}"
         if revision is None:
             result.add(what, Status.WARN, f"{shown_path(path)} (Hugging Face id) has no pinned revision and loads "
                        f"whatever its main branch holds at start-up; {pin}, or serve a fetched directory")  # fmt: skip

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput, shown
+from ..files import loads_json
 
 
 class DraftInputError(BadInput):
@@ -53,6 +54,9 @@ def locate(path_or_id: str, what: str) -> ModelFiles:
         from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError
     except ImportError:
         return ModelFiles(path_or_id, None, "huggingface_hub is not installed, so the hub cache cannot be read")
+    except ValueError as err:  # one of its HF_* variables it cannot read (it reads them as it is imported)
+        return ModelFiles(path_or_id, None, f"huggingface_hub refuses its environment ({shown(str(err))}), so "
+                          "the hub cache cannot be read; check the HF_* variables")  # fmt: skip
     try:
         directory = snapshot_download(path_or_id, local_files_only=True)
     except HFValidationError:
@@ -76,7 +80,7 @@ def read_config(directory: Path, what: str) -> dict:
     except OSError as err:
         raise DraftInputError(f"cannot read {path}: {err.strerror}") from None
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except json.JSONDecodeError as err:
         raise DraftInputError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
     if not isinstance(data, dict):
@@ -150,7 +154,7 @@ def safetensors_header(path: Path) -> dict:
         (length,) = struct.unpack("<Q", prefix)
         if length > MAX_HEADER:
             raise ValueError(f"header length {length} is not plausible")
-        header = json.loads(f.read(length).decode("utf-8"))
+        header = loads_json(f.read(length).decode("utf-8"))
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     return header
@@ -170,7 +174,7 @@ def find_tensors(directory: Path, needle: str) -> TensorLookup:
     found: dict[str, list[int] | None] = {}
     if index_file.is_file():
         try:
-            weight_map = json.loads(index_file.read_text())["weight_map"]
+            weight_map = loads_json(index_file.read_text())["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..exit_status import ExitStatus
+from ..files import place, write_atomic
 from . import ModelsError, hashing, hub
 from .lockfile import LockedFile, ModelLock
 from .progress import Progress, human_bytes
@@ -146,9 +147,7 @@ class State:
                 self._save()
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"repo": self.lock.repo, "commit": self.lock.commit, "files": self.files}))
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps({"repo": self.lock.repo, "commit": self.lock.commit, "files": self.files}))
 
 
 def staging_key(f: LockedFile) -> str:
@@ -164,14 +163,6 @@ def exclusive(directory: Path):
         except BlockingIOError:
             raise ModelsError("busy", f"another fetch into {directory} is running; wait for it to finish") from None
         yield
-
-
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Fetcher:
@@ -236,13 +227,13 @@ class Fetcher:
     def download(self, f: LockedFile, state: State) -> None:
         """Download one file into its staging directory, verify it, and only then put it in place."""
         scratch = self.staging / staging_key(f)
-        try:
-            staged = Path(hub.download_file(self.lock.repo, self.lock.commit, f.path, scratch, self.token))
-        except Exception as err:
-            lock = self.lock
-            raise hub.translate(err, repo=lock.repo, revision=lock.commit, path=f.path, token=self.token) from None
-        size = staged.stat().st_size
-        actual = hashing.sha256_file(staged) if size == f.size else None
+        resumed = hub.partial_bytes(scratch) > 0
+        staged, size, actual = self._fetch_one(f, scratch)
+        if actual != f.sha256 and resumed:
+            # What an earlier run left was damaged (the disk, a run of another tool): not the hub's doing. Fetched
+            # again from its first byte before anything is blamed on the hub.
+            shutil.rmtree(scratch, ignore_errors=True)
+            staged, size, actual = self._fetch_one(f, scratch)
         if actual != f.sha256:
             shutil.rmtree(scratch, ignore_errors=True)  # never resume from content the lock rejects
             served = f"{size} bytes" if actual is None else f"sha256 {actual}"
@@ -252,13 +243,22 @@ class Fetcher:
                 f"{f.size} bytes with sha256 {f.sha256}; nothing was put in place. The file was replaced "
                 "upstream or corrupted on the way: if the new content is wanted, lock the model again",
             )
-        _fsync(staged)
         target = self.directory / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, target)
-        _fsync(target.parent, directory=True)
+        place(staged, target)
         state.record(f.path, f.sha256)
         shutil.rmtree(scratch, ignore_errors=True)
+
+    def _fetch_one(self, f: LockedFile, scratch: Path) -> tuple[Path, int, str | None]:
+        """One file downloaded into ``scratch`` (resuming what is there): its path, size and sha256 (None when the
+        size is already wrong)."""
+        try:
+            staged = Path(hub.download_file(self.lock.repo, self.lock.commit, f.path, scratch, self.token))
+        except Exception as err:
+            lock = self.lock
+            raise hub.translate(err, repo=lock.repo, revision=lock.commit, path=f.path, token=self.token) from None
+        size = staged.stat().st_size
+        return staged, size, hashing.sha256_file(staged) if size == f.size else None
 
     def download_all(self, todo: list[LockedFile], state: State) -> None:
         if self.lock.gated and self.token is None:

@@ -18,11 +18,13 @@ import datetime as dt
 import errno
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from .. import redaction
 from ..errors import shown
 from ..exit_status import ExitStatus
 from ..serving import credentials
@@ -45,6 +47,10 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
     path = token_file if token_file is not None else credentials.credential(TOKEN_CREDENTIAL, environ)
     if path is None:
         return None
+    if problem := credentials.key_file_problem(path, "--token-file"):
+        raise ModelsError("token", problem, ExitStatus.BAD_INPUT)
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block or never end
+        raise ModelsError("token", f"the token file {path} is not a regular file", ExitStatus.BAD_INPUT)
     try:
         token = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as err:
@@ -58,7 +64,20 @@ def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -
         raise ModelsError(
             "token", f"the token file {path} must hold one token on one line, nothing else", ExitStatus.BAD_INPUT
         )
+    redaction.remember(token)
     return token
+
+
+def check_client() -> None:
+    """huggingface_hub reads its HF_* variables as it is imported; one it cannot read (HF_HUB_ETAG_TIMEOUT=abc)
+    is bad input, said once, before anything is asked of the hub."""
+    try:
+        import huggingface_hub.constants  # noqa: F401 - its module-level reads are the check
+    except ValueError as err:
+        raise ModelsError(
+            "bad_input", f"huggingface_hub cannot read its environment ({shown(str(err))}): check the HF_* variables "
+            "(HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT take whole seconds)", ExitStatus.BAD_INPUT,
+        ) from None  # fmt: skip
 
 
 def ignored_token_variables(environ: dict[str, str] | None = None) -> list[str]:
@@ -67,14 +86,16 @@ def ignored_token_variables(environ: dict[str, str] | None = None) -> list[str]:
 
 
 def redact(text: str, token: str | None) -> str:
-    """Defence in depth: no message leaves this package with the token in it."""
-    return text.replace(token, "***") if token else text
+    """Defence in depth: no message leaves this package with the token, or any other secret, in it (before a
+    message is cut short, so no part of one is left)."""
+    return redaction.hide(text.replace(token, redaction.HIDDEN) if token else text)
 
 
 def endpoint() -> str:
+    """The hub's address (HF_ENDPOINT picks a mirror), as messages name it: a password in it hidden."""
     from huggingface_hub import constants
 
-    return constants.ENDPOINT
+    return redaction.shown_url(constants.ENDPOINT)
 
 
 def _quiet_client() -> None:
@@ -89,15 +110,20 @@ def _quiet_client() -> None:
     for handler in logging.getLogger("huggingface_hub").handlers:
         if not any(isinstance(f, _OneLine) for f in handler.filters):
             handler.addFilter(_OneLine())
+        if isinstance(handler, logging.StreamHandler) and handler.stream is not sys.stderr:
+            # this command's stderr (its secrets hidden), not the one of whoever imported the client first
+            handler.setStream(sys.stderr)
 
 
 class _OneLine:
-    """A logging filter: an exception attached to a record becomes ``: Type: message`` on the record's line."""
+    """A logging filter: an exception attached to a record becomes ``: Type: message`` on the record's line, and
+    what looks secret in the line is hidden (redaction.py)."""
 
     def filter(self, record) -> bool:
         if record.exc_info and record.exc_info[1] is not None:
             err = record.exc_info[1]
             record.msg, record.args = f"{record.getMessage()}: {type(err).__name__}: {err}", None
+        record.msg, record.args = redaction.hide(record.getMessage()), None
         record.exc_info, record.exc_text, record.stack_info = None, None, None
         return True
 

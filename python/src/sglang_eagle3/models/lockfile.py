@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import shown, shown_path
 from ..exit_status import ExitStatus
+from ..files import loads_json, write_atomic
 from . import ModelsError
 
 FORMAT = "sglang-eagle3-model-lock"
@@ -127,6 +128,8 @@ def describe(err: ValidationError) -> str:
 
 def load(path: Path) -> ModelLock:
     """Read and validate a lock file; every problem is a ModelsError naming the file and the field."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block or never end
+        raise ModelsError("bad_lock", f"lock file {shown_path(path)} is not a regular file", ExitStatus.BAD_INPUT)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
@@ -139,7 +142,7 @@ def load(path: Path) -> ModelLock:
             "`sglang-eagle3 models lock` writes", ExitStatus.BAD_INPUT,
         ) from None  # fmt: skip
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except json.JSONDecodeError as err:
         raise ModelsError(
             "bad_lock", f"lock file {shown_path(path)} is not valid JSON: {err}", ExitStatus.BAD_INPUT
@@ -159,16 +162,18 @@ def load(path: Path) -> ModelLock:
         ) from None
 
 
+def file_name(repo: str) -> str:
+    """A repository's lock file name, OWNER--NAME.lock.json: what `models lock -o DIR/` writes, and hints name."""
+    return f"{repo.replace('/', '--')}.lock.json"
+
+
 def dump(lock: ModelLock) -> str:
     return json.dumps(lock.model_dump(), indent=2) + "\n"
 
 
 def write(lock: ModelLock, path: Path) -> None:
     """Write atomically: a lock is either the old one or the new one, never half of each."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dump(lock))
-    tmp.replace(path)
+    write_atomic(path, dump(lock))
 
 
 def json_schema() -> dict:

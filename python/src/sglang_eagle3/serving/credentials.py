@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput
+from ..redaction import looks_like_credential, remember
 
+# Words no variable of the manifests' environment may name (tests/test_kubernetes.py). What is shown masked is
+# redaction.secret_name's rule.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
@@ -110,8 +113,30 @@ class KeyFileError(BadInput):
     """A key file that cannot be used; the message says why and how to fix it (never the key)."""
 
 
+def typed_key(value: str | Path) -> bool:
+    """Whether a value given as a key file's path looks like the key itself: no file is there, and it has no ``/``
+    (a typed key, or a bare file name that is not there either) or looks like a credential (redaction.py)."""
+    text = str(value)
+    return not os.path.lexists(text) and ("/" not in text or looks_like_credential(text))
+
+
+def key_file_problem(value: str | Path, what: str) -> str | None:
+    """What is wrong with ``value`` as the path of a file holding a secret, found without reading it and said
+    without repeating it (it may be the secret itself), or None."""
+    if not str(value).strip():
+        return f"{what} is empty; give the path of the file that holds it, or leave it out"
+    if typed_key(value):
+        return (
+            f"{what} names no file, and the value looks like the secret itself rather than a path (it is not shown): "
+            "write the secret into a file (chmod 600) and give that file's path"
+        )
+    return None
+
+
 def read_key(path: Path, what: str = "api_key_file") -> str:
     """The key in ``path``, after the checks a secret's file must pass (see check_key_file)."""
+    if problem := key_file_problem(path, what):
+        raise KeyFileError(problem)
     path = Path(path)
     try:
         info = path.stat()
@@ -145,6 +170,7 @@ def read_key(path: Path, what: str = "api_key_file") -> str:
         raise KeyFileError(f"{what} {path} is empty; write the key into it")
     if not key.isprintable() or any(c.isspace() for c in key):
         raise KeyFileError(f"{what} {path} must hold the key alone, on one line, without spaces")
+    remember(key)  # hidden wherever it would show
     return key
 
 
@@ -155,13 +181,6 @@ def check_key_file(path: Path, what: str = "api_key_file") -> str | None:
     except KeyFileError as err:
         return str(err)
     return None
-
-
-def masked_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment for display: values of secret-looking variables replaced."""
-    return {
-        k: "***" if any(w in k.upper() for w in SECRET_WORDS) and not k.endswith("_FILE") else v for k, v in env.items()
-    }
 
 
 def without_secrets(info):

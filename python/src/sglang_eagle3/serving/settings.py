@@ -44,7 +44,8 @@ from pydantic import (
 
 from .. import SGLANG_VERSION
 from ..errors import BadInput, shown, shown_path
-from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, secret_flag_in
+from ..files import loads_json, loads_toml
+from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_problem, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
@@ -210,6 +211,14 @@ class ServerSettings(BaseModel):
         description="Seconds SGLang gets to stop after SIGTERM/SIGINT before its process group is killed (SIGKILL).",
     )  # fmt: skip
 
+    @field_validator(*(secret.setting for secret in SECRET_ARGS), mode="before")
+    @classmethod
+    def _a_path_not_a_key(cls, value: Any) -> Any:
+        # A key typed where its file's path belongs: refused here, by every command alike, without repeating it.
+        if isinstance(value, (str, Path)) and (problem := key_file_problem(value, "the path")):
+            raise ValueError(problem)
+        return value
+
     @field_validator("environment")
     @classmethod
     def _environment_names(cls, environment: dict[str, str]) -> dict[str, str]:
@@ -363,7 +372,7 @@ def _parse_value(name: str, raw: str) -> Any:
     A text setting keeps its text: `served_model_name=1234` is the name "1234".
     """
     try:
-        value = json.loads(raw)
+        value = loads_json(raw)
     except ValueError:  # not JSON, or a number of more than Python's 4,300 digits: text, which the field judges
         return raw
     if isinstance(value, (bool, int, float)) and _takes_text(name):
@@ -409,7 +418,7 @@ def read_file(path: Path) -> dict:
         raise SettingsError(f"settings file {shown_path(path)}: YAML is not read; write it as JSON or TOML ({formats})")
     toml = path.suffix.lower() == ".toml"
     try:
-        data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicates)
+        data = loads_toml(text) if toml else loads_json(text, object_pairs_hook=_no_duplicates)
     except (tomllib.TOMLDecodeError, ValueError) as err:  # ValueError: JSON's, or a number of over 4,300 digits
         kind = "TOML" if toml else "JSON"
         raise SettingsError(f"{shown_path(path)} is not valid {kind}: {err} ({formats})") from None
@@ -479,14 +488,18 @@ def load(
         raise SettingsError(describe(err)) from None
 
 
+# Settings whose values a message never quotes: what is typed there may be a secret.
+NEVER_SHOWN = frozenset({"extra_args", "environment", *(secret.setting for secret in SECRET_ARGS)})
+
+
 def describe(err: ValidationError) -> str:
     """Pydantic's errors as one line per field: 'tp_size: Input should be greater than or equal to 1 (got 0)'."""
     lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
         message = e["msg"].removeprefix("Value error, ")
-        # The value is shown for plain fields only: extra_args and environment may hold secrets.
-        plain = where and where.split(".")[0] not in ("extra_args", "environment")
+        # The value is shown for plain fields only: extra_args, environment and a key's file may hold secrets.
+        plain = where and where.split(".")[0] not in NEVER_SHOWN
         got = f" (got {shown(e['input'])})" if plain and "input" in e and not isinstance(e["input"], dict) else ""
         lines.append(f"{where}: {message}{got}" if where else message)
     return "invalid settings:\n  " + "\n  ".join(lines)

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Eagle3Error
+from ..errors import Eagle3Error, settle
 from ..exit_status import ExitStatus, for_signal
 from .sglang_source import SGLangTree
 
@@ -39,6 +39,18 @@ class TreeNotWritable(PatchError):
     """The SGLang tree cannot be written by this user; nothing was changed."""
 
     status = ExitStatus.BAD_INPUT
+
+
+class WrongVersion(PatchError):
+    """The tree is another SGLang version than the series is for: the wrong tree was given."""
+
+    status = ExitStatus.BAD_INPUT
+
+
+class PatchProgramMissing(PatchError):
+    """GNU patch is not installed: the host lacks a program (a failed check, as in every command)."""
+
+    status = ExitStatus.CHECK_FAILED
 
 
 class TreeIncomplete(PatchError):
@@ -207,7 +219,7 @@ class PatchStatus:
 
 def _run_patch(patch: Patch, directory: Path, *extra: str) -> subprocess.CompletedProcess:
     if shutil.which("patch") is None:
-        raise PatchError("GNU patch is not installed; install it (Debian/Ubuntu: apt-get install patch)")
+        raise PatchProgramMissing("GNU patch is not installed; install it (Debian/Ubuntu: apt-get install patch)")
     return subprocess.run(
         # GNU patch opens -i from the -d directory: a relative path (``--series patches/...``) would miss.
         ["patch", *PATCH_FLAGS, *extra, "-d", str(directory), "-i", str(patch.path.absolute())],
@@ -233,7 +245,7 @@ def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
 def check_version(series: PatchSeries, tree: SGLangTree) -> None:
     if tree.version != series.sglang_version:
         found = tree.version or "an unknown version"
-        raise PatchError(
+        raise WrongVersion(
             f"{tree.package} is SGLang {found}, but this patch set is for SGLang "
             f"{series.sglang_version}; install sglang=={series.sglang_version} there "
             "or point --sglang at an SGLang "
@@ -324,6 +336,7 @@ def apply(series: PatchSeries, tree: SGLangTree) -> ApplyResult:
                 target = tree.root / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / rel, target)
+            settle()  # done: a signal from now on (the report is left) does not change the outcome
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return ApplyResult(pending, already)

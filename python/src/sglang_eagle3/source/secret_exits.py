@@ -40,6 +40,7 @@ gives every key a disposition; ``patch check`` reports the keys a tree has that 
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -51,7 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
+from ..files import loads_json, write_atomic
 from . import source_index
+from .sglang_release import working
 from .sglang_source import SGLangTree
 from .source_index import (
     Constants,
@@ -525,16 +528,15 @@ def scan_report(root: Path, secrets: Iterable[str]) -> tuple[list[Exit], list[di
         digest.update(path.relative_to(scan.package).as_posix().encode() + b"\0" + text + b"\0")
     cached = _cache_dir() / f"{digest.hexdigest()}.json"
     try:
-        kept = json.loads(cached.read_text())
+        kept = loads_json(cached.read_text())
         return [Exit(**e) for e in kept["exits"]], kept["unresolved"]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError):  # none, or damaged: scanned again and replaced
         pass
-    exits = scan.run()
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps({"exits": [e.__dict__ for e in exits], "unresolved": scan.unresolved}))
-    except OSError:
-        pass
+    with working(f"auditing where SGLang's server args can leave {root} (once per tree, about a minute; kept in "
+                 f"{cached.parent})"):  # fmt: skip
+        exits = scan.run()
+    with contextlib.suppress(OSError):
+        write_atomic(cached, json.dumps({"exits": [e.__dict__ for e in exits], "unresolved": scan.unresolved}))
     return exits, scan.unresolved
 
 

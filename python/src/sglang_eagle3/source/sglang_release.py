@@ -21,10 +21,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import zipfile
 from functools import cache
 from pathlib import Path
 
+from .. import files
 from ..errors import BadInput, CheckFailed, shown
 from .sglang_source import SGLangNotFound, SGLangTree, locate
 
@@ -45,6 +48,8 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
         return locate(None)
     cache = cache or cache_dir()
     text = str(given)
+    if not text.strip():  # Path("") is the working directory: never read it for an empty value
+        raise BadInput("--sglang is empty; give an SGLang directory, a wheel file or a release version (e.g. 0.5.9)")
     try:
         path = Path(text).expanduser()
     except RuntimeError:  # ~unknown-user
@@ -145,54 +150,75 @@ def release_pin(version: str) -> dict | None:
 # -- fetching and unpacking -----------------------------------------------------------------------------
 
 
-def _progress(message: str) -> None:
-    """A line on stderr while a first run fetches or unpacks a release (tens of seconds, once; stdout stays the
-    command's own output, JSON included)."""
+def progress(message: str) -> None:
+    """A line on stderr while a first run fetches, unpacks or audits a release (tens of seconds, once; stdout stays
+    the command's own output, JSON included)."""
     print(f"sglang-eagle3: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def working(message: str, every: float = 15.0):
+    """``message`` as a progress line, then a line every ``every`` seconds until the block ends: a first run that
+    reads for a minute is never silent."""
+    progress(f"{message} ...")
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tick():
+        while not done.wait(every):
+            progress(f"... still at it ({time.monotonic() - started:.0f} s)")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
 
 
 def download(version: str, cache: Path) -> Path:
     """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
 
     A pinned version is exactly the pinned wheel, sha256 checked; another version is whatever
-    wheel pip picks for this Python (its bytes are not pinned anywhere to check them against).
+    wheel pip picks for this Python (its bytes are not pinned anywhere to check them against: a
+    cached one is checked to be a whole zip archive).
     """
     wheels = cache / "wheels"
     pin = release_pin(version)
     try:
         if pin is not None:
             return fetch_pinned(pin, wheels, "sglang")
-        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-        if found:
-            return found[0]
         with download_lock(wheels):
-            _progress(f"fetching the sglang {version} wheel into {wheels} (once; pip, from the package index) ...")
-            _pip_download(f"sglang=={version}", wheels, [])
+            for found in sorted(wheels.glob(f"sglang-{version}-*.whl")):
+                if _whole_archive(found):
+                    return found
+                progress(f"{found} is damaged (not a whole zip archive); fetching it again")
+                found.unlink()
+            progress(f"fetching the sglang {version} wheel into {wheels} (once; pip, from the package index) ...")
+            return _fetch(f"sglang=={version}", wheels, [])
     except OSError as err:
         raise cache_error(cache, err) from None
-    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        raise BadInput(f"pip fetched no sglang {version} wheel into {wheels}")
-    return found[0]
 
 
 def fetch_pinned(pin: dict, directory: Path, package: str) -> Path:
     """``pin``'s wheel (its ``wheel`` file name, ``version``, ``sha256``; ``pinned_by``: where the pin is, for the
-    message) in ``directory``, downloaded with pip for the wheel's own tags if missing; CheckFailed if its sha256
-    is not the pinned one. Runs that share ``directory`` wait for one another's download."""
+    message) in ``directory``, downloaded with pip for the wheel's own tags if missing. A cached wheel whose sha256 is
+    not the pinned one is damaged (a download cut short by an older version of this tool, the disk): it is said so
+    and fetched again. Only when the index itself serves other bytes (twice, the second time past pip's cache) is
+    it CheckFailed: the release was replaced. Runs that share ``directory`` wait for one another's download."""
     wheel = directory / pin["wheel"]
-    if not wheel.is_file():
-        with download_lock(directory):
-            if not wheel.is_file():
-                _progress(f"fetching {pin['wheel']} into {directory} (once; pip, from the package index) ...")
-                _pip_download(f"{package}=={pin['version']}", directory, wheel_tags(pin["wheel"]))
-    actual = sha256_of(wheel)
-    if actual != pin["sha256"]:
-        raise CheckFailed(
-            f"{wheel} has sha256 {actual}, but {pin.get('pinned_by', 'nix/pins.json')} pins {pin['sha256']}: "
-            "delete the file and run again; if the index serves these bytes again, the release was replaced"
-        )
-    return wheel
+    if wheel.is_file() and sha256_of(wheel) == pin["sha256"]:
+        return wheel
+    with download_lock(directory):
+        if wheel.is_file():  # another run may have fetched it meanwhile
+            actual = sha256_of(wheel)
+            if actual == pin["sha256"]:
+                return wheel
+            progress(f"{wheel} is damaged (sha256 {actual}, pinned {pin['sha256']}); fetching it again")
+            wheel.unlink()
+        progress(f"fetching {pin['wheel']} into {directory} (once; pip, from the package index) ...")
+        return _fetch(f"{package}=={pin['version']}", directory, wheel_tags(pin["wheel"]), pin)
 
 
 @contextlib.contextmanager
@@ -202,6 +228,47 @@ def download_lock(directory: Path):
     with (directory / ".download.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+SCRATCH_PREFIX = ".fetch-"
+
+
+def _fetch(requirement: str, directory: Path, tags: list[str], pin: dict | None = None) -> Path:
+    """One wheel fetched with pip into a scratch directory beside ``directory``'s wheels, checked (``pin``'s
+    sha256), then put in place atomically (files.place): a fetch stopped at any point leaves no part of a wheel under
+    a wheel's name. The caller holds ``download_lock``: a scratch directory found now is a killed run's, removed."""
+    for stale in directory.glob(f"{SCRATCH_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=directory))
+    try:
+        for attempt in ("", "--no-cache-dir"):  # the second time past pip's own cache, which could hold bad bytes
+            _pip_download(requirement, scratch, [*tags, attempt] if attempt else tags)
+            fetched = sorted(scratch.glob("*.whl"))
+            if pin is not None:
+                fetched = [w for w in fetched if w.name == pin["wheel"]]
+            if not fetched:
+                raise BadInput(f"pip fetched no {requirement} wheel into {directory}")
+            actual = sha256_of(fetched[0])
+            if pin is None or actual == pin["sha256"]:
+                files.place(fetched[0], directory / fetched[0].name)
+                return directory / fetched[0].name
+            fetched[0].unlink()
+        raise CheckFailed(
+            f"the package index serves {pin['wheel']} with sha256 {actual}, but {pin.get('pinned_by', 'nix/pins.json')}"
+            f" pins {pin['sha256']} (fetched twice, the second time past pip's cache): the release was replaced on "
+            "the index, or something between alters it. Nothing was kept; review the new wheel before changing the pin"
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _whole_archive(wheel: Path) -> bool:
+    """Whether ``wheel`` is a whole zip archive: its directory and every member's checksum read back."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.testzip() is None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return False
 
 
 def _pip_download(requirement: str, directory: Path, tags: list[str]) -> None:
@@ -217,6 +284,12 @@ def _pip_download(requirement: str, directory: Path, tags: list[str]) -> None:
         if "No module named pip" in result.stderr:
             why = f"{sys.executable} has no pip; download the wheel yourself and pass its path"
         package, version = requirement.split("==")
+        if re.search(r"NewConnectionError|Max retries exceeded|Network is unreachable|name resolution|ProxyError|"
+                     r"timed out|Connection refused", result.stderr + result.stdout):  # fmt: skip
+            raise CheckFailed(  # the index does not answer: a failed check, as an unreachable hub or server is
+                f"cannot reach the package index to fetch {requirement}: {why}. Check the network (pip's index "
+                "settings), or pass a wheel file or an SGLang directory instead of a version"
+            )
         raise BadInput(
             f"cannot fetch {'SGLang' if package == 'sglang' else package} {version} from the package index: {why}. "
             f"Is it a released version (pip index versions {package})? Offline, pass a wheel file or a directory"
@@ -242,27 +315,41 @@ def sha256_of(path: Path) -> str:
 
 
 def unpack(wheel: Path, cache: Path) -> SGLangTree:
-    """The wheel's contents under ``cache/trees/<wheel name>``, unpacked once (atomically)."""
+    """The wheel's contents under ``cache/trees/<wheel name>``, unpacked once: into a staging directory beside it,
+    renamed into place whole (a run stopped at any point leaves no part of a tree under a tree's name; a staging
+    directory a killed run left is removed by the next). Runs that share the cache wait for one another."""
     root = cache / "trees" / wheel.name.removesuffix(".whl")
     if not (root / "sglang").is_dir():
         try:
-            root.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+            with download_lock(root.parent):
+                if not (root / "sglang").is_dir():
+                    for stale in root.parent.glob(".unpack-*"):
+                        shutil.rmtree(stale, ignore_errors=True)
+                    _unpack(wheel, root)
         except OSError as err:
             raise cache_error(cache, err) from None
-        try:
-            _progress(f"unpacking {wheel.name} into {root} to read its source (once) ...")
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(staging)
-            if not (staging / "sglang" / "srt").is_dir():
-                raise BadInput(f"{wheel} is not an SGLang wheel (no sglang/srt/ in it)")
-            if not root.exists():  # another run may have unpacked it meanwhile
-                staging.rename(root)
-        except (zipfile.BadZipFile, OSError) as err:
-            raise BadInput(f"cannot unpack {wheel}: {err}") from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     return dataclasses.replace(locate(root), release=wheel.name)
+
+
+def _unpack(wheel: Path, root: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+    try:
+        progress(f"unpacking {wheel.name} into {root} to read its source (once) ...")
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(staging)
+        if not (staging / "sglang" / "srt").is_dir():
+            raise BadInput(f"{wheel} is not an SGLang wheel (no sglang/srt/ in it)")
+        if root.exists():  # no sglang/ in it: not what a rename leaves, so damaged by hand; replaced
+            shutil.rmtree(root)
+        staging.rename(root)
+    except (zipfile.BadZipFile, EOFError) as err:
+        raise BadInput(f"cannot unpack {wheel}: it is not a whole wheel ({err}); give the wheel again") from None
+    except OSError as err:
+        if err.filename and Path(err.filename).is_relative_to(root.parent):
+            raise  # the cache cannot be written: cache_error says which and how to move it
+        raise BadInput(f"cannot unpack {wheel}: {err}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def cache_error(cache: Path, err: OSError) -> BadInput:
