@@ -26,6 +26,7 @@ import pytest
 from sglang_eagle3.bench import report
 from sglang_eagle3.bench.runner import load_prompts
 from support.bench_fixtures import free_port
+from support.own_resources import missing_path, refused_port
 from support.router_fixtures import SOURCE, Router, StandIn, cluster, generate, get_json, offline, wait_until
 
 # Fast health checks and short circuit-breaker pauses, so a test sees a worker leave and
@@ -423,18 +424,23 @@ def run_router_main(*args: str, env: dict | None = None) -> subprocess.Completed
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--api-key", "secret-value", "--worker-urls", "http://127.0.0.1:1"], "must not be given on the command line"),
+        (
+            ["--api-key", "secret-value", "--worker-urls", "http://127.0.0.1:{refused}"],
+            "must not be given on the command line",
+        ),
         (["--api-key=secret-value"], "must not be given on the command line"),
-        (["--api-key-file", "/nonexistent/key"], "--api-key-file /nonexistent/key does not exist"),
+        (["--api-key-file", "{missing}"], "--api-key-file {missing} does not exist"),
         (["--api-key-file"], "--api-key-file needs a path"),
         (["--polcy", "round_robin"], "unrecognized arguments: --polcy"),
         (["--policy", "fastest"], "invalid choice: 'fastest'"),
     ],
 )
-def test_bad_input_is_refused_with_a_message_and_exit_code_2(args, message):
-    result = run_router_main(*args)
+def test_bad_input_is_refused_with_a_message_and_exit_code_2(args, message, tmp_path):
+    with refused_port() as port:
+        values = {"refused": port, "missing": missing_path(tmp_path, "key")}
+        result = run_router_main(*(a.format(**values) for a in args))
     assert result.returncode == 2, result.stderr
-    assert message in result.stderr
+    assert message.format(**values) in result.stderr
     assert "Traceback" not in result.stderr and "secret-value" not in result.stderr
 
 
@@ -468,9 +474,10 @@ def test_the_key_file_gets_the_servers_checks(tmp_path):
 def test_a_port_in_use_is_a_clear_error(tmp_path):
     squatter = StandIn(tmp_path, "squatter").start()
     try:
-        result = run_router_main("--host", "127.0.0.1", "--port", str(squatter.port),
-                                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-                                 "--worker-urls", "http://127.0.0.1:1")  # fmt: skip
+        with refused_port() as worker:
+            result = run_router_main("--host", "127.0.0.1", "--port", str(squatter.port),
+                                     "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+                                     "--worker-urls", f"http://127.0.0.1:{worker}")  # fmt: skip
     finally:
         squatter.stop()
     assert result.returncode == 1

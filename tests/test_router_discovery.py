@@ -15,6 +15,7 @@ are present, Running and Ready; no request reaches another pod after that bound,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ import yaml
 from conftest import REPO
 from support import k8s_api
 from support.bench_fixtures import FAKE_SGLANG, free_port
+from support.own_resources import refused_port
 from support.router_fixtures import SOURCE, StandIn, get_json, wait_until
 
 KEY = "rk-" + os.urandom(12).hex()
@@ -232,8 +234,11 @@ class Setup:
         # The pod's environment (the key by CREDENTIALS_DIRECTORY, as the manifest's init container leaves it), no
         # proxy, the hub unreachable.
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and k != "KUBECONFIG"}
+        # The hub: a port this harness holds and never listens on, refused for as long as the router runs.
+        self.hub = contextlib.ExitStack()
+        hub_port = self.hub.enter_context(refused_port())
         env.update(PYTHONPATH=str(SOURCE), CREDENTIALS_DIRECTORY=str(credentials),
-                   HF_ENDPOINT=f"http://127.0.0.1:{free_port()}", HOME=str(self.tmp))  # fmt: skip
+                   HF_ENDPOINT=f"http://127.0.0.1:{hub_port}", HOME=str(self.tmp))  # fmt: skip
         self.command = [sys.executable, "-m", "sglang_eagle3.serving.router_main", *argv]
         if self.client == "in-cluster":
             env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.server.port))
@@ -279,6 +284,7 @@ class Setup:
         for s in self.servers.values():
             s.stop()
         self.server.stop()
+        self.hub.close()
 
 
 def rbac_applied_in(namespace: str, objects: list[dict]) -> list[dict]:
