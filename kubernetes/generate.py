@@ -45,7 +45,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
-from sglang_eagle3 import redaction
+from sglang_eagle3 import redaction, stacks
 from sglang_eagle3.models import ModelsError, lockfile
 from sglang_eagle3.serving import credentials, launch_plan, settings
 
@@ -105,23 +105,13 @@ NODE_LOCAL_DNS = "169.254.20.10/32"  # NodeLocal DNSCache's default listen addre
 WEIGHTS_SIZE = "1200Gi"  # Kimi-K2.5 NVFP4 (~600 GB) and the draft, with room for a second revision
 SHM_SIZE = "32Gi"
 PROBE_PERIOD = 30  # seconds between startup probes
-# SGLang's health handlers, per stack. On both, /health and /health_generate are one handler: 503 while starting or
-# stopping, otherwise it sends a one-token request and answers 200 as soon as anything comes back from the
-# scheduler, or 503 after SGLANG_HEALTH_CHECK_TIMEOUT seconds (default 20). A probe's timeout must exceed that
-# wait, or a slow but healthy server fails it before SGLang has answered. A forward batch that hangs is ended by
-# SGLang's own watchdog (--watchdog-timeout, default 300 s), which says why: liveness allows longer than that.
-# (0.5.23 also has /ready, which generates nothing, but answers 503 while generation is paused by an operator.)
+# SGLang's health handler, per stack (nix/stacks/sglang-<version>/http-server.json): where it is, SGLang's health-check
+# wait (SGLANG_HEALTH_CHECK_TIMEOUT, default 20) and its watchdog (--watchdog-timeout, default 300). A probe's timeout
+# must exceed that wait, or a slow but healthy server fails it before SGLang has answered; liveness allows longer than
+# the watchdog, which ends a forward batch that hangs and says why.
 STACKS = {
-    "0.5.9": {
-        "health_handler": "srt/entrypoints/http_server.py:464-540",
-        "health_check_timeout": ("srt/entrypoints/http_server.py:166", 20),
-        "watchdog_timeout": ("srt/server_args.py:359", 300),
-    },
-    "0.5.23": {
-        "health_handler": "srt/entrypoints/http_server.py:721-799",
-        "health_check_timeout": ("srt/entrypoints/http_server.py:218", 20),
-        "watchdog_timeout": ("srt/arg_groups/fields/device.py:66-69", 300),
-    },
+    version: json.loads((REPO / stack.data / "http-server.json").read_text())
+    for version, stack in stacks.stacks().items()
 }
 LIVENESS_PERIOD = 60
 # A LeaderWorkerSet group starts SGLang only when every member's weights are verified: each pod's
@@ -187,7 +177,7 @@ class Cluster:
     router_image: str = ""
     # The SGLang stack of the image (nix/image.nix: `.#image` is 0.5.9, `.#image-0_5_23` 0.5.23): its image and
     # the probes its health handler calls for (STACKS).
-    sglang: str = "0.5.9"
+    sglang: str = stacks.default().version
     # kube-prometheus-stack's default selectors pick ServiceMonitors and PrometheusRules labelled
     # `release: <its Helm release name>`: the monitoring component's objects carry it.
     prometheus_release: str = "kube-prometheus-stack"

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from sglang_eagle3.host import driver as host_driver
 from support import driver_tree
 from support.own_resources import missing_path
 
@@ -107,8 +106,3 @@ def test_a_driver_older_than_cuda_13_is_refused(tmp_path, drivers):
     (finding,) = in_container(tmp_path / "root", tmp_path)
     assert finding["status"] == "fail"
     assert "runs CUDA up to 12.8" in finding["message"] and "needs a 580 or newer driver" in finding["message"]
-
-
-def test_the_stack_cuda_is_the_pinned_one():
-    pinned = json.loads((REPO / "nix" / "pins.json").read_text())["stack"]["cuda"]
-    assert ".".join(map(str, host_driver.STACK_CUDA)) == pinned

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from sglang_eagle3 import SGLANG_VERSION
+from sglang_eagle3 import stacks
 from sglang_eagle3.serving import settings
 from sglang_eagle3.source import patchset
 from support import flake_eval, pins
@@ -41,6 +41,7 @@ from support.nix_harness import (
     verify_unit,
 )
 
+SGLANG_VERSION = stacks.default().version  # the default stack's release
 NIX_FILES = sorted(p for p in REPO.rglob("*.nix") if ".venv" not in p.parts and ".git" not in p.parts)
 PINS = pins.pins()
 LOCK = tomllib.loads((REPO / "python" / "uv.lock").read_text())

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from sglang_eagle3 import SGLANG_VERSIONS
+from sglang_eagle3 import stacks
 from sglang_eagle3.judging import draft_check, patch_check, preflight, probe, settings_rules
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
@@ -37,8 +37,16 @@ def source_line(tree, where: str) -> str:
     return (tree.package / path).read_text().splitlines()[int(line) - 1]
 
 
-def test_the_versions_are_the_pinned_stacks():
-    assert SGLANG_VERSIONS == (pins.pins()["sglang"]["version"], pins.pins()["sglang-0.5.23"]["version"])
+def test_each_stack_is_its_pinned_release():
+    for version, stack in stacks.stacks().items():
+        assert stack.pin["version"] == version and stack.pin["wheel"].startswith(f"sglang-{version}-")
+        assert (REPO / stack.series / "series").is_file() and (REPO / stack.data).is_dir()
+    assert stacks.default().version == pins.pins()["stack"]["default"] and stacks.default().app == "serve-eagle3"
+
+
+def test_every_setting_is_written_for_a_stack():
+    for name in settings.ServerSettings.model_fields:
+        assert stacks.get(settings.field_origin(name)[0]) is not None, name
 
 
 def test_the_parser_of_each_tree_is_read(tree):
@@ -89,9 +97,9 @@ def test_a_setting_the_tree_lacks_is_refused_naming_the_version_and_its_stack(tm
         assert found.status is preflight.Status.OK, found.message
         return
     assert found.status is preflight.Status.FAIL and message in found.message and not report.passed
-    other = next(v for v in SGLANG_VERSIONS if v != refused_on)
+    other = next(v for v in stacks.versions() if v != refused_on)
     assert f"it is in SGLang {other}" in found.message
-    assert f"nix run .#{settings.stack_app(other)}" in found.message
+    assert f"nix run .#{stacks.get(other).app}" in found.message
     if refused_on == "0.5.23":
         assert "its nearest flag is --cuda-graph-max-bs-decode" in found.message
     else:

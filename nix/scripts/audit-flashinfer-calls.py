@@ -39,7 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
-from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402 - the repository's package, found above
+from sglang_eagle3 import stacks  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402
 from sglang_eagle3.serving.settings import ServerSettings  # noqa: E402
 from sglang_eagle3.source import patchset, sglang_release, sglang_source  # noqa: E402
 
@@ -58,11 +59,11 @@ def load_script(name: str):
 
 
 def stack_versions() -> list[str]:
-    return [v for v in json.loads(PINS.read_text())["stacks"] if not v.startswith("_")]
+    return list(stacks.versions())
 
 
 def data_dir(stack: str) -> Path:
-    return REPO / json.loads(PINS.read_text())["stacks"][stack]["data"]
+    return REPO / stacks.stacks()[stack].data
 
 
 # -- the environment of a trace --------------------------------------------------------------------------------

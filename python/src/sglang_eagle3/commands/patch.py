@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .. import SGLANG_VERSION, errors, options
+from .. import errors, options, stacks
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..judging import patch_check
@@ -50,8 +50,8 @@ def patch_apply(sglang: str | None) -> None:
         raise BadInput(  # not the readers' hint: a release version is read, never patched
             "no importable 'sglang' package in this Python environment, so there is nothing to patch; give the "
             "directory of the SGLang you serve with --sglang DIR, or install it first (pip install "
-            f"sglang=={SGLANG_VERSION}). Whether the series applies to a release: sglang-eagle3 patch check "
-            f"--sglang {SGLANG_VERSION}"
+            f"sglang=={stacks.default().version}). Whether the series applies to a release: sglang-eagle3 patch "
+            f"check --sglang {stacks.default().version}"
         ) from err
     if tree.release is not None:
         raise BadInput(

@@ -10,9 +10,8 @@ import ctypes
 from pathlib import Path
 
 LIBCUDA_ENV = "SGLANG_EAGLE3_LIBCUDA"  # the driver library to judge instead of the one the loader finds (tests)
-# The CUDA both stacks are built with (nix/pins.json "cuda"). A driver reports the newest CUDA it runs with
-# cuDriverGetVersion (13000 = 13.0); CUDA's minor version compatibility lets a 13.0 driver run any 13.x.
-STACK_CUDA = (13, 0)
+# The CUDA the stacks are built with is nix/pins.json's (stacks.cuda()). A driver reports the newest CUDA it runs
+# with cuDriverGetVersion (13000 = 13.0); CUDA's minor version compatibility lets a 13.0 driver run any 13.x.
 DRIVER_LINK = Path("/run/opengl-driver")  # NixOS's driver, also where its container toolkit (CDI) mounts it
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SGLANG_VERSIONS
+from .. import stacks
 from ..errors import shown, shown_path
 from ..host import driver as host_driver
 from ..host import gpus as host_gpus
@@ -59,7 +59,7 @@ def check_driver(result: Report, nvidia_smi: str | None, environ) -> None:
             f"(set {host_driver.LIBCUDA_ENV} to judge a driver library)",
         )  # fmt: skip
         return
-    want = ".".join(map(str, host_driver.STACK_CUDA))
+    want = ".".join(map(str, stacks.cuda()))
     try:
         path, version = host_driver.driver_cuda_version(given)
     except OSError:
@@ -77,7 +77,7 @@ def check_driver(result: Report, nvidia_smi: str | None, environ) -> None:
         result.add("driver", Status.FAIL, f"the CUDA driver library does not answer: {err}")
         return
     runs = f"{version // 1000}.{version % 1000 // 10}"
-    if (version // 1000, version % 1000 // 10) < host_driver.STACK_CUDA:
+    if (version // 1000, version % 1000 // 10) < stacks.cuda():
         result.add(
             "driver", Status.FAIL,
             f"the NVIDIA driver runs CUDA up to {runs} ({path}), too old for this stack's CUDA {want}: CUDA {want} "
@@ -257,12 +257,8 @@ def check_sglang(result: Preflight, launch: Launch) -> None:
     tree = launch.tree
     if tree is None:
         result.add("sglang", Status.FAIL, launch.tree_problem or "no SGLang found")
-    elif tree.version not in SGLANG_VERSIONS:
-        result.add(
-            "sglang", Status.WARN,
-            f"SGLang {tree.version or '(unknown version)'} at {tree.root}; this launcher is written for "
-            f"{' and '.join(SGLANG_VERSIONS)}",
-        )  # fmt: skip
+    elif stacks.get(tree.version) is None:
+        result.add("sglang", Status.WARN, f"{stacks.not_a_stack(tree.version)}; read at {tree.root}")
 
 
 def check_settings(result: Preflight, launch: Launch) -> None:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import SGLANG_VERSIONS
+from .. import stacks
 from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
@@ -469,9 +469,8 @@ def check_settings_version(
     ]
     if problems:
         result.add("settings", Status.FAIL, "; ".join(problems))
-    elif tree.version not in SGLANG_VERSIONS:
-        result.add("settings", Status.NOT_CHECKED, f"SGLang {tree.version or '(unknown version)'} is none of the "
-                   f"versions the settings are written for ({', '.join(SGLANG_VERSIONS)}); its flags were read from "
+    elif stacks.get(tree.version) is None:
+        result.add("settings", Status.NOT_CHECKED, f"{stacks.not_a_stack(tree.version)}: its flags were read from "
                    "its source and every rendered one is there, but their meaning is not checked")  # fmt: skip
     else:
         result.add("settings", Status.OK, f"every flag, value and variable the settings give is one SGLang "
@@ -501,7 +500,7 @@ def _settings_it_lacks(
         problems.append(
             f"{name}: SGLang {tree.version} has {what}; it is in SGLang {version}"
             f"{f' ({where})' if where else ''}{instead}. Unset {name}, or use the {version} stack: "
-            f"nix run .#{server_settings.stack_app(version)}"
+            f"nix run .#{stacks.stacks()[version].app}"
         )
     for secret in credentials.SECRET_ARGS:
         if getattr(settings, secret.setting) is not None and secret.flag not in known:

@@ -42,7 +42,7 @@ from pydantic import (
     model_validator,
 )
 
-from .. import SGLANG_VERSION
+from .. import stacks
 from ..errors import BadInput, shown, shown_path
 from ..files import loads_json, loads_toml
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_problem, secret_flag_in
@@ -357,13 +357,7 @@ def field_origin(name: str) -> tuple[str, str | None]:
     SGLang's flags and variables differ between versions; preflight reads the installed tree's parser and
     environ.py and refuses a setting it lacks, naming this version (tests check it against the real wheels).
     """
-    return _extra(name).get("sglangVersion", SGLANG_VERSION), _extra(name).get("sglangWhere")
-
-
-def stack_app(version: str) -> str:
-    """The flake app that serves with a given SGLang version: serve-eagle3 (0.5.9), serve-eagle3-0_5_23 (dots
-    would split Nix attribute paths)."""
-    return "serve-eagle3" if version == SGLANG_VERSION else "serve-eagle3-" + version.replace(".", "_")
+    return _extra(name).get("sglangVersion", stacks.default().version), _extra(name).get("sglangWhere")
 
 
 def _parse_value(name: str, raw: str) -> Any:

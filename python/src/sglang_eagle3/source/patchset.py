@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import stacks
 from ..errors import Eagle3Error, settle
 from ..exit_status import ExitStatus, for_signal
 from .sglang_source import SGLangTree
@@ -178,13 +179,11 @@ def find_series_dir(version: str | None = None) -> Path | None:
     wheel or in the repo. $SGLANG_EAGLE3_PATCHES (set by the Nix package to its stack's series)
     is the default series, and the series of the version it is named for.
     """
-    from .. import SGLANG_VERSION
-
     candidates = []
     given = os.environ.get("SGLANG_EAGLE3_PATCHES")
     if given and (version is None or series_version(Path(given)) == version):
         candidates.append(Path(given))
-    name = f"sglang-{version or SGLANG_VERSION}"
+    name = f"sglang-{version or stacks.default().version}"
     package = Path(__file__).resolve().parents[1]
     candidates.append(package / "patches" / name)  # wheel (force-include)
     candidates.append(package.parents[2] / "patches" / name)  # repo checkout
@@ -193,13 +192,12 @@ def find_series_dir(version: str | None = None) -> Path | None:
 
 def default_series_dir(version: str | None = None) -> Path:
     """The series for SGLang ``version`` (default: the pinned one); PatchError when there is none."""
-    from .. import SGLANG_VERSION
-
     found = find_series_dir(version)
     if found is None:
+        version = version or stacks.default().version
         raise PatchError(
-            f"cannot find the patch set for SGLang {version or SGLANG_VERSION}; set SGLANG_EAGLE3_PATCHES to "
-            f"the patches/sglang-{version or SGLANG_VERSION} directory of this project"
+            f"cannot find the patch set for SGLang {version}; set SGLANG_EAGLE3_PATCHES to the patches/sglang-"
+            f"{version} directory of this project"
         )
     return found
 

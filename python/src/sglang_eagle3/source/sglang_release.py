@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -24,10 +23,9 @@ import tempfile
 import threading
 import time
 import zipfile
-from functools import cache
 from pathlib import Path
 
-from .. import files
+from .. import files, stacks
 from ..errors import BadInput, CheckFailed, shown
 from .sglang_source import SGLangNotFound, SGLangTree, locate
 
@@ -73,24 +71,22 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
 def layout_problem(tree: SGLangTree, err: Exception) -> str:
     """What to say of a tree whose source is not laid out as a release this tool reads: which releases those are,
     and for a copy unpacked in the cache (``--sglang VERSION``, a wheel), how to clear it."""
-    from .. import SGLANG_VERSIONS
-
-    versions = " and ".join(SGLANG_VERSIONS)
     found = f"SGLang {tree.version or '(unknown version)'} at {tree.root}"
-    said = f"{found} does not have the source layout of {versions} ({err})"
-    if tree.release is not None and tree.version in SGLANG_VERSIONS:
+    said = f"{found} does not have the source layout of {stacks.listed()} ({err})"
+    first, last = stacks.versions()[0], stacks.versions()[-1]
+    if tree.release is not None and stacks.get(tree.version) is not None:
         return (
             f"{said}: this copy, unpacked in the cache from {tree.release}, is damaged. Remove it (rm -r "
             f"{tree.root}) and run again: it is unpacked anew from the wheel (sha256-checked for a pinned release)"
         )
     if tree.release is not None:
         return (
-            f"{said}: this tool reads SGLang {versions} only, not {tree.version}; give --sglang one of them, e.g. "
-            f"--sglang {SGLANG_VERSIONS[-1]}. The cached copy ({tree.root}) may be removed"
+            f"{said}: {stacks.not_a_stack(tree.version)}; give --sglang one of them, e.g. --sglang {last}. The "
+            f"cached copy ({tree.root}) may be removed"
         )
     return (
-        f"{said}; this tool reads SGLang {versions}: install one of them (pip install sglang=={SGLANG_VERSIONS[0]}), "
-        f"or read a release's pristine wheel with --sglang {SGLANG_VERSIONS[0]} (or {SGLANG_VERSIONS[-1]})"
+        f"{said}: {stacks.not_a_stack(tree.version)}. Install one of them (pip install sglang=={first}), or read a "
+        f"release's pristine wheel with --sglang {first} (or {last})"
     )
 
 
@@ -122,17 +118,7 @@ def not_the_one_run(judged: SGLangTree | None, runs: Path | None, python: str) -
 
 # -- the pins ---------------------------------------------------------------------------------------
 
-
-def pins_file() -> Path | None:
-    """nix/pins.json: the copy inside a built wheel (force-include), or the repo's."""
-    package = Path(__file__).resolve().parents[1]
-    return next((p for p in (package / "pins.json", package.parents[2] / "nix" / "pins.json") if p.is_file()), None)
-
-
-@cache
-def pins() -> dict:
-    found = pins_file()
-    return json.loads(found.read_text()) if found else {}
+pins = stacks.pins  # nix/pins.json (sglang_eagle3.stacks reads it, the wheel's own copy inside a wheel)
 
 
 def release_pin(version: str) -> dict | None:
