@@ -1,8 +1,8 @@
 """The package's layers, every module in one, and no import cycle.
 
     base          the package's constants, the exit statuses, the error every command raises, hiding secrets,
-                  files read safely and written atomically, the pinned stacks: sglang_eagle3 (__init__),
-                  exit_status, errors, redaction, files, stacks
+                  files read safely and written atomically, the pinned stacks, progress lines: sglang_eagle3
+                  (__init__), exit_status, errors, redaction, files, stacks, progress_lines
     source/       reads SGLang's source without importing it
     host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
@@ -33,6 +33,7 @@ TOP_LEVEL = {
     "sglang_eagle3.errors": "base",
     "sglang_eagle3.redaction": "base",  # what a secret looks like, and hiding it
     "sglang_eagle3.files": "base",  # files read safely and written atomically
+    "sglang_eagle3.progress_lines": "base",  # progress on stderr while a first run fetches, unpacks or audits
     "sglang_eagle3.stacks": "base",  # the pinned stacks (nix/pins.json), the one list of SGLang releases
     "sglang_eagle3.cli_common": "cli support",
     "sglang_eagle3.options": "cli support",

@@ -53,8 +53,8 @@ from pathlib import Path
 
 from ..errors import BadInput
 from ..files import loads_json, write_atomic
+from ..progress_lines import working
 from . import source_index
-from .sglang_release import working
 from .sglang_source import SGLangTree
 from .source_index import (
     Constants,

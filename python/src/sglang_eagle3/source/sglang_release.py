@@ -20,13 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import zipfile
 from pathlib import Path
 
 from .. import files, stacks
 from ..errors import BadInput, CheckFailed, shown
+from ..progress_lines import progress
 from .sglang_source import SGLangNotFound, SGLangTree, locate
 
 VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)*")
@@ -134,33 +133,6 @@ def release_pin(version: str) -> dict | None:
 
 
 # -- fetching and unpacking -----------------------------------------------------------------------------
-
-
-def progress(message: str) -> None:
-    """A line on stderr while a first run fetches, unpacks or audits a release (tens of seconds, once; stdout stays
-    the command's own output, JSON included)."""
-    print(f"sglang-eagle3: {message}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def working(message: str, every: float = 15.0):
-    """``message`` as a progress line, then a line every ``every`` seconds until the block ends: a first run that
-    reads for a minute is never silent."""
-    progress(f"{message} ...")
-    done = threading.Event()
-    started = time.monotonic()
-
-    def tick():
-        while not done.wait(every):
-            progress(f"... still at it ({time.monotonic() - started:.0f} s)")
-
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
 
 
 def download(version: str, cache: Path) -> Path:
