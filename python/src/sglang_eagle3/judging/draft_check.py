@@ -9,8 +9,9 @@ SGLang 0.5.9 captures one layer too deep (patch 0004).
 
 Inputs: the draft's and the target's config.json (Kimi-K2.5 nests its text model under
 ``text_config``), the draft's safetensors headers, and the SGLang tree's own source
-(eagle3_source). Each check ends in a finding (see findings): OK, WARN (starts, but something is
-off or cannot be checked) or FAIL (fails after the target has loaded, or silently proposes garbage).
+(eagle3_source; capture_rule runs its capture method). Each check ends in a finding (see findings): OK,
+WARN (starts, but something is off or cannot be checked) or FAIL (fails after the target has loaded, or
+silently proposes garbage).
 
 Layer numbers: SGLang's DeepSeek loop captures the *input* of layer i (the residual
 stream before it, i.e. the output of layer i - 1). All "captured" and "intended" lists
@@ -29,7 +30,7 @@ from ..serving import settings
 from ..source import eagle3_source, patchset
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
-from . import findings
+from . import capture_rule, findings
 from .findings import Finding, Judged, Status
 
 # WARN: loads, but something will not be as the draft was trained; FAIL: fails at draft load, or cannot work.
@@ -464,14 +465,14 @@ def _predict(function, layer_ids, num_layers) -> list[int] | None:
     if function is None or (layer_ids is None and num_layers is None):
         return None
     try:
-        layers = eagle3_source.run_capture_method(function, layer_ids, num_layers or 0)
+        layers = capture_rule.run_capture_method(function, layer_ids, num_layers or 0)
     except Exception:  # a capture method this reader cannot run: no prediction
         return None
     # The forward loop captures each listed layer once, in layer order: that is what the draft gets.
     return sorted(set(layers))
 
 
-def _label_upstream_0004(index: SourceIndex, rule: eagle3_source.CaptureRule) -> str | None:
+def _label_upstream_0004(index: SourceIndex, rule: capture_rule.CaptureRule) -> str | None:
     """A tree patch 0004 does not apply to: patch check's reading of it (one source of truth), which runs the
     tree's own capture method for a draft of each convention. Upstream (0.5.23, PR #25454): the tree's rule is the
     patched one, so with and without the patch are this tree."""
@@ -489,7 +490,7 @@ def _label_upstream_0004(index: SourceIndex, rule: eagle3_source.CaptureRule) ->
 
 def _check_captured_layers(report: DraftReport, index, layer_ids, convention, intended, expected) -> None:
     target = report.target
-    rule = eagle3_source.capture_rule(index, target.architecture)
+    rule = capture_rule.capture_rule(index, target.architecture)
     if rule is None:
         report.capture = Capture(convention, layer_ids, intended, None, None, None, "unknown", None)
         report.add(
