@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sglang_eagle3.source import patchset, sglang_source  # noqa: E402
+from sglang_eagle3.source import sglang_source  # noqa: E402
+from sglang_eagle3.trees import patchset  # noqa: E402
 from support.pinned_wheels import fetch_wheel, unpack  # noqa: E402
 
 BAR_SECONDS = 3.0

@@ -23,7 +23,7 @@ in
 {
   inherit version dir names;
   patches = map (n: dir + "/${n}") names;
-  # The same flags as sglang_eagle3.source.patchset.PATCH_FLAGS (a test keeps them equal):
+  # The same flags as sglang_eagle3.trees.patchset.PATCH_FLAGS (a test keeps them equal):
   # no fuzz, never guess that a patch is reversed, no backup or reject files.
   flags = [
     "-p1"

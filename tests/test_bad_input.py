@@ -22,7 +22,7 @@ from conftest import REPO, snapshot
 from sglang_eagle3 import stacks
 from sglang_eagle3.bench import report
 from sglang_eagle3.exit_status import ExitStatus
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 from support.bench_fixtures import FAKE_SGLANG, fake_server, free_port
 from support.gpus import fake_nvidia_smi
 from support.own_resources import missing_path, refused_port

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SERIES_DIR, series_names
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 from support import pins
 
 SCRIPTS = REPO / "nix" / "scripts"

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 from support import pins
 from support.flake_eval import REPO, Workspace, needs_flake_eval
 

@@ -51,7 +51,7 @@ pytestmark = needs_flake_eval()
 
 
 def series(version: str) -> list[str]:
-    from sglang_eagle3.source import patchset
+    from sglang_eagle3.trees import patchset
 
     return patchset.read_series(REPO / "patches" / f"sglang-{version}" / "series")
 

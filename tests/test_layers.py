@@ -4,6 +4,7 @@
                   files read safely and written atomically, the pinned stacks, progress lines: sglang_eagle3
                   (__init__), exit_status, errors, redaction, files, stacks, progress_lines
     source/       reads SGLang's source without importing it
+    trees/        gets and changes a tree: a release fetched and unpacked, the patch series applied
     host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
     models/       a model's files: pinned weights (lock, fetch, verify, the hub), a config.json and safetensors headers
@@ -40,17 +41,18 @@ TOP_LEVEL = {
     "sglang_eagle3.cli": "commands",
     "sglang_eagle3.__main__": "commands",  # the program: signals answered, then the commands loaded
 }
-FOLDERS = ("source", "host", "serving", "models", "judging", "bench", "commands")
+FOLDERS = ("source", "trees", "host", "serving", "models", "judging", "bench", "commands")
 BELOW = {
     "base": set(),
     "source": {"base"},
+    "trees": {"base", "source"},  # a tree is found and read (source/) before it is fetched or patched
     "host": {"base"},
     "serving": {"base"},
     "models": {"base", "serving"},  # serving.credentials: the systemd credential of the hub token
-    "judging": {"base", "source", "host", "serving", "models"},  # models.draft_inputs: the model's config.json
-    "bench": {"base", "source", "host", "serving", "models", "judging"},
+    "judging": {"base", "source", "trees", "host", "serving", "models"},  # models.draft_inputs: the model's config.json
+    "bench": {"base", "source", "trees", "host", "serving", "models", "judging"},
     "cli support": {"base", "serving"},
-    "commands": {"base", "source", "host", "serving", "models", "judging", "bench", "cli support"},
+    "commands": {"base", "source", "trees", "host", "serving", "models", "judging", "bench", "cli support"},
 }
 
 
@@ -123,7 +125,11 @@ def test_no_import_cycle():
 @pytest.mark.parametrize(
     ("module", "imported"),
     [
-        ("sglang_eagle3.source.patchset", "sglang_eagle3.judging.probe"),  # a layer above
+        ("sglang_eagle3.source.model_calls", "sglang_eagle3.judging.probe"),  # a layer above
+        ("sglang_eagle3.source.sglang_source", "sglang_eagle3.trees.patchset"),  # reading a tree into changing it
+        ("sglang_eagle3.source.secret_exits", "sglang_eagle3.trees.release"),  # ... or into fetching one
+        ("sglang_eagle3.trees.release", "sglang_eagle3.judging.preflight"),  # getting a tree into judging it
+        ("sglang_eagle3.trees.patchset", "sglang_eagle3.serving.settings"),  # ... or into the settings
         ("sglang_eagle3.options", "sglang_eagle3.models.hub"),  # cli support into a feature
         ("sglang_eagle3.errors", "sglang_eagle3.serving.settings"),  # base into anything
         ("sglang_eagle3.exit_status", "sglang_eagle3.cli_common"),

@@ -25,7 +25,7 @@ import yaml
 from conftest import REPO
 from sglang_eagle3 import stacks
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 from support import flake_eval, pins
 from support.nix_harness import (
     NIX,

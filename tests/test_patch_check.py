@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import NEWEST, REPO, series_names
 from sglang_eagle3.judging import patch_check
-from sglang_eagle3.source import patchset, sglang_release, sglang_source
+from sglang_eagle3.source import sglang_source
+from sglang_eagle3.trees import patchset, release
 from support import pins
 
 ENV = {"PYTHONPATH": str(REPO / "python" / "src")}  # the subprocess runs this checkout's code
@@ -184,10 +185,10 @@ def test_a_version_is_fetched_into_the_cache_once(newest_wheel, tmp_path):
     """--sglang 0.5.23 takes the wheel from the cache (pip only when it is missing) and unpacks it once."""
     (tmp_path / "wheels").mkdir()
     shutil.copy(newest_wheel, tmp_path / "wheels" / newest_wheel.name)
-    tree = sglang_release.resolve("0.5.23", cache=tmp_path)
+    tree = release.resolve("0.5.23", cache=tmp_path)
     assert tree.version == "0.5.23" and tree.root == tmp_path / "trees" / newest_wheel.name.removesuffix(".whl")
-    assert sglang_release.resolve("0.5.23", cache=tmp_path) == tree
-    assert sglang_release.resolve(str(newest_wheel), cache=tmp_path) == tree  # the wheel file itself
+    assert release.resolve("0.5.23", cache=tmp_path) == tree
+    assert release.resolve(str(newest_wheel), cache=tmp_path) == tree  # the wheel file itself
     assert tree.release == newest_wheel.name  # a pristine copy, to be read
 
 
@@ -196,7 +197,7 @@ def test_a_pinned_version_is_the_pinned_wheel_for_its_own_tags(tmp_path, monkeyp
     Python is (a laptop's 3.11 would otherwise get no wheel or another one). pip stands in here: the download
     itself is the tests' wheel fetch (support/pinned_wheels.py runs this same code)."""
     pin = pins.pins()["sglang-0.5.23"]
-    assert sglang_release.release_pin("0.5.23") == pin and sglang_release.release_pin("0.5.22") is None
+    assert release.release_pin("0.5.23") == pin and release.release_pin("0.5.22") is None
     asked = []
 
     def pip(command, **_kw):
@@ -204,9 +205,9 @@ def test_a_pinned_version_is_the_pinned_wheel_for_its_own_tags(tmp_path, monkeyp
         (Path(command[command.index("-d") + 1]) / pin["wheel"]).write_bytes(b"not the pinned bytes")
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(sglang_release.subprocess, "run", pip)
-    with pytest.raises(sglang_release.CheckFailed, match=f"pins {pin['sha256']}.*the release was replaced"):
-        sglang_release.download("0.5.23", tmp_path)
+    monkeypatch.setattr(release.subprocess, "run", pip)
+    with pytest.raises(release.CheckFailed, match=f"pins {pin['sha256']}.*the release was replaced"):
+        release.download("0.5.23", tmp_path)
     first, again = asked  # the index served other bytes twice, the second time past pip's cache
     assert first[first.index("--python-version") + 1] == "312" and "manylinux_2_34_x86_64" in first
     assert first[-1] == "sglang==0.5.23" and "--no-deps" in first and again == [*first[:-3], "--no-cache-dir",
@@ -227,10 +228,10 @@ def test_a_damaged_cached_wheel_is_named_and_fetched_again(tmp_path, pristine_wh
         shutil.copy(pristine_wheel, Path(command[command.index("-d") + 1]) / damaged.name)
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(sglang_release.subprocess, "run", pip)
+    monkeypatch.setattr(release.subprocess, "run", pip)
     said = io.StringIO()
     monkeypatch.setattr(sys, "stderr", said)
-    assert sglang_release.download("0.5.9", tmp_path) == damaged
+    assert release.download("0.5.9", tmp_path) == damaged
     assert damaged.read_bytes() == pristine_wheel.read_bytes()
     assert f"{damaged} is damaged (sha256 " in said.getvalue() and "fetching it again" in said.getvalue()
     assert "replaced" not in said.getvalue()

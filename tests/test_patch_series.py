@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from conftest import REPO, SERIES_DIR, gnu_patch, series_names
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 
 FORWARDED = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"}
 

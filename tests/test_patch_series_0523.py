@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NEWEST, REPO, STAND_INS
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 from support import pins
 
 VERSION = pins.pins()[NEWEST]["version"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import SERIES_DIR, gnu_patch, series_names, snapshot
-from sglang_eagle3.source import patchset
+from sglang_eagle3.trees import patchset
 
 
 def sglang_files(tree):

@@ -21,9 +21,10 @@ from sglang_eagle3.judging import draft_check, patch_check, preflight, probe, se
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
-from sglang_eagle3.source import allreduce_gates, patchset, sglang_source
+from sglang_eagle3.source import allreduce_gates, sglang_source
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.source_index import SourceIndex
+from sglang_eagle3.trees import patchset
 from support import pins
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_weights

@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 from sglang_eagle3 import stacks  # noqa: E402 - the repository's package, found above
 from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402
 from sglang_eagle3.serving.settings import ServerSettings  # noqa: E402
-from sglang_eagle3.source import patchset, sglang_release, sglang_source  # noqa: E402
+from sglang_eagle3.source import sglang_source  # noqa: E402
+from sglang_eagle3.trees import patchset, release  # noqa: E402
 
 PINS = REPO / "nix" / "pins.json"
 INPUTS = REPO / "nix" / "flashinfer-trace.json"
@@ -69,7 +70,7 @@ def data_dir(stack: str) -> Path:
 # -- the environment of a trace --------------------------------------------------------------------------------
 def patched_tree(stack: str, cache: Path, work: Path) -> Path:
     """The stack's SGLang as Nix builds it: the pinned wheel, unpacked, with the stack's series applied."""
-    tree = sglang_release.resolve(stack, cache)
+    tree = release.resolve(stack, cache)
     root = work / f"sglang-{stack}"
     shutil.copytree(tree.package, root / "sglang")
     for dist_info in tree.root.glob("sglang-*.dist-info"):
@@ -324,7 +325,7 @@ def main() -> None:
         data = trace(stack, args.cache)
         data["imports"] = {
             file: {name: used(name, data) for name in names}
-            for file, names in imported_names(sglang_release.resolve(stack, args.cache)).items()
+            for file, names in imported_names(release.resolve(stack, args.cache)).items()
         }
         output, policy_file = data_dir(stack) / DATA, data_dir(stack) / POLICY
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from sglang_eagle3.source.sglang_release import fetch_pinned, sha256_of
+from sglang_eagle3.trees.release import fetch_pinned, sha256_of
 
 from support.pins import pins
 

@@ -12,7 +12,8 @@ from .. import errors, options, stacks
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..judging import patch_check
-from ..source import patchset, sglang_release, sglang_source
+from ..source import sglang_source
+from ..trees import patchset, release
 
 
 def _series(directory: Path | None = None, version: str | None = None) -> patchset.PatchSeries:
@@ -43,7 +44,7 @@ def patch_list() -> None:
 def patch_apply(sglang: str | None) -> None:
     """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
     try:
-        tree = sglang_release.resolve(sglang)
+        tree = release.resolve(sglang)
     except sglang_source.SGLangNotFound as err:
         if sglang is not None:
             raise
@@ -100,7 +101,7 @@ def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, mar
     """
     if as_json and markdown:
         raise click.UsageError("--json and --markdown are two formats of one report: give one of them")
-    tree = sglang_release.resolve(sglang)
+    tree = release.resolve(sglang)
     series = _series(series_dir, tree.version)
     click.echo(f"checking the {len(series.patches)} patches of {series.directory} against SGLang {tree.version} "
                f"at {tree.package} ...", err=True)  # fmt: skip
@@ -117,7 +118,7 @@ def patch_check_command(sglang: str, series_dir: Path | None, as_json: bool, mar
 @options.json_output
 def patch_verify(sglang: str | None, as_json: bool) -> None:
     """Report each patch as applied, not applied or conflicting; exit 1 unless all are applied."""
-    tree = sglang_release.resolve(sglang)
+    tree = release.resolve(sglang)
     series = _series(version=tree.version)
     statuses = patchset.verify(series, tree)  # its errors carry their statuses: the wrong tree 2, no GNU patch 1
     if as_json:

@@ -13,7 +13,8 @@ from ..judging import preflight
 from ..serving import launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import ServerSettings
-from ..source import sglang_release, sglang_source
+from ..source import sglang_source
+from ..trees import release
 
 
 @dataclass
@@ -30,10 +31,10 @@ class Judged:
 def judge(settings: ServerSettings, sglang: str | None, drafts: bool = True) -> Judged:
     """Build the launch plan once and run preflight on it (``drafts=False``: not the draft, see preflight.run),
     reading the SGLang ``sglang`` names (else the importable one)."""
-    named = sglang_release.resolve(sglang) if sglang is not None else None
+    named = release.resolve(sglang) if sglang is not None else None
     launch = preflight.prepare(settings, named, drafts=drafts, plan=launch_plan.build(settings))
     checks, runs = preflight.judge(launch), launch_plan.imported_sglang(launch.plan)
-    note = sglang_release.not_the_one_run(launch.tree, runs, launch.plan.argv[0])
+    note = release.not_the_one_run(launch.tree, runs, launch.plan.argv[0])
     return Judged(launch.plan, checks, launch.tree, runs, note)
 
 

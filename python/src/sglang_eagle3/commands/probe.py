@@ -15,8 +15,9 @@ from ..host import gpus
 from ..judging import draft_check, probe
 from ..models import draft_inputs
 from ..serving import settings
-from ..source import allreduce_gates, sglang_release
+from ..source import allreduce_gates
 from ..source.source_index import SourceLayoutError
+from ..trees import release
 
 
 @click.command("probe")
@@ -52,7 +53,7 @@ def probe_command(sglang, config, assignments, profile, arch, compute_capability
     target layers it will see (see docs/draft-checks.md).
     """
     server = load_settings(config, assignments, profile)
-    tree = sglang_release.resolve(sglang)
+    tree = release.resolve(sglang)
     model = server.model_path
     try:
         if arch is None:
@@ -70,7 +71,7 @@ def probe_command(sglang, config, assignments, profile, arch, compute_capability
         if draft is not None:
             result.draft = draft_check.check(tree, draft, model, algorithm=result.canonical_algorithm, target_arch=arch)
     except SourceLayoutError as err:
-        raise BadInput(sglang_release.layout_problem(tree, err)) from None
+        raise BadInput(release.layout_problem(tree, err)) from None
     except ValueError as err:  # a compute capability or algorithm the source does not know
         raise BadInput(str(err)) from None
     if result.class_location is None:  # a typo or another model: bad input, not a missing patch

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..source import patchset
 from ..source.classes import defines
 from ..source.eagle3_source import CAPTURE_METHOD, find_method
 from ..source.source_index import SourceIndex
+from ..trees import patchset
 
 CONVENTION_PATCH = "0004-deepseek-eagle3-aux-layer-convention.patch"
 

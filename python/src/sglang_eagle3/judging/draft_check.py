@@ -27,9 +27,10 @@ from ..errors import shown
 from ..models import draft_inputs
 from ..models.draft_inputs import DraftInputError, Fields
 from ..serving import settings
-from ..source import eagle3_source, patchset
+from ..source import eagle3_source
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
+from ..trees import patchset
 from . import capture_rule, findings
 from .findings import Finding, Judged, Status
 

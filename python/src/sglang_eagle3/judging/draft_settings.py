@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
-from ..source import attention_backends, draft_inheritance, eagle3_source, sglang_release, sglang_source
+from ..source import attention_backends, draft_inheritance, eagle3_source, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
+from ..trees import release
 from . import draft_check, findings
 from .findings import Finding, Report, Status
 
@@ -32,7 +33,7 @@ def check_draft(result: Report, settings: ServerSettings, tree: sglang_source.SG
         result.add("draft", Status.FAIL, str(err))
         return
     except SourceLayoutError as err:
-        result.add("draft", Status.FAIL, sglang_release.layout_problem(tree, err))
+        result.add("draft", Status.FAIL, release.layout_problem(tree, err))
         return
     result.findings += [f.prefixed("draft") for f in draft.findings]
     index = SourceIndex(tree)

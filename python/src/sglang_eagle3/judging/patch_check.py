@@ -25,11 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..source import patchset, secret_exits, upstream
+from ..source import secret_exits, upstream
 from ..source.classes import lookup
 from ..source.eagle3_source import CAPTURE_METHOD, find_method
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
+from ..trees import patchset
 from . import findings
 from .capture_rule import run_capture_method
 from .findings import Finding, Judged, Status

@@ -28,8 +28,9 @@ from ..models import draft_inputs, lockfile
 from ..serving import credentials, launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source import sglang_release, sglang_source
+from ..source import sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
+from ..trees import release
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
 
@@ -276,7 +277,7 @@ def check_probe(result: Preflight, launch: Launch) -> None:
             topology.how if topology else None,
         )  # fmt: skip
     except SourceLayoutError as err:
-        result.add("probe", Status.FAIL, sglang_release.layout_problem(tree, err))
+        result.add("probe", Status.FAIL, release.layout_problem(tree, err))
         return
     except ValueError as err:  # e.g. a compute capability nvidia-smi reported that is no known GPU's
         result.add("probe", Status.FAIL, str(err))

@@ -22,10 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, model_calls, patchset, spec_conditions
+from ..source import allreduce_gates, model_calls, spec_conditions
 from ..source.classes import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
+from ..trees import patchset
 from . import findings
 from .findings import Finding, Judged, Status
 

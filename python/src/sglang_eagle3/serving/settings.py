@@ -55,7 +55,7 @@ ALGORITHMS: tuple[str, ...] = get_args(SpeculativeAlgorithm)
 # all-reduce settings on when no GPU is there to ask. Not a setting: SGLang reads it from the GPU.
 TUNED_COMPUTE_CAPABILITY = "12.0"
 # SGLANG_EAGLE3_* variables that configure the tools, not the server: the settings file (options.py), the
-# patch series (source/patchset.py), nvidia-smi and the driver library preflight judges (judging/preflight.py),
+# patch series (trees/patchset.py), nvidia-smi and the driver library preflight judges (judging/preflight.py),
 # tracebacks (cli_common.py). The tests' own variables are EAGLE3_TESTS_*, a prefix this loader does not read
 # (tests/support/harness_env.py).
 NOT_SETTINGS = {"config", "patches", "nvidia_smi", "libcuda", "traceback"}

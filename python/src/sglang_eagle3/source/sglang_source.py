@@ -26,7 +26,7 @@ class SGLangNotFound(BadInput):
 class SGLangTree:
     root: Path  # the directory that contains the ``sglang/`` package (patch -p1 runs here)
     version: str | None
-    release: str | None = None  # the wheel this tree was unpacked from, to be read (sglang_release), else None
+    release: str | None = None  # the wheel this tree was unpacked from, to be read (trees/release.py), else None
 
     @property
     def package(self) -> Path:
