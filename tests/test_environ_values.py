@@ -1,4 +1,4 @@
-"""A variable's value as each tree reads it (source/environ_values.py), against SGLang's own EnvField.get().
+"""A variable's value as each tree reads it (judging/environ_values.py), against SGLang's own EnvField.get().
 
 The oracle is the tree's real srt/environ.py, executed in a child process (its classes and ``envs``; the import of
 sglang at its end fails there, after them): for each case it sets the variable and calls ``get()``, recording the
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from sglang_eagle3.judging import preflight
+from sglang_eagle3.judging import environ_values, preflight
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving.settings import ServerSettings
-from sglang_eagle3.source import environ_values, sglang_source
+from sglang_eagle3.source import sglang_source
 from support.gpus import fake_nvidia_smi
 
 ORACLE = r"""

@@ -2,7 +2,7 @@
 
 Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
 its parser takes (``choices=``, ``type=``), extra_args included, and every variable's text one its environ.py
-reads (source/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
+reads (judging/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
 resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
 importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
 (sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
@@ -24,8 +24,9 @@ from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
-from ..source import allreduce_gates, environ_values, sglang_source, source_index, validation_sites
+from ..source import allreduce_gates, sglang_source, source_index, validation_sites
 from ..source.sglang_source import SGLangTree
+from . import environ_values
 from .findings import Report, Status
 
 # Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
