@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..source.classes import defines
 from ..source.eagle3_source import CAPTURE_METHOD, find_method
+from ..source.model_class import defines
 from ..source.source_index import SourceIndex
 from ..trees import patchset
 

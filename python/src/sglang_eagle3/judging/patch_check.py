@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..source import secret_exits, upstream
-from ..source.classes import lookup
 from ..source.eagle3_source import CAPTURE_METHOD, find_method
+from ..source.model_class import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
 from ..trees import patchset

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..serving import settings
 from ..source import allreduce_gates, model_calls, spec_conditions
-from ..source.classes import lookup
+from ..source.model_class import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
 from ..trees import patchset

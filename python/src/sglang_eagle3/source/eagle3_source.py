@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .classes import attribute_class, defines, forward_target
+from .model_class import attribute_class, defines, forward_target
 from .source_index import SourceIndex, own_expressions, statements_with_conditions
 
 CAPTURE_METHOD = "set_eagle3_layers_to_capture"
