@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..source import secret_exits, upstream
+from ..source import secret_exits, upstream_fixes
 from ..source.eagle3_source import CAPTURE_METHOD, find_method
 from ..source.model_class import lookup
 from ..source.sglang_source import SGLangTree
@@ -296,7 +296,7 @@ def _first_location(how: str) -> str:
 
 def _fusion_gate(index: SourceIndex, patch: patchset.Patch) -> Recognised | None:
     """0003: does the fusion still refuse SM120 (12) where SGLang now gates it?"""
-    gate = upstream.fusion_backend_gate(index)
+    gate = upstream_fixes.fusion_backend_gate(index)
     if gate is None:
         return None
     if gate.allows_sm120:
@@ -341,17 +341,21 @@ def _capture_rule(index: SourceIndex, patch: patchset.Patch) -> Recognised | Non
 
 def _torch_symm_mem(index: SourceIndex, patch: patchset.Patch) -> Recognised | None:
     """0002: does an unknown capability (SM120: 12) crash the communicator, or disable it?"""
-    read = upstream.torch_symm_mem_lookup(index)
+    read = upstream_fixes.torch_symm_mem_lookup(index)
     if read is None:
         return None
     if 12 in read.majors:
-        return Outcome.UPSTREAM, f"{upstream.SIZES_TABLE} has an entry for capability 12", read.sizes_guarded
+        return Outcome.UPSTREAM, f"{upstream_fixes.SIZES_TABLE} has an entry for capability 12", read.sizes_guarded
     if read.sizes_guarded and not read.subscripts:
         return (
             Outcome.NOT_NEEDED,
             f"on capability 12 the communicator disables itself instead of raising KeyError: "
-            f"{upstream.SIZES_TABLE}.get() then 'is None: return' ({read.sizes_guarded})"
-            + (f", {upstream.MULTIMEM_TABLE}.get(..., ()) ({read.multimem_guarded})" if read.multimem_guarded else "")
+            f"{upstream_fixes.SIZES_TABLE}.get() then 'is None: return' ({read.sizes_guarded})"
+            + (
+                f", {upstream_fixes.MULTIMEM_TABLE}.get(..., ()) ({read.multimem_guarded})"
+                if read.multimem_guarded
+                else ""
+            )
             + f"; the table has keys {read.majors} only, so symmetric memory stays off on SM120 (upstream PR #24548)",
             read.sizes_guarded,
         )
@@ -364,7 +368,7 @@ def _torch_symm_mem(index: SourceIndex, patch: patchset.Patch) -> Recognised | N
 
 def _server_args_log(index: SourceIndex, patch: patchset.Patch) -> Recognised | None:
     """0005: what the start-up log prints as server_args, and whether the API keys are in it."""
-    log = upstream.server_args_log(index)
+    log = upstream_fixes.server_args_log(index)
     if log is None:
         return None
     if log.logged == "server_args":
@@ -376,7 +380,7 @@ def _server_args_log(index: SourceIndex, patch: patchset.Patch) -> Recognised | 
             f"among its secrets ({log.redacted_by})",
             log.where,
         )
-    resolved = upstream.resolved_dict_drops_api_key(index)
+    resolved = upstream_fixes.resolved_dict_drops_api_key(index)
     if log.via_resolved_dict and not log.names_api_key and resolved and not resolved[0]:
         return (
             Outcome.STILL_NEEDED,
