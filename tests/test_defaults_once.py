@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from sglang_eagle3.cli import main
 from sglang_eagle3.commands.probe import probe_command
-from sglang_eagle3.judging import draft_check, probe
+from sglang_eagle3.judging import draft_check, speculative_support
 from sglang_eagle3.serving import settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "python" / "src" / "sglang_eagle3"
@@ -31,10 +31,10 @@ def _function(path: Path, name: str) -> ast.FunctionDef:
 
 def test_the_probe_takes_its_defaults_from_the_settings():
     """Same values as the settings, and none restated as a literal (a changed setting would leave it behind)."""
-    signature = inspect.signature(probe.probe).parameters
+    signature = inspect.signature(speculative_support.probe).parameters
     assert {name: signature[name].default for name in PROBE_DEFAULTS} == PROBE_DEFAULTS
     assert inspect.signature(draft_check.check).parameters["algorithm"].default == PROBE_DEFAULTS["algorithm"]
-    probe_def = _function(PACKAGE / "judging" / "probe.py", "probe")
+    probe_def = _function(PACKAGE / "judging" / "speculative_support.py", "probe")
     with_default = [a.arg for a in probe_def.args.args][-len(probe_def.args.defaults) :]
     named = dict(zip(with_default, probe_def.args.defaults, strict=True))
     assert [name for name in PROBE_DEFAULTS if isinstance(named[name], ast.Constant)] == []

@@ -17,7 +17,7 @@ import sys
 import pytest
 from conftest import REPO
 from sglang_eagle3 import stacks
-from sglang_eagle3.judging import draft_check, patch_check, preflight, probe, settings_rules
+from sglang_eagle3.judging import draft_check, patch_check, preflight, settings_rules, speculative_support
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
@@ -192,7 +192,7 @@ def test_a_requested_optimisation_that_ends_up_off_is_a_warning_on_every_stack(r
     tree = sglang_source.locate(request.getfixturevalue(fixture))
     symm = gates(tree, allreduce_fusion=False, **kw).torch_symm_mem
     assert symm.effect is Effect.DISABLED
-    found = probe.flag_finding(symm)
+    found = speculative_support.flag_finding(symm)
     assert found.status is Status.WARN and "requested but not active" in found.message
     assert "unset enable_torch_symm_mem" in found.message
     where = re.search(r"\((srt/[^)]+:\d+)\)", symm.detail).group(1)
@@ -209,12 +209,15 @@ def test_every_requested_flag_that_ends_up_off_is_a_warning(newest_tree):
     """PCIe-IPC at a world size it does not serve, and the rule itself: a flag SGLang turns off or ignores is never
     [ OK ], even where the reading gives no warning text."""
     ipc = gates(sglang_source.locate(newest_tree), tp_size=6, pcie_ipc=True).pcie_ipc
-    found = probe.flag_finding(ipc)
+    found = speculative_support.flag_finding(ipc)
     assert found.status is Status.WARN and "unset pcie_ipc_allreduce" in found.message
     for effect in (Effect.DISABLED, Effect.IGNORED):
         bare = allreduce_gates.FlagEffect("--some-flag", True, effect, "turned off")
-        assert probe.flag_finding(bare).status is Status.WARN
-        assert probe.flag_finding(allreduce_gates.FlagEffect("--some-flag", False, effect, "")).status is Status.OK
+        assert speculative_support.flag_finding(bare).status is Status.WARN
+        assert (
+            speculative_support.flag_finding(allreduce_gates.FlagEffect("--some-flag", False, effect, "")).status
+            is Status.OK
+        )
 
 
 def test_pcie_ipc_conditions_on_0523(newest_tree):
@@ -290,7 +293,7 @@ def test_an_opt_in_condition_is_read_not_assumed(opt_in_tree):
     assert active.effect is Effect.ACTIVE and active.warning
     unknown = gates(opt_in_tree("_p2p_available()")).allreduce_fusion
     assert unknown.effect is Effect.UNKNOWN
-    assert probe.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
+    assert speculative_support.flag_finding(unknown).status is preflight.Status.NOT_CHECKED
 
 
 RESOLVER = "srt/layers/flashinfer_comm_fusion.py"
@@ -344,7 +347,7 @@ def grep_calls(tree, folder: str, needle: str) -> set[str]:
 def test_probe_follows_the_helpers_that_call_the_target(tree):
     """0.5.9 calls the EAGLE-3 methods on the target in place; 0.5.23 hands the model to helpers
     (configure_aux_hidden_state_capture, resolve_draft_embed_and_head) that call them: both are read."""
-    result = probe.probe(tree)
+    result = speculative_support.probe(tree)
     assert result.call_sites_read
     sites = {m.method: {s.location for s in m.call_sites} for m in result.methods}
     assert set(sites) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
@@ -510,7 +513,7 @@ def test_docs_have_the_settings_by_version_section(pristine_tree, newest_tree):
                       "srt/models/kimi_k25.py:928", "srt/models/kimi_k25.py:965"],
     }  # fmt: skip
     for root, quoted in quotes.items():
-        result = probe.probe(sglang_source.locate(root))
+        result = speculative_support.probe(sglang_source.locate(root))
         said = " ".join(f"{s.location} {' '.join(s.via)} {m.how}" for m in result.methods for s in m.call_sites)
         for where in quoted:
             assert where in said, where

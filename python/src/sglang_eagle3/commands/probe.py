@@ -12,7 +12,7 @@ from ..cli_common import load_settings
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..host import gpus
-from ..judging import draft_check, probe
+from ..judging import draft_check, speculative_support
 from ..models import draft_inputs
 from ..serving import settings
 from ..source import allreduce_gates
@@ -27,7 +27,7 @@ from ..trees import release
 @click.option(
     "--arch",
     help="Target model architecture. Default: from model_path's config.json (with --draft), else "
-    f"{probe.DEFAULT_ARCH}.",
+    f"{speculative_support.DEFAULT_ARCH}.",
 )
 @click.option(
     "--compute-capability", default=settings.TUNED_COMPUTE_CAPABILITY, show_default=True,
@@ -58,13 +58,13 @@ def probe_command(sglang, config, assignments, profile, arch, compute_capability
     try:
         if arch is None:
             given = draft_inputs.locate(model, "target model") if draft else None
-            arch = probe.DEFAULT_ARCH
+            arch = speculative_support.DEFAULT_ARCH
             if given and given.directory:
                 arch = draft_inputs.Fields(
                     draft_inputs.read_config(given.directory, "target model"), model
                 ).architecture()
         found = gpus.query_topology(None, server.gpus_per_node) if topology is None else None
-        result = probe.probe_settings(
+        result = speculative_support.probe_settings(
             tree, server, arch, compute_capability, topology or (found.kind if found else None),
             found.how if found else "--topology" if topology else None,
         )  # fmt: skip
@@ -78,5 +78,5 @@ def probe_command(sglang, config, assignments, profile, arch, compute_capability
         raise BadInput(
             result.findings[0].message + "; --arch is the class name in the model's config.json 'architectures'"
         )
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else probe.render_text(result))
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else speculative_support.render_text(result))
     sys.exit(ExitStatus.OK if result.passed else ExitStatus.CHECK_FAILED)

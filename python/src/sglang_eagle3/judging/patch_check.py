@@ -34,7 +34,7 @@ from ..trees import patchset
 from . import findings
 from .capture_rule import run_capture_method
 from .findings import Finding, Judged, Status
-from .probe import DEFAULT_ARCH
+from .speculative_support import DEFAULT_ARCH
 
 
 class Outcome(enum.StrEnum):

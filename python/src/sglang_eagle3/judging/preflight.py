@@ -31,7 +31,7 @@ from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from ..trees import release
-from . import draft_settings, findings, probe, settings_rules, sglang_validation
+from . import draft_settings, findings, settings_rules, sglang_validation, speculative_support
 from .findings import Report, Status
 
 
@@ -41,7 +41,7 @@ class Preflight(Report):
 
     gpus: list[Gpu] = field(default_factory=list)
     topology: Topology | None = None
-    arch: str = probe.DEFAULT_ARCH  # the target's, from its config.json
+    arch: str = speculative_support.DEFAULT_ARCH  # the target's, from its config.json
 
     @property
     def compute_capability(self) -> str:
@@ -230,7 +230,9 @@ def check_gpus(result: Preflight, launch: Launch) -> None:
 def check_models(result: Preflight, launch: Launch) -> None:
     """The target (its architecture, for the probe) and, when judged, the draft."""
     settings = launch.settings
-    result.arch = check_model_dir(result, "model", settings.model_path, settings.revision) or probe.DEFAULT_ARCH
+    result.arch = (
+        check_model_dir(result, "model", settings.model_path, settings.revision) or speculative_support.DEFAULT_ARCH
+    )
     if launch.drafts:
         check_model_dir(
             result, "draft model", settings.speculative_draft_model_path,
@@ -272,7 +274,7 @@ def check_probe(result: Preflight, launch: Launch) -> None:
     """The probe of the tree for these settings (the target's methods, the all-reduce requests on these GPUs)."""
     settings, tree, topology = launch.settings, launch.tree, result.topology
     try:
-        probed = probe.probe_settings(
+        probed = speculative_support.probe_settings(
             tree, settings, result.arch, result.compute_capability, topology.kind if topology else None,
             topology.how if topology else None,
         )  # fmt: skip
@@ -293,7 +295,7 @@ def check_probe(result: Preflight, launch: Launch) -> None:
     if failed:
         result.add("probe", Status.FAIL, "; ".join(failed) + f" (fix: {probed.apply_command})")
     elif not probed.call_sites_read and settings.speculative_algorithm:
-        result.add("probe", Status.NOT_CHECKED, f"SGLang {tree.version}: {probe.UNREAD_CALL_SITES}")
+        result.add("probe", Status.NOT_CHECKED, f"SGLang {tree.version}: {speculative_support.UNREAD_CALL_SITES}")
     else:
         result.add("probe", Status.OK, f"SGLang {tree.version} can serve {probed.arch} ({probed.algorithm})")
     for finding in found:

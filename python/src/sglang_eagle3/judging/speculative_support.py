@@ -1,4 +1,6 @@
-"""Preflight probe: can this SGLang install serve a target model with speculative decoding?
+"""Can this SGLang tree serve the target with speculative decoding: the calls the speculative path makes on the
+target, whether its class provides them, and the all-reduce requests on this GPU. ``sglang-eagle3 probe``
+(commands/probe.py) prints it; preflight judges it as its ``probe`` finding.
 
 It answers in well under a second, with no GPU and no weights, by reading SGLang's
 source:
