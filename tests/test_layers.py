@@ -153,6 +153,6 @@ def test_a_module_in_no_layer_fails(monkeypatch):
 
 
 def test_the_cycle_check_sees_a_cycle(monkeypatch):
-    monkeypatch.setitem(GRAPH, "sglang_eagle3.source.model_class", {"sglang_eagle3.source.eagle3_source"})
+    monkeypatch.setitem(GRAPH, "sglang_eagle3.source.model_class", {"sglang_eagle3.source.eagle3"})
     with pytest.raises(AssertionError):
         test_no_import_cycle()

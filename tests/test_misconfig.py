@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check, draft_settings, preflight, sglang_validation
 from sglang_eagle3.serving import settings as server_settings
-from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3_source, sglang_source
+from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3, sglang_source
 from sglang_eagle3.source.source_index import SourceIndex
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft
@@ -121,7 +121,7 @@ def test_the_draft_path_fallback_is_where_the_message_says(pristine_tree):
     assert "model_path=model_path or server_args.model_path" in source_lines(
         pristine_tree, server_settings.DRAFT_PATH_FALLBACK
     )
-    self_draft = eagle3_source.self_draft_targets(SourceIndex(sglang_source.locate(pristine_tree)))
+    self_draft = eagle3.self_draft_targets(SourceIndex(sglang_source.locate(pristine_tree)))
     assert self_draft.architectures == SELF_DRAFTING
     assert (self_draft.location, self_draft.fallback) == ("srt/server_args.py:2398", "srt/configs/model_config.py:251")
 
@@ -282,7 +282,7 @@ def test_the_draft_attention_backend_must_serve_a_llama_draft(tmp_path, pristine
 
 
 def test_the_draft_quantization_rule_is_where_the_finding_says(pristine_tree):
-    where = eagle3_source.draft_quantization_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    where = eagle3.draft_quantization_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
     lines = source_lines(pristine_tree, f"{where}-{int(where.rsplit(':', 1)[1]) + 1}")
     assert "if self.speculative_draft_model_quantization is None:" in lines
     assert "self.speculative_draft_model_quantization = self.quantization" in lines
@@ -323,7 +323,7 @@ def test_an_explicit_target_quantization_reaches_the_draft(
 
 
 def test_the_revision_rule_is_where_the_finding_says(pristine_tree):
-    where = eagle3_source.draft_revision_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    where = eagle3.draft_revision_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
     assert "revision=model_revision or server_args.revision" in source_lines(pristine_tree, where)
 
 

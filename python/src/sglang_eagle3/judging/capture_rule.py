@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..source.eagle3_source import CAPTURE_METHOD, find_method
+from ..source.eagle3 import CAPTURE_METHOD, find_method
 from ..source.model_class import defines
 from ..source.source_index import SourceIndex
 from ..trees import patchset

@@ -9,7 +9,7 @@ SGLang 0.5.9 captures one layer too deep (patch 0004).
 
 Inputs: the draft's and the target's config.json (Kimi-K2.5 nests its text model under
 ``text_config``), the draft's safetensors headers, and the SGLang tree's own source
-(eagle3_source; capture_rule runs its capture method). Each check ends in a finding (see findings): OK,
+(source/eagle3.py; capture_rule runs its capture method). Each check ends in a finding (see findings): OK,
 WARN (starts, but something is off or cannot be checked) or FAIL (fails after the target has loaded, or
 silently proposes garbage).
 
@@ -27,7 +27,7 @@ from ..errors import shown
 from ..models import draft_inputs
 from ..models.draft_inputs import DraftInputError, Fields
 from ..serving import settings
-from ..source import eagle3_source
+from ..source import eagle3
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
 from ..trees import patchset
@@ -196,7 +196,7 @@ def check(
     config = Fields(draft_inputs.read_config(files.directory, "draft model"), f"{files.directory}/config.json")
     report.architecture = config.architecture()
     index = SourceIndex(tree)
-    drafts = eagle3_source.registered_drafts(index, algorithm)
+    drafts = eagle3.registered_drafts(index, algorithm)
     if drafts is None:
         report.add("algorithm", WARN, f"draft checks cover EAGLE3 and EAGLE; {algorithm} drafts are not checked")
         return report
@@ -219,8 +219,8 @@ def _check_algorithm(report: DraftReport, index: SourceIndex, drafts: dict[str, 
     class is registered for. Returns the algorithm the rest of the checks judge the draft by (its own)."""
     arch, algorithm = report.architecture, report.algorithm
     other = {"EAGLE3": "EAGLE", "EAGLE": "EAGLE3"}[algorithm]
-    other_drafts = eagle3_source.registered_drafts(index, other) or {}
-    gate = eagle3_source.aux_capture_gate(index)
+    other_drafts = eagle3.registered_drafts(index, other) or {}
+    gate = eagle3.aux_capture_gate(index)
     if arch in drafts:
         report.findings.append(Finding("algorithm", OK, f"{arch} is an {algorithm} draft", drafts[arch]))
         return algorithm, drafts
@@ -259,7 +259,7 @@ def _check_architecture(
     arch = report.architecture
     if arch in drafts:
         report.add("architecture", OK, f"{arch} is registered as an {algorithm} draft ({drafts[arch]})")
-        return eagle3_source.draft_class_facts(index, arch)
+        return eagle3.draft_class_facts(index, arch)
     elsewhere = index.find_model_class(arch)
     registered = ", ".join(f"{name} ({where})" for name, where in drafts.items()) or "none"
     what = (
@@ -496,7 +496,7 @@ def _check_captured_layers(report: DraftReport, index, layer_ids, convention, in
         report.capture = Capture(convention, layer_ids, intended, None, None, None, "unknown", None)
         report.add(
             "captured layers", WARN,
-            f"{target.architecture} has no {eagle3_source.CAPTURE_METHOD} this probe can follow (see the methods "
+            f"{target.architecture} has no {eagle3.CAPTURE_METHOD} this probe can follow (see the methods "
             "above); which layers are captured is not known",
         )  # fmt: skip
         return

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
-from ..source import attention_backends, draft_inheritance, eagle3_source, sglang_source
+from ..source import attention_backends, draft_inheritance, eagle3, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from ..trees import release
 from . import draft_check, findings
@@ -63,7 +63,7 @@ def check_draft_quantization(result: Report, settings: ServerSettings, index: So
     """SGLang gives the draft the target's --quantization unless --speculative-draft-model-quantization is set:
     a target quantized that way (e.g. --quantization modelopt_fp4 for NVFP4) with a draft that is not fails to load."""
     name = "draft quantization"
-    where = eagle3_source.draft_quantization_inheritance(index)
+    where = eagle3.draft_quantization_inheritance(index)
     target_method = extra_arg(settings.extra_args, "--quantization")
     draft_setting = extra_arg(settings.extra_args, "--speculative-draft-model-quantization")
     config = json.loads((draft / "config.json").read_text())  # read (and checked) by the draft checks already
@@ -132,7 +132,7 @@ def check_draft_revision(result: Report, settings: ServerSettings, index: Source
     if settings.revision is None or draft is None or draft_inputs.looks_local(draft):
         return
     name = "draft revision"
-    where = eagle3_source.draft_revision_inheritance(index)
+    where = eagle3.draft_revision_inheritance(index)
     if settings.speculative_draft_model_revision is not None:
         result.add(name, Status.OK, f"{draft} has its own revision, {settings.speculative_draft_model_revision}", where)
     elif where is None:
@@ -155,7 +155,7 @@ def check_draft_path(result: Report, settings: ServerSettings, tree: sglang_sour
     if not settings.speculative_algorithm or settings.speculative_draft_model_path:
         return
     try:
-        self_draft = eagle3_source.self_draft_targets(SourceIndex(tree))
+        self_draft = eagle3.self_draft_targets(SourceIndex(tree))
     except SourceLayoutError:
         self_draft = None
     name = "draft model"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..source import secret_exits, upstream_fixes
-from ..source.eagle3_source import CAPTURE_METHOD, find_method
+from ..source.eagle3 import CAPTURE_METHOD, find_method
 from ..source.model_class import lookup
 from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError

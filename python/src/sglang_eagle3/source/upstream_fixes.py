@@ -4,7 +4,7 @@ Read without importing SGLang, so ``patch check`` can tell, for a patch that no 
 applies, whether upstream now does the same (or something that makes the patch moot)
 or whether the problem is still there in a new shape. Each reading names the file:line
 it rests on. The EAGLE-3 methods (patch 0001) and the capture rule (patch 0004) are
-read by model_class.lookup and eagle3_source; the readings here are for 0002, 0003 and 0005.
+read by model_class.lookup and eagle3 (with judging/capture_rule.py); the readings here are for 0002, 0003 and 0005.
 """
 
 from __future__ import annotations
