@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sglang_eagle3.source import sglang_source  # noqa: E402
+from sglang_eagle3.source.sglang_source import locate  # noqa: E402
 from sglang_eagle3.trees import patchset  # noqa: E402
 from support.pinned_wheels import fetch_wheel, unpack  # noqa: E402
 
@@ -60,7 +60,7 @@ def main() -> int:
             cache = Path.home() / ".cache" / "sglang-eagle3-tests"
             pristine = unpack(fetch_wheel("sglang", cache), Path(tmp) / "pristine")
             patched = unpack(fetch_wheel("sglang", cache), Path(tmp) / "patched")
-            patchset.apply(patchset.PatchSeries.load(), sglang_source.locate(patched))
+            patchset.apply(patchset.PatchSeries.load(), locate(patched))
             targets = {"pristine 0.5.9": pristine, "patched 0.5.9": patched}
         worst = 0.0
         for command, prefix in COMMANDS.items():

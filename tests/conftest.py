@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from sglang_eagle3.trees import patchset
 from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
@@ -82,7 +82,7 @@ def release_cache(tmp_path, pristine_wheel) -> dict[str, str]:
 def tree(request):
     """Each pristine tree (0.5.9's, 0.5.23's), located, with its version: for tests that run on both stacks."""
     fixture = "pristine_tree" if request.param == "0.5.9" else "newest_tree"
-    found = sglang_source.locate(request.getfixturevalue(fixture))
+    found = locate(request.getfixturevalue(fixture))
     assert found.version == request.param
     return found
 

@@ -14,7 +14,7 @@ import shutil
 import pytest
 from sglang_eagle3.judging import draft_check, preflight
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from support.bench_fixtures import free_port
 from support.draft_fixtures import (
     KIMI_HIDDEN,
@@ -37,7 +37,7 @@ def verdicts(report: draft_check.DraftReport) -> dict[str, str]:
 
 
 def run(tree, draft, target, arch=None):
-    return draft_check.check(sglang_source.locate(tree), str(draft), str(target), target_arch=arch)
+    return draft_check.check(locate(tree), str(draft), str(target), target_arch=arch)
 
 
 @pytest.fixture

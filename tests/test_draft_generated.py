@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from support.capture import run_capture
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 
@@ -157,7 +157,7 @@ def check(tree, arch, case) -> draft_check.DraftReport:
         target = kimi_target(Path(tmp) / "target", layers=case["n"], hidden=case["hidden"], vocab=case["vocab"])
         d2t = case["draft_vocab"] if case["d2t"] else None
         draft = write_draft(Path(tmp) / "draft", case["config"], d2t_rows=d2t)
-        return draft_check.check(sglang_source.locate(tree), str(draft), str(target), target_arch=arch)
+        return draft_check.check(locate(tree), str(draft), str(target), target_arch=arch)
 
 
 def refused(tree, arch, case) -> bool:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sglang_eagle3.judging import environ_values, preflight
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving.settings import ServerSettings
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from support.gpus import fake_nvidia_smi
 
 ORACLE = r"""
@@ -81,7 +81,7 @@ def test_every_variable_of_envs_has_a_class_whose_parse_runs_here_but_those_that
 def test_the_reading_is_sglangs_own_get(version, extra, request):
     """Each kind of variable, given generated text and the edge cases above: where get() warns and uses the
     default, the reading has parse()'s error; elsewhere the very value get() returns."""
-    tree = sglang_source.locate(request.getfixturevalue("pristine_tree" if version == "0.5.9" else "newest_tree"))
+    tree = locate(request.getfixturevalue("pristine_tree" if version == "0.5.9" else "newest_tree"))
     texts = [t for t in TEXTS + extra if "\x00" not in t]
     cases = [(variable, text) for variable in one_of_each_kind(tree).values() for text in texts]
     readings = [environ_values.read(tree, variable, text) for variable, text in cases]
@@ -122,7 +122,7 @@ def test_a_value_the_tree_cannot_read_fails_preflight_naming_the_variable(tree, 
 def test_spec_v2_is_on_exactly_when_0_5_9s_own_envbool_reads_it_true(pristine_tree, smi):
     """The spec-v2-topk rule reads SGLANG_ENABLE_SPEC_V2 with the tree's EnvBool.parse: 'Y' turns it on, 'no'
     leaves it off, 'maybe' is refused as unreadable (SGLang would run with False), not as the top-k rule."""
-    tree = sglang_source.locate(pristine_tree)
+    tree = locate(pristine_tree)
     tree_settings = {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4}
 
     def judged(text):

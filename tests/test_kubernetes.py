@@ -485,11 +485,9 @@ MAIN_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_main_driver.py"
 
 @pytest.fixture(params=["0.5.9", "0.5.23"])
 def tree(request):
-    from sglang_eagle3.source import sglang_source
+    from sglang_eagle3.source.sglang_source import locate
 
-    found = sglang_source.locate(
-        request.getfixturevalue("pristine_tree" if request.param == "0.5.9" else "newest_tree")
-    )
+    found = locate(request.getfixturevalue("pristine_tree" if request.param == "0.5.9" else "newest_tree"))
     assert found.version == request.param
     return found
 

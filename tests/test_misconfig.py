@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check, draft_settings, preflight, sglang_validation
 from sglang_eagle3.serving import settings as server_settings
-from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3, sglang_source
+from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3
+from sglang_eagle3.source.sglang_source import locate
 from sglang_eagle3.source.source_index import SourceIndex
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft
@@ -121,7 +122,7 @@ def test_the_draft_path_fallback_is_where_the_message_says(pristine_tree):
     assert "model_path=model_path or server_args.model_path" in source_lines(
         pristine_tree, server_settings.DRAFT_PATH_FALLBACK
     )
-    self_draft = eagle3.self_draft_targets(SourceIndex(sglang_source.locate(pristine_tree)))
+    self_draft = eagle3.self_draft_targets(SourceIndex(locate(pristine_tree)))
     assert self_draft.architectures == SELF_DRAFTING
     assert (self_draft.location, self_draft.fallback) == ("srt/server_args.py:2398", "srt/configs/model_config.py:251")
 
@@ -185,7 +186,7 @@ EAGLE_DRAFTS = ["LlamaForCausalLMEagle", "Qwen2ForCausalLMEagle", "MistralLarge3
 def draft_report(tree, tmp, arch, algorithm, target_arch="KimiK25ForConditionalGeneration"):
     target = kimi_target(Path(tmp) / "target")
     draft = write_draft(Path(tmp) / "draft", eagle3_draft_config((1, 29, 57), architectures=[arch]), d2t_rows=32000)
-    return draft_check.check(sglang_source.locate(tree), str(draft), str(target), algorithm, target_arch)
+    return draft_check.check(locate(tree), str(draft), str(target), algorithm, target_arch)
 
 
 def test_eagle_with_an_eagle3_draft_and_the_reverse(tmp_path, pristine_tree):
@@ -240,7 +241,7 @@ def test_generated_algorithm_and_draft_pairs(pristine_tree, algorithm, arch):
 
 
 def test_the_backends_and_mla_architectures_are_read_from_the_source(pristine_tree):
-    index = SourceIndex(sglang_source.locate(pristine_tree))
+    index = SourceIndex(locate(pristine_tree))
     table = attention_backends.backends(index)
     Serves = attention_backends.Serves
     assert {b: table[b][0] for b in ("trtllm_mla", "flashmla", "cutlass_mla", "trtllm_mha", "flashinfer", "fa3")} == {
@@ -282,7 +283,7 @@ def test_the_draft_attention_backend_must_serve_a_llama_draft(tmp_path, pristine
 
 
 def test_the_draft_quantization_rule_is_where_the_finding_says(pristine_tree):
-    where = eagle3.draft_quantization_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    where = eagle3.draft_quantization_inheritance(SourceIndex(locate(pristine_tree)))
     lines = source_lines(pristine_tree, f"{where}-{int(where.rsplit(':', 1)[1]) + 1}")
     assert "if self.speculative_draft_model_quantization is None:" in lines
     assert "self.speculative_draft_model_quantization = self.quantization" in lines
@@ -323,7 +324,7 @@ def test_an_explicit_target_quantization_reaches_the_draft(
 
 
 def test_the_revision_rule_is_where_the_finding_says(pristine_tree):
-    where = eagle3.draft_revision_inheritance(SourceIndex(sglang_source.locate(pristine_tree)))
+    where = eagle3.draft_revision_inheritance(SourceIndex(locate(pristine_tree)))
     assert "revision=model_revision or server_args.revision" in source_lines(pristine_tree, where)
 
 
@@ -367,7 +368,7 @@ def test_a_local_draft_takes_no_revision(tmp_path, pristine_tree):
 
 
 def pristine_index(tree) -> SourceIndex:
-    return SourceIndex(sglang_source.locate(tree))
+    return SourceIndex(locate(tree))
 
 
 def test_the_inherited_settings_rules_are_where_the_findings_say(pristine_tree):
@@ -720,7 +721,7 @@ def draft_with_override(tree, tmp, override: dict, context_length=None):
         extra_args=["--json-model-override-args", json.dumps(override)],
     )  # fmt: skip
     report = preflight.Preflight()
-    draft_settings.check_draft(report, s, sglang_source.locate(tree))
+    draft_settings.check_draft(report, s, locate(tree))
     return {f.name: f for f in report.findings}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from support import metrics_catalog
 from support.bench_fixtures import fake_server
 from support.monitoring_queries import EXPORTER_SERIES, PROMETHEUS_SERIES, problems, recorded_series, substitute
@@ -37,7 +37,7 @@ QUERIES = rule_queries() + panel_queries()
 
 @pytest.fixture(scope="session")
 def sglang_catalog(pristine_tree) -> metrics_catalog.Catalog:
-    return metrics_catalog.read(sglang_source.locate(pristine_tree))
+    return metrics_catalog.read(locate(pristine_tree))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from sglang_eagle3.source import metadata_reads, secret_exits, sglang_source, startup_gates, validation_sites
+from sglang_eagle3.source import metadata_reads, secret_exits, startup_gates, validation_sites
+from sglang_eagle3.source.sglang_source import locate
 from sglang_eagle3.source.source_index import Constants
 from support.scripts import load_script
 
@@ -221,7 +222,7 @@ def fake_tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_rule_audit_resolves_each_form_or_lists_it(tmp_path):
-    tree = sglang_source.locate(fake_tree(tmp_path, {"srt/server_args.py": RULES}))
+    tree = locate(fake_tree(tmp_path, {"srt/server_args.py": RULES}))
     sets = {(s.function, s.key.rsplit("::", 1)[1]) for s in validation_sites.sites(tree) if s.kind == "set"}
     assert sets == {
         ("ServerArgs.__post_init__", "set tp_size"), ("ServerArgs.__post_init__", "set dp_size"),  # a loop

@@ -471,7 +471,7 @@ def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tre
     unit's own Environment= does not carry it (a variable there would reach SGLang but never preflight's rules)."""
     from sglang_eagle3.judging import preflight, settings_rules
     from sglang_eagle3.serving import launch_plan
-    from sglang_eagle3.source import sglang_source
+    from sglang_eagle3.source.sglang_source import locate
 
     out = evaluate_module(
         "{ services.sglang-eagle3 = { enable = true; gpus = [ 0 1 2 3 4 5 6 7 ]; environment = "
@@ -488,7 +488,7 @@ def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tre
     plan = launch_plan.build(loaded, python="python", environ={})
     assert plan.env.items() >= given.items()  # reaches SGLang
     report = preflight.Preflight()
-    settings_rules.check_settings_version(report, loaded, plan.args, sglang_source.locate(pristine_tree))
+    settings_rules.check_settings_version(report, loaded, plan.args, locate(pristine_tree))
     (found,) = report.findings  # and preflight's rules judge it: 0.5.9 reads no such variable
     assert found.status is preflight.Status.FAIL and "does not read SGLANG_NO_SUCH_SWITCH" in found.message
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import NEWEST, REPO, series_names
 from sglang_eagle3.judging import patch_check
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from sglang_eagle3.trees import patchset, release
 from support import pins
 
@@ -69,7 +69,7 @@ def test_the_check_changes_nothing_in_the_tree(pristine_tree, tree_copy):
 
     tree = tree_copy(pristine_tree)
     before = snapshot(tree)
-    patch_check.check(patchset.PatchSeries.load(), sglang_source.locate(tree))
+    patch_check.check(patchset.PatchSeries.load(), locate(tree))
     assert snapshot(tree) == before
 
 

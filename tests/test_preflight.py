@@ -12,7 +12,7 @@ from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import preflight, settings_rules
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import SGLangTree, locate, server_flags
 from support.bench_fixtures import free_port
 from support.gpus import fake_nvidia_smi
 from support.own_resources import missing_path
@@ -114,7 +114,7 @@ def test_extra_args_are_checked_against_sglangs_flags(tmp_path, patched_tree, ex
 
 
 def test_sglang_flags_are_read_from_its_source(patched_tree):
-    flags = sglang_source.server_flags(sglang_source.locate(patched_tree))
+    flags = server_flags(locate(patched_tree))
     assert flags["--tp-size"][0] == {"--tp-size", "--tensor-parallel-size"} and flags["--tp-size"][1]
     assert flags["--enable-torch-symm-mem"][1] is False
 
@@ -177,7 +177,7 @@ MULTI_NODE = {"nnodes": 2, "tp_size": 16, "dist_init_addr": "10.0.0.1:50000"}
 FUSION_FIX = "set enable_flashinfer_allreduce_fusion=false for a multi-node group"
 
 
-def source_lines(tree: sglang_source.SGLangTree, message: str) -> dict[str, str]:
+def source_lines(tree: SGLangTree, message: str) -> dict[str, str]:
     """Each `srt/...py:N` a message quotes -> that line of the tree and the two after it (a call spans lines)."""
     found = {}
     for rel, number in re.findall(r"(srt/[\w/]+\.py):(\d+)", message):
@@ -186,7 +186,7 @@ def source_lines(tree: sglang_source.SGLangTree, message: str) -> dict[str, str]
     return found
 
 
-def assert_quotes_the_trees_own_lines(tree: sglang_source.SGLangTree, message: str) -> None:
+def assert_quotes_the_trees_own_lines(tree: SGLangTree, message: str) -> None:
     """The fusion rule's FAIL quotes the lines of this tree that say the fusion keeps to one node: 0.5.9's comment
     (flashinfer-ai/flashinfer#2006) and its auto-enable's nnodes == 1; 0.5.23's resolver raise across nodes."""
     lines = source_lines(tree, message)
@@ -233,8 +233,8 @@ def test_a_multi_node_settings_file_with_the_fusion_on_fails_preflight_at_the_ru
 def test_the_nix_stacks_patched_trees_are_judged_at_their_own_lines(stack, request, tmp_path):
     """The Nix stacks run their patched trees: preflight quotes those trees' lines (0.5.23's patch 0003 moves the
     resolver's raise), and passes the fusion off."""
-    patched = sglang_source.locate(request.getfixturevalue("patched_tree" if stack == "0.5.9" else "patched_newest"))
-    pristine = sglang_source.locate(request.getfixturevalue("pristine_tree" if stack == "0.5.9" else "newest_tree"))
+    patched = locate(request.getfixturevalue("patched_tree" if stack == "0.5.9" else "patched_newest"))
+    pristine = locate(request.getfixturevalue("pristine_tree" if stack == "0.5.9" else "newest_tree"))
     messages = {}
     for tree in (patched, pristine):
         report = run(tmp_path, tree.root, "8x-rtx-pro-6000.csv", **MULTI_NODE)
@@ -251,7 +251,7 @@ def test_the_nix_stacks_patched_trees_are_judged_at_their_own_lines(stack, reque
 def fusion_rule_on(tree, major: int | None, **values) -> str | None:
     rule = next(r for r in settings_rules.RULES if r.name == "fusion-multi-node")
     s = settings.ServerSettings(**values)
-    given = settings_rules.given_flags(s, launch_plan.sglang_args(s), sglang_source.server_flags(tree))
+    given = settings_rules.given_flags(s, launch_plan.sglang_args(s), server_flags(tree))
     return rule.judge(s, given, tree, rule.site(tree), major=major)
 
 
@@ -278,7 +278,7 @@ def test_across_nodes_0523_lets_sm10x_through_its_mnnvl_backend_and_059_no_gpu(t
 def test_0523s_backend_flag_and_its_switches_off_are_judged_as_its_resolution(newest_tree, extra, refused):
     """0.5.23's own backend flag (extra_args) is judged by its resolver's raise for that backend (trtllm: on no GPU
     across nodes, SM10x included); the switches its resolution turns the fusion off with pass."""
-    tree = sglang_source.locate(newest_tree)
+    tree = locate(newest_tree)
     values = {**MULTI_NODE, "enable_flashinfer_allreduce_fusion": extra[0] != "--flashinfer-allreduce-fusion-backend"}
     for major in (10, 12):
         problem = fusion_rule_on(tree, major, **values, extra_args=extra)
@@ -294,7 +294,7 @@ def test_0523s_backend_flag_and_its_switches_off_are_judged_as_its_resolution(ne
 def test_pcie_ipc_all_reduce_across_nodes_is_a_warning_quoting_0523s_module(newest_tree, tmp_path):
     """0.5.23's PCIe-IPC all-reduce is "for switch-free intra-node machines": across nodes its workspace fails to
     build and SGLang keeps the reductions on NCCL, so the setting is requested but not active (WARN, not FAIL)."""
-    tree = sglang_source.locate(newest_tree)
+    tree = locate(newest_tree)
     values = {"nnodes": 2, "tp_size": 8, "dist_init_addr": "10.0.0.1:50000", "pcie_ipc_allreduce": True,
               "enable_flashinfer_allreduce_fusion": False}  # fmt: skip
     report = run(tmp_path, newest_tree, "8x-rtx-pro-6000.csv", **values)

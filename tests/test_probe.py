@@ -8,14 +8,14 @@ import re
 import pytest
 from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import speculative_support
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate
 from support.gpus import DATA, fake_nvidia_smi
 
 KIMI = "KimiK25ForConditionalGeneration"
 
 
 def run_probe(tree, **kwargs) -> speculative_support.ProbeResult:
-    return speculative_support.probe(sglang_source.locate(tree), **kwargs)
+    return speculative_support.probe(locate(tree), **kwargs)
 
 
 def source_lines(tree, rel: str, needle: str) -> set[str]:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import REPO
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source import sglang_source
+from sglang_eagle3.source.sglang_source import locate, server_flags
 from support import harness_env
 
 
@@ -176,7 +176,7 @@ def test_docs_reference_is_generated_from_the_definition():
 
 def test_sglang_flags_are_the_field_names_and_sglang_knows_them(pristine_tree):
     """A setting's flag is derived from its name; every such flag exists in SGLang 0.5.9's own parser."""
-    known = sglang_source.server_flags(sglang_source.locate(pristine_tree))
+    known = server_flags(locate(pristine_tree))
     launcher_only = {
         n for n in settings.ServerSettings.model_fields if settings.field_flag(n) is None and not settings.field_env(n)
     }

@@ -32,7 +32,8 @@ from sglang_eagle3.judging import preflight, settings_rules, sglang_validation
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan
 from sglang_eagle3.serving.settings import ServerSettings, field_flag
-from sglang_eagle3.source import sglang_source, validation_sites
+from sglang_eagle3.source import validation_sites
+from sglang_eagle3.source.sglang_source import locate, server_flags
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
@@ -227,7 +228,7 @@ def owned(flag: str) -> str | None:
 
 def test_every_choices_flag_refuses_a_value_outside_its_choices(tree):
     """Each flag whose choices are literals, given a value outside them: refused, naming it and its file:line."""
-    known = sglang_source.server_flags(tree)
+    known = server_flags(tree)
     sites = [s for s in settings_rules.tree_sites(tree) if s.kind == "choices" and s.choices and s.flag in known]
     assert len(sites) > 40
     for site in sites:
@@ -253,8 +254,8 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
     """Generated values for every choices, int and float flag of 0.5.9, judged by the restated rules and by SGLang's
     own parser (ServerArgs.add_cli_args, run by tests/support/drivers/sglang_parser_driver.py): refused by one
     exactly when refused by the other (flags with another type, e.g. json.loads, are SGLang's own run's)."""
-    tree = sglang_source.locate(pristine_tree)
-    known = sglang_source.server_flags(tree)
+    tree = locate(pristine_tree)
+    known = server_flags(tree)
     sites = [s for s in settings_rules.tree_sites(tree) if s.flag in known and (s.kind == "type" or s.choices)]
     kinds = {s.flag: s.parser_type for s in sites if s.kind == "type"}
     flags = sorted({s.flag for s in sites if kinds.get(s.flag, "int") in ("int", "float")})
@@ -287,7 +288,7 @@ def own_env(tree, monkeypatch, request):
     SGLang's own run waits for the rest to pass), and what that run needs in this test environment: 0.5.23's
     transformers 5 (and the rest of stack_libraries.NEWEST_LIBRARIES) beside it; 0.5.9 imports as it is."""
     if tree.version == "0.5.9":
-        return sglang_source.locate(request.getfixturevalue("patched_tree"))
+        return locate(request.getfixturevalue("patched_tree"))
     if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
         pytest.skip("the Nix check has no network to fetch 0.5.23's libraries")
     libraries = stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE)
@@ -386,7 +387,7 @@ def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own
 
 
 def cudnn_findings(settings, patched_tree, smi) -> list:
-    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.run(settings, str(locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     return [f for f in own_finding(report) if f.status is Status.FAIL and "CuDNN" in f.message]
 
 
@@ -429,7 +430,7 @@ def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, patch
     (broken / "torch" / "__init__.py").write_text("raise ImportError('no torch on this laptop')\n")
     monkeypatch.setenv("PYTHONPATH", str(broken))
     settings = local_settings(tmp_path, attention_backend="nope_backend")
-    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.run(settings, str(locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     own = own_finding(report)[0]
     assert own.status is Status.NOT_CHECKED and "no torch on this laptop" in own.message
     assert "only the restated rules above judged the settings" in own.message
@@ -527,7 +528,7 @@ def test_each_stacks_policy_reads():
 def test_the_docs_say_v2_is_the_only_path_on_0523(newest_tree):
     """On 0.5.23 speculative decoding always runs the V2 worker; the lines the docs quote say so in the real wheel,
     and its top-k rules are the ones preflight applies there."""
-    package = sglang_source.locate(newest_tree).package / "srt"
+    package = locate(newest_tree).package / "srt"
     quoted = {
         "speculative/spec_info.py:352": "always use the V2 worker",
         "speculative/spec_registry.py:38": "the spec V1 worker path has been",
@@ -584,7 +585,7 @@ def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request
     a rule never refuses what SGLang takes (no false alarm), and where SGLang stops at a rule's site the rule
     refuses too, except where SGLang changed the page size itself first (a backend's own pages: only its own
     run sees that, and it runs in preflight where SGLang can be imported)."""
-    tree = sglang_source.locate(request.getfixturevalue("pristine_tree" if version == "0.5.9" else "newest_tree"))
+    tree = locate(request.getfixturevalue("pristine_tree" if version == "0.5.9" else "newest_tree"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     if version == "0.5.23":
         if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
@@ -592,7 +593,7 @@ def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request
         env = with_path(env, stack_libraries("0.5.23", NEWEST_LIBRARIES, CACHE))
     model = kimi_target(tmp_path_factory.mktemp("model") / "Kimi-K2.5")
     cases, judged = {}, {}
-    known = sglang_source.server_flags(tree)
+    known = server_flags(tree)
     applied = [(r, s) for r in settings_rules.RULES if (s := r.site(tree)) is not None]
     for i in range(25):
         values = data.draw(speculative_cases(version == "0.5.23"), label=f"case {i}")

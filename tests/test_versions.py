@@ -21,8 +21,9 @@ from sglang_eagle3.judging import draft_check, patch_check, preflight, settings_
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
-from sglang_eagle3.source import allreduce_gates, sglang_source
+from sglang_eagle3.source import allreduce_gates
 from sglang_eagle3.source.allreduce_gates import Effect
+from sglang_eagle3.source.sglang_source import SGLangTree, environment_variables, locate, server_flags
 from sglang_eagle3.source.source_index import SourceIndex
 from sglang_eagle3.trees import patchset
 from support import pins
@@ -51,7 +52,7 @@ def test_every_setting_is_written_for_a_stack():
 
 
 def test_the_parser_of_each_tree_is_read(tree):
-    flags = sglang_source.server_flags(tree)
+    flags = server_flags(tree)
     assert flags["--tp-size"] == (frozenset({"--tp-size", "--tensor-parallel-size"}), True)
     assert flags["--enable-flashinfer-allreduce-fusion"][1] is False  # store_true (deprecated on 0.5.23)
     if tree.version == "0.5.9":
@@ -61,7 +62,7 @@ def test_the_parser_of_each_tree_is_read(tree):
         assert flags["--flashinfer-allreduce-fusion-backend"][1] is True
         assert flags["--no-enable-tf32-matmul"][1] is False  # BooleanOptionalAction
         assert flags["--disable-cuda-graph"][1] is False  # DeprecatedStoreTrueAction, added by hand
-    variables = sglang_source.environment_variables(tree)
+    variables = environment_variables(tree)
     assert "SGLANG_USE_MODELSCOPE" in variables
     assert ("SGLANG_ENABLE_SPEC_V2" in variables) == (tree.version == "0.5.9")  # 0.5.23 reads it nowhere
     assert (PCIE in variables) == (tree.version == "0.5.23")
@@ -70,8 +71,8 @@ def test_the_parser_of_each_tree_is_read(tree):
 def test_a_settings_origin_is_where_it_says(pristine_tree, newest_tree):
     """pcie_ipc_allreduce names 0.5.23's environ.py line; 0.5.9 has no such variable."""
     version, where = settings.field_origin("pcie_ipc_allreduce")
-    assert version == "0.5.23" and PCIE in source_line(sglang_source.locate(newest_tree), where)
-    assert PCIE not in sglang_source.environment_variables(sglang_source.locate(pristine_tree))
+    assert version == "0.5.23" and PCIE in source_line(locate(newest_tree), where)
+    assert PCIE not in environment_variables(locate(pristine_tree))
 
 
 def run_preflight(tmp_path, tree, **values):
@@ -189,7 +190,7 @@ def test_a_requested_optimisation_that_ends_up_off_is_a_warning_on_every_stack(r
     """One judgement: symmetric memory that SGLang disables itself was [ OK ] on 0.5.9 at tp 3 or 16 and [WARN] on
     0.5.23; whatever the reason (capability, no entry, world size), it is WARN and names the setting to unset,
     and the line it rests on is the one that disables it."""
-    tree = sglang_source.locate(request.getfixturevalue(fixture))
+    tree = locate(request.getfixturevalue(fixture))
     symm = gates(tree, allreduce_fusion=False, **kw).torch_symm_mem
     assert symm.effect is Effect.DISABLED
     found = speculative_support.flag_finding(symm)
@@ -200,7 +201,7 @@ def test_a_requested_optimisation_that_ends_up_off_is_a_warning_on_every_stack(r
 
 
 def test_preflight_warns_of_symmetric_memory_that_disables_itself(tmp_path, patched_tree):
-    report = run_preflight(tmp_path, sglang_source.locate(patched_tree), tp_size=3)
+    report = run_preflight(tmp_path, locate(patched_tree), tp_size=3)
     (symm,) = [f for f in report.findings if f.name == "optimisations" and "--enable-torch-symm-mem" in f.message]
     assert symm.status is Status.WARN and "unset enable_torch_symm_mem" in symm.message
 
@@ -208,7 +209,7 @@ def test_preflight_warns_of_symmetric_memory_that_disables_itself(tmp_path, patc
 def test_every_requested_flag_that_ends_up_off_is_a_warning(newest_tree):
     """PCIe-IPC at a world size it does not serve, and the rule itself: a flag SGLang turns off or ignores is never
     [ OK ], even where the reading gives no warning text."""
-    ipc = gates(sglang_source.locate(newest_tree), tp_size=6, pcie_ipc=True).pcie_ipc
+    ipc = gates(locate(newest_tree), tp_size=6, pcie_ipc=True).pcie_ipc
     found = speculative_support.flag_finding(ipc)
     assert found.status is Status.WARN and "unset pcie_ipc_allreduce" in found.message
     for effect in (Effect.DISABLED, Effect.IGNORED):
@@ -221,7 +222,7 @@ def test_every_requested_flag_that_ends_up_off_is_a_warning(newest_tree):
 
 
 def test_pcie_ipc_conditions_on_0523(newest_tree):
-    tree = sglang_source.locate(newest_tree)
+    tree = locate(newest_tree)
     assert gates(tree, tp_size=6, pcie_ipc=True).pcie_ipc.effect is Effect.DISABLED  # _SUPPORTED_WORLD_SIZES
     assert gates(tree, pcie_ipc=True, topology="nvlink").pcie_ipc.effect is Effect.LOADS  # custom AR first
     assert gates(tree).pcie_ipc.effect is Effect.NOT_REQUESTED
@@ -232,7 +233,7 @@ def test_pcie_ipc_conditions_on_0523(newest_tree):
 def test_preflight_judges_pcie_ipc_on_the_hosts_topology(tmp_path, newest_tree):
     """The links come from the host's nvidia-smi topo -m: on the NVLink H200 matrix custom all-reduce goes first;
     on the PCIe RTX PRO 6000 one the PCIe-IPC all-reduce is active; without a matrix, PCIe is assumed, not checked."""
-    tree = sglang_source.locate(newest_tree)
+    tree = locate(newest_tree)
     s = settings.ServerSettings(pcie_ipc_allreduce=True, enable_flashinfer_allreduce_fusion=False)
 
     def run(recording, topology="recorded"):
@@ -280,7 +281,7 @@ def opt_in_tree(newest_tree, tmp_path):
     def write(condition: str):
         path.write_text(text.replace(old, f"if not (get_platform().is_sm90 or get_platform().is_sm100 or "
                                           f"(get_platform().is_sm120 and {condition})):"))  # fmt: skip
-        return sglang_source.SGLangTree(root, "0.5.23")
+        return SGLangTree(root, "0.5.23")
 
     return write
 
@@ -314,7 +315,7 @@ def test_the_0523_fusion_opt_in_needs_both_halves(newest_tree, tmp_path, halves)
     assert gnu_patch(root, patch).returncode == 0
     for rel in {RESOLVER, RUNTIME_GATE} - set(halves):
         shutil.copyfile(newest_tree / "sglang" / rel, root / "sglang" / rel)  # that half left pristine
-    tree = sglang_source.SGLangTree(root, "0.5.23")
+    tree = SGLangTree(root, "0.5.23")
     fusion = gates(tree).allreduce_fusion
     where = {rel: re.search(rf"{re.escape(rel)}:(\d+)", fusion.detail) for rel in (RESOLVER, RUNTIME_GATE)}
     if halves == (RUNTIME_GATE,):
@@ -442,7 +443,7 @@ def test_the_captured_layers_come_from_running_the_trees_own_rule(tmp_path, newe
     old = "if layer_ids and layer_ids[0] == 1:"
     assert text.count(old) == 1
     path.write_text(text.replace(old, "if layer_ids:"))
-    report = capture_report(tmp_path, sglang_source.locate(root), (2, 30, 58))
+    report = capture_report(tmp_path, locate(root), (2, 30, 58))
     assert report.capture.captured == [3, 31, 59] and report.capture.patch_0004 == "conflict"
     assert report.finding("captured layers").status is preflight.Status.WARN
 
@@ -513,7 +514,7 @@ def test_docs_have_the_settings_by_version_section(pristine_tree, newest_tree):
                       "srt/models/kimi_k25.py:928", "srt/models/kimi_k25.py:965"],
     }  # fmt: skip
     for root, quoted in quotes.items():
-        result = speculative_support.probe(sglang_source.locate(root))
+        result = speculative_support.probe(locate(root))
         said = " ".join(f"{s.location} {' '.join(s.via)} {m.how}" for m in result.methods for s in m.call_sites)
         for where in quoted:
             assert where in said, where

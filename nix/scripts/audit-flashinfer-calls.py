@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 from sglang_eagle3 import stacks  # noqa: E402 - the repository's package, found above
 from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402
 from sglang_eagle3.serving.settings import ServerSettings  # noqa: E402
-from sglang_eagle3.source import sglang_source  # noqa: E402
+from sglang_eagle3.source.sglang_source import SGLangTree, locate  # noqa: E402
 from sglang_eagle3.trees import patchset, release  # noqa: E402
 
 PINS = REPO / "nix" / "pins.json"
@@ -75,7 +75,7 @@ def patched_tree(stack: str, cache: Path, work: Path) -> Path:
     shutil.copytree(tree.package, root / "sglang")
     for dist_info in tree.root.glob("sglang-*.dist-info"):
         shutil.copytree(dist_info, root / dist_info.name)
-    patchset.apply(patchset.PatchSeries.load(version=stack), sglang_source.locate(root))
+    patchset.apply(patchset.PatchSeries.load(version=stack), locate(root))
     return root
 
 
@@ -242,7 +242,7 @@ def capability_key(capability: str) -> tuple[int, ...]:
     return tuple(int(x) for x in capability.split("."))
 
 
-def imported_names(tree: sglang_source.SGLangTree) -> dict[str, list[str]]:
+def imported_names(tree: SGLangTree) -> dict[str, list[str]]:
     """Each FlashInfer name the attention backends import (from flashinfer..., at any depth), by backend file."""
     found = {}
     for relative in BACKENDS:

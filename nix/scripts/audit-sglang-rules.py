@@ -61,13 +61,14 @@ def stacks() -> dict[str, dict]:
 
 def inventory(version: str, cache: Path) -> dict:
     """The stack's data: its wheel and every validation site of it."""
-    from sglang_eagle3.source import sglang_source, validation_sites
+    from sglang_eagle3.source import validation_sites
+    from sglang_eagle3.source.sglang_source import locate
 
     pin = stacks()[version]["pin"]
     wheel = wheel_audit().download(pin["url"], pin["sha256"], cache)
     with tempfile.TemporaryDirectory(prefix="sglang-rules-") as tmp, zipfile.ZipFile(wheel) as archive:
         archive.extractall(tmp, [n for n in archive.namelist() if n.endswith(".py") or ".dist-info/" in n])
-        tree = sglang_source.locate(tmp)
+        tree = locate(tmp)
         found = validation_sites.sites(tree)
         missing = validation_sites.unresolved(tree)
     return {

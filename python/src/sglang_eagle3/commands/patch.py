@@ -12,7 +12,7 @@ from .. import errors, options, stacks
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..judging import patch_check
-from ..source import sglang_source
+from ..source.sglang_source import SGLangNotFound, SGLangTree
 from ..trees import patchset, release
 
 
@@ -45,7 +45,7 @@ def patch_apply(sglang: str | None) -> None:
     """Apply every patch not yet applied; all or nothing (the series for the tree's SGLang version)."""
     try:
         tree = release.resolve(sglang)
-    except sglang_source.SGLangNotFound as err:
+    except SGLangNotFound as err:
         if sglang is not None:
             raise
         raise BadInput(  # not the readers' hint: a release version is read, never patched
@@ -73,7 +73,7 @@ def patch_apply(sglang: str | None) -> None:
     _report_applied(tree, result)
 
 
-def _report_applied(tree: sglang_source.SGLangTree, result: patchset.ApplyResult) -> None:
+def _report_applied(tree: SGLangTree, result: patchset.ApplyResult) -> None:
     if not result.applied:
         click.echo(f"All {len(result.already)} patches are already applied to {tree.package}; nothing changed.")
         return

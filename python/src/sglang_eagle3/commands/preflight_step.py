@@ -13,7 +13,7 @@ from ..judging import preflight
 from ..serving import launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import ServerSettings
-from ..source import sglang_source
+from ..source.sglang_source import SGLangTree
 from ..trees import release
 
 
@@ -23,7 +23,7 @@ class Judged:
 
     plan: LaunchPlan
     checks: preflight.Preflight
-    tree: sglang_source.SGLangTree | None  # the SGLang preflight read: --sglang's, else the importable one
+    tree: SGLangTree | None  # the SGLang preflight read: --sglang's, else the importable one
     runs: Path | None  # the sglang package the plan's command imports
     note: str | None  # set when the two differ: what the command runs is not what was judged
 

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
-from ..source import attention_backends, draft_inheritance, eagle3, sglang_source
+from ..source import attention_backends, draft_inheritance, eagle3
+from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
 from ..trees import release
 from . import draft_check, findings
 from .findings import Finding, Report, Status
 
 
-def check_draft(result: Report, settings: ServerSettings, tree: sglang_source.SGLangTree) -> None:
+def check_draft(result: Report, settings: ServerSettings, tree: SGLangTree) -> None:
     """The draft checks of `probe --draft` for the configured draft and target (see draft_check)."""
     if settings.speculative_draft_model_path is None:
         return
@@ -149,7 +150,7 @@ def check_draft_revision(result: Report, settings: ServerSettings, index: Source
         )  # fmt: skip
 
 
-def check_draft_path(result: Report, settings: ServerSettings, tree: sglang_source.SGLangTree, arch: str) -> None:
+def check_draft_path(result: Report, settings: ServerSettings, tree: SGLangTree, arch: str) -> None:
     """No draft path (only NEXTN gets past the settings without one): does SGLang take the target's own MTP
     layers, or load the whole target as the draft (sgl-project/sglang #36528)?"""
     if not settings.speculative_algorithm or settings.speculative_draft_model_path:

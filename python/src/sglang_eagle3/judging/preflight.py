@@ -28,7 +28,7 @@ from ..models import draft_inputs, lockfile
 from ..serving import credentials, launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source import sglang_source
+from ..source.sglang_source import SGLangNotFound, SGLangTree, locate
 from ..source.source_index import SourceIndex, SourceLayoutError
 from ..trees import release
 from . import draft_settings, findings, settings_rules, sglang_validation, speculative_support
@@ -155,7 +155,7 @@ class Launch:
 
     settings: ServerSettings
     plan: LaunchPlan
-    tree: sglang_source.SGLangTree | None
+    tree: SGLangTree | None
     tree_problem: str | None = None
     explicit: bool = False  # the tree was named (--sglang), not the one this Python imports
     nvidia_smi: str | None = None  # a stand-in nvidia-smi (tests, a host without GPUs)
@@ -164,7 +164,7 @@ class Launch:
 
 def prepare(
     settings: ServerSettings,
-    sglang_target: sglang_source.SGLangTree | str | None = None,
+    sglang_target: SGLangTree | str | None = None,
     nvidia_smi: str | None = None,
     drafts: bool = True,
     plan: LaunchPlan | None = None,
@@ -173,9 +173,9 @@ def prepare(
     plan = plan or launch_plan.build(settings)
     drafts = drafts and bool(settings.speculative_algorithm)
     try:
-        given = isinstance(sglang_target, sglang_source.SGLangTree)
-        tree = sglang_target if given else sglang_source.locate(sglang_target)
-    except sglang_source.SGLangNotFound as err:
+        given = isinstance(sglang_target, SGLangTree)
+        tree = sglang_target if given else locate(sglang_target)
+    except SGLangNotFound as err:
         return Launch(settings, plan, None, str(err), sglang_target is not None, nvidia_smi, drafts)
     return Launch(settings, plan, tree, None, sglang_target is not None, nvidia_smi, drafts)
 
@@ -370,7 +370,7 @@ def judge(launch: Launch) -> Preflight:
 
 def run(
     settings: ServerSettings,
-    sglang_target: sglang_source.SGLangTree | str | None = None,
+    sglang_target: SGLangTree | str | None = None,
     nvidia_smi: str | None = None,
     drafts: bool = True,
     plan: LaunchPlan | None = None,

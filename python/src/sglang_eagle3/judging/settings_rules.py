@@ -24,12 +24,12 @@ from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
-from ..source import allreduce_gates, sglang_source, source_index, validation_sites
-from ..source.sglang_source import SGLangTree
+from ..source import allreduce_gates, source_index, validation_sites
+from ..source.sglang_source import Flags, SGLangNotFound, SGLangTree, environment_variables, parse_source, server_flags
 from . import environ_values
 from .findings import Report, Status
 
-# Where SGLang's parser is read from (sglang_source.server_flags): 0.5.9 adds each flag in server_args.py, later
+# Where SGLang's parser is read from (server_flags): 0.5.9 adds each flag in server_args.py, later
 # releases derive most from the fields of srt/arg_groups/fields/.
 PARSER = "its parser: srt/server_args.py ServerArgs.add_cli_args"
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"  # 0.5.9 only: its opt-in V2 worker takes top-k 1 only (rule spec-v2-topk)
@@ -63,7 +63,7 @@ class Given:
         return f"--{field_name.replace('_', '-')}" in self.spellings
 
 
-def given_flags(settings: ServerSettings, args: list[str], known: sglang_source.Flags) -> list[Given]:
+def given_flags(settings: ServerSettings, args: list[str], known: Flags) -> list[Given]:
     """Each flag of the launch plan's SGLang arguments ``args`` (the settings', then extra_args), with its value and
     the setting it comes from."""
     found, rendered = [], set(args)
@@ -91,7 +91,7 @@ def given_value(given: list[Given], field_name: str) -> Given | None:
 # -- the parser: choices and types ---------------------------------------------------------------------------------
 
 
-def value_problems(given: list[Given], tree: SGLangTree, known: sglang_source.Flags) -> list[tuple[Given, str]]:
+def value_problems(given: list[Given], tree: SGLangTree, known: Flags) -> list[tuple[Given, str]]:
     """(flag, problem) for each value the tree's parser refuses: not of its ``type=`` (int, float), or not one
     of its ``choices=`` (where they are literals; computed ones are left to SGLang's own run)."""
     by_flag = {}
@@ -262,7 +262,7 @@ def _call_line(tree: SGLangTree, rel: str, name: str) -> str | None:
     path = tree.package / rel
     if not path.is_file():
         return None
-    for node in ast.walk(sglang_source.parse_source(path)):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Call) and name in ast.unparse(node.func).rsplit(".", 1)[-1]:
             return f"{rel}:{node.lineno}"
     return None
@@ -272,7 +272,7 @@ def _resolver(tree: SGLangTree) -> ast.FunctionDef | None:
     path = tree.package / RESOLVER[0]
     if not path.is_file():
         return None
-    module = sglang_source.parse_source(path)
+    module = parse_source(path)
     return next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == RESOLVER[1]), None)
 
 
@@ -456,8 +456,8 @@ def check_settings_version(
     the tree's own source. ``compute_capability``: the GPUs' (None: the tuned host's), for the rules that depend
     on it."""
     try:
-        known, variables = sglang_source.server_flags(tree), sglang_source.environment_variables(tree)
-    except sglang_source.SGLangNotFound as err:
+        known, variables = server_flags(tree), environment_variables(tree)
+    except SGLangNotFound as err:
         result.add("settings", Status.FAIL, str(err))
         return
     given = given_flags(settings, args, known)
@@ -483,7 +483,7 @@ def _settings_it_lacks(
     settings: ServerSettings,
     rendered: set[str],
     tree: SGLangTree,
-    known: sglang_source.Flags,
+    known: Flags,
     variables: dict[str, int],
 ) -> list[str]:
     """Settings whose flag (rendered) or variable (switched on) this SGLang does not have, and secrets' files whose
@@ -571,8 +571,8 @@ def check_extra_args(result: Report, settings: ServerSettings, args: list[str], 
     if not settings.extra_args:
         return
     try:
-        known = sglang_source.server_flags(tree)
-    except sglang_source.SGLangNotFound as err:
+        known = server_flags(tree)
+    except SGLangNotFound as err:
         result.add("extra_args", Status.FAIL, str(err))
         return
     owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}

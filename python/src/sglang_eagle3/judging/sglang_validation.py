@@ -24,8 +24,8 @@ from ..host.gpus import Gpu
 from ..models import draft_inputs
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source import sglang_source, validation_sites
-from ..source.sglang_source import SGLangTree
+from ..source import validation_sites
+from ..source.sglang_source import SGLangTree, server_flags
 from .findings import Report, Status
 from .settings_rules import Given, given_flags, tree_sites
 
@@ -129,7 +129,7 @@ def judge(
         result.add(NAME, Status.NOT_CHECKED, f"{version}'s own checks need {outcome['missing_fact']}, which "
                    "preflight did not get from nvidia-smi", outcome.get("where"))  # fmt: skip
         return
-    given = given_flags(settings, plan.args, sglang_source.server_flags(tree))
+    given = given_flags(settings, plan.args, server_flags(tree))
     if stage != "done":
         where = outcome.get("where")
         if stage == "parse":
