@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sglang_eagle3.source.sglang_source import locate  # noqa: E402
+from sglang_eagle3.source.tree import locate  # noqa: E402
 from sglang_eagle3.trees import patchset  # noqa: E402
 from support.pinned_wheels import fetch_wheel, unpack  # noqa: E402
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from sglang_eagle3.trees import patchset
 from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack

@@ -14,7 +14,7 @@ import shutil
 import pytest
 from sglang_eagle3.judging import draft_check, preflight
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from support.bench_fixtures import free_port
 from support.draft_fixtures import (
     KIMI_HIDDEN,

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from support.capture import run_capture
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sglang_eagle3.judging import environ_values, preflight
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving.settings import ServerSettings
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from support.gpus import fake_nvidia_smi
 
 ORACLE = r"""

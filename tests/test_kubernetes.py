@@ -485,7 +485,7 @@ MAIN_DRIVER = REPO / "tests" / "support" / "drivers" / "sglang_main_driver.py"
 
 @pytest.fixture(params=["0.5.9", "0.5.23"])
 def tree(request):
-    from sglang_eagle3.source.sglang_source import locate
+    from sglang_eagle3.source.tree import locate
 
     found = locate(request.getfixturevalue("pristine_tree" if request.param == "0.5.9" else "newest_tree"))
     assert found.version == request.param

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from support import metrics_catalog
 from support.bench_fixtures import fake_server
 from support.monitoring_queries import EXPORTER_SERIES, PROMETHEUS_SERIES, problems, recorded_series, substitute

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from sglang_eagle3.source import metadata_reads, secret_exits, startup_gates, validation_sites
-from sglang_eagle3.source.sglang_source import locate
 from sglang_eagle3.source.source_index import Constants
+from sglang_eagle3.source.tree import locate
 from support.scripts import load_script
 
 lookups_audit = load_script(REPO / "nix" / "scripts" / "audit-runtime-lookups.py")

@@ -471,7 +471,7 @@ def test_module_environment_reaches_what_preflight_judges(tmp_path, pristine_tre
     unit's own Environment= does not carry it (a variable there would reach SGLang but never preflight's rules)."""
     from sglang_eagle3.judging import preflight, settings_rules
     from sglang_eagle3.serving import launch_plan
-    from sglang_eagle3.source.sglang_source import locate
+    from sglang_eagle3.source.tree import locate
 
     out = evaluate_module(
         "{ services.sglang-eagle3 = { enable = true; gpus = [ 0 1 2 3 4 5 6 7 ]; environment = "

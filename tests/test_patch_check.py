@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import NEWEST, REPO, series_names
 from sglang_eagle3.judging import patch_check
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from sglang_eagle3.trees import patchset, release
 from support import pins
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import speculative_support
-from sglang_eagle3.source.sglang_source import locate
+from sglang_eagle3.source.tree import locate
 from support.gpus import DATA, fake_nvidia_smi
 
 KIMI = "KimiK25ForConditionalGeneration"

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import REPO
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source.sglang_source import locate, server_flags
+from sglang_eagle3.source.tree import locate, server_flags
 from support import harness_env
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 from sglang_eagle3 import stacks  # noqa: E402 - the repository's package, found above
 from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402
 from sglang_eagle3.serving.settings import ServerSettings  # noqa: E402
-from sglang_eagle3.source.sglang_source import SGLangTree, locate  # noqa: E402
+from sglang_eagle3.source.tree import SGLangTree, locate  # noqa: E402
 from sglang_eagle3.trees import patchset, release  # noqa: E402
 
 PINS = REPO / "nix" / "pins.json"

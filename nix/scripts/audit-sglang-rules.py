@@ -62,7 +62,7 @@ def stacks() -> dict[str, dict]:
 def inventory(version: str, cache: Path) -> dict:
     """The stack's data: its wheel and every validation site of it."""
     from sglang_eagle3.source import validation_sites
-    from sglang_eagle3.source.sglang_source import locate
+    from sglang_eagle3.source.tree import locate
 
     pin = stacks()[version]["pin"]
     wheel = wheel_audit().download(pin["url"], pin["sha256"], cache)

@@ -20,8 +20,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_eagle3.source.sglang_source import SGLangTree
 from sglang_eagle3.source.source_index import SourceIndex
+from sglang_eagle3.source.tree import SGLangTree
 
 KINDS = ("Counter", "Gauge", "Histogram", "Summary")
 # Labels Prometheus attaches to every scraped series (target labels).
@@ -224,6 +224,6 @@ def render(catalog: Catalog) -> str:
 
 
 def load(target: str | Path | None = None) -> Catalog:
-    from sglang_eagle3.source.sglang_source import locate
+    from sglang_eagle3.source.tree import locate
 
     return read(locate(target))

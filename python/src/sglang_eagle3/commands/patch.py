@@ -12,7 +12,7 @@ from .. import errors, options, stacks
 from ..errors import BadInput
 from ..exit_status import ExitStatus
 from ..judging import patch_check
-from ..source.sglang_source import SGLangNotFound, SGLangTree
+from ..source.tree import SGLangNotFound, SGLangTree
 from ..trees import patchset, release
 
 

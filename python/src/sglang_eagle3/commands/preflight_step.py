@@ -13,7 +13,7 @@ from ..judging import preflight
 from ..serving import launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import ServerSettings
-from ..source.sglang_source import SGLangTree
+from ..source.tree import SGLangTree
 from ..trees import release
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
 from ..source import attention_backends, draft_inheritance, eagle3
-from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
+from ..source.tree import SGLangTree
 from ..trees import release
 from . import draft_check, findings
 from .findings import Finding, Report, Status

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..source.sglang_source import SGLangTree, parse_source
+from ..source.tree import SGLangTree, parse_source
 
 ENVIRON = "srt/environ.py"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from ..source import secret_exits, upstream_fixes
 from ..source.eagle3 import CAPTURE_METHOD, find_method
 from ..source.model_class import lookup
-from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex, SourceLayoutError
+from ..source.tree import SGLangTree
 from ..trees import patchset
 from . import findings
 from .capture_rule import run_capture_method

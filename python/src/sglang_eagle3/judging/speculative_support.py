@@ -26,8 +26,8 @@ from typing import Any
 from ..serving import settings
 from ..source import allreduce_gates, model_calls, spec_conditions
 from ..source.model_class import lookup
-from ..source.sglang_source import SGLangTree
 from ..source.source_index import SourceIndex
+from ..source.tree import SGLangTree
 from ..trees import patchset
 from . import findings
 from .findings import Finding, Judged, Status

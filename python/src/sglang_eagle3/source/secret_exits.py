@@ -55,7 +55,6 @@ from ..errors import BadInput
 from ..files import loads_json, write_atomic
 from ..progress_lines import working
 from . import source_index
-from .sglang_source import SGLangTree
 from .source_index import (
     Constants,
     ServerArgsField,
@@ -64,6 +63,7 @@ from .source_index import (
     own_nodes,
     server_args_fields,
 )
+from .tree import SGLangTree
 
 DATA_FILE = "secret-exits.json"
 

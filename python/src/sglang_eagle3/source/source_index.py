@@ -8,7 +8,7 @@ validation sites (validation_sites.py), the secret exits (secret_exits.py), the
 start-up gates of any wheel (startup_gates.py) and the run-time lookups
 (nix/scripts/audit-runtime-lookups.py). What they share lives here, once:
 
-- parse_source (sglang_source's, which reads the tree's flags with it): a file parsed, with
+- parse_source (source/tree.py's, which reads the tree's flags with it): a file parsed, with
   the error its caller names (and no warnings about the tree's own invalid escapes);
 - own_nodes: the code of one scope, without the functions and classes nested in it;
 - dotted_name, import_aliases, resolved_name: what a name means through a module's imports;
@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import BadInput
-from .sglang_source import SGLangTree, parse_source
+from .tree import SGLangTree, parse_source
 
 
 class SourceLayoutError(BadInput, ValueError):

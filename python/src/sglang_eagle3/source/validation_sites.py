@@ -26,7 +26,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .sglang_source import SGLangNotFound, SGLangTree, namespace_classes, parse_source
 from .source_index import (
     Constants,
     ParsedModule,
@@ -36,6 +35,7 @@ from .source_index import (
     own_nodes,
     server_args_field_names,
 )
+from .tree import SGLangNotFound, SGLangTree, namespace_classes, parse_source
 
 VALIDATION_FILES = ("srt/server_args.py", "srt/arg_groups")
 # Where validation starts (those a tree has): the parse, the resolution, the engine's check before start-up.

@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import stacks
 from ..errors import Eagle3Error, settle
 from ..exit_status import ExitStatus, for_signal
-from ..source.sglang_source import SGLangTree
+from ..source.tree import SGLangTree
 
 PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch", "--reject-file=-"]
 

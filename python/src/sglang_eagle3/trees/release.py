@@ -26,7 +26,7 @@ from pathlib import Path
 from .. import files, stacks
 from ..errors import BadInput, CheckFailed, shown
 from ..progress_lines import progress
-from ..source.sglang_source import SGLangNotFound, SGLangTree, locate
+from ..source.tree import SGLangNotFound, SGLangTree, locate
 
 VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)*")
 CACHE_VARIABLE = "XDG_CACHE_HOME"
