@@ -43,6 +43,7 @@ import ast
 import contextlib
 import fnmatch
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -54,7 +55,6 @@ from pathlib import Path
 from ..errors import BadInput
 from ..files import loads_json, write_atomic
 from ..progress_lines import working
-from . import source_index
 from .source_index import (
     Constants,
     ServerArgsField,
@@ -103,7 +103,7 @@ class SecretAuditError(BadInput):
 
 
 def _fields(root: Path) -> list[ServerArgsField]:
-    """source_index.server_args_fields, its layout errors said as this audit's (patch check catches those)."""
+    """server_args_fields, its layout errors said as this audit's (patch check catches those)."""
     try:
         return server_args_fields(root)
     except SourceLayoutError as err:
@@ -193,7 +193,7 @@ class _Function:
     method: bool  # defined in a class: called as ``x.name()``, where a function is called as ``name()``
     carrier_params: set[str] = field(default_factory=set)
     node: ast.AST | None = None  # the def (None: a module or class body)
-    flow: Constants | None = None  # its module's names followed to constants (source_index.Constants)
+    flow: Constants | None = None  # its module's names followed to constants (Constants)
     calls: set[str] | None = None  # the names it calls, once asked for
     idents: set[str] | None = None  # every name and attribute it mentions, once asked for
 
@@ -518,11 +518,14 @@ def scan_report(root: Path, secrets: Iterable[str]) -> tuple[list[Exit], list[di
     a field of the server args by a name the scan cannot resolve to constants: where, function, the expression).
 
     A scan of 0.5.23 takes most of a minute; its result is kept in $XDG_CACHE_HOME/sglang-eagle3/secret-exits,
-    under a hash of every source file, the secret names and the modules that read them (this one and
-    source_index; a cache only: when it cannot be read or written, the scan runs).
+    under a hash of every source file, the secret names and the modules that read them (this one and those of
+    the parser, the name following and ServerArgs' fields; a cache only: when it cannot be read or written, the
+    scan runs).
     """
     scan = _Scan(root, set(secrets))
-    digest = hashlib.sha256(Path(__file__).read_bytes() + Path(source_index.__file__).read_bytes())
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for reader in sorted({inspect.getsourcefile(r) for r in (SourceIndex, Constants, server_args_fields)}):
+        digest.update(Path(reader).read_bytes())
     digest.update(json.dumps(sorted(scan.secrets)).encode())
     for path, text in scan.texts.items():
         digest.update(path.relative_to(scan.package).as_posix().encode() + b"\0" + text + b"\0")
