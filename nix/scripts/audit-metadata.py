@@ -43,7 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
-from sglang_eagle3.source import metadata_reads, source_index  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source import metadata_reads  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source.source_index import name_resolution_code  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
 MEMBERS = REPO / "nix" / "cuda-members.json"
@@ -197,7 +198,7 @@ class Stack:
 
 def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str]]:
     """(the reads of a wheel as records, the modules it provides), kept in the cache under the scanner's hash."""
-    digest = hashlib.sha256(SCANNER.read_bytes() + source_index.name_resolution_code() + Path(__file__).read_bytes())
+    digest = hashlib.sha256(SCANNER.read_bytes() + name_resolution_code() + Path(__file__).read_bytes())
     kept = cache / "metadata-reads" / digest.hexdigest()[:16] / f"{wheel.name}.json"
     if kept.is_file():
         record = json.loads(kept.read_text())

@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sglang_eagle3 import files  # noqa: E402 - atomic cache writes
-from sglang_eagle3.source import source_index, startup_gates  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source import startup_gates  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source.source_index import name_resolution_code  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
 DATA, POLICY = "startup-gates.json", "startup-gate-policy.json"
@@ -120,7 +121,7 @@ def values_of(packages: dict[str, str], environments, modules: dict[str, str]) -
 def scanned(wheel: Path, cache: Path) -> tuple[list[dict], list[str], list[dict]]:
     """(the gates of a wheel as records, its top-level modules, what the reader could not resolve), kept in the
     cache under the wheel's name and the scanner's hash: reading torch takes a minute."""
-    digest = hashlib.sha256(SCANNER.read_bytes() + source_index.name_resolution_code() + Path(__file__).read_bytes())
+    digest = hashlib.sha256(SCANNER.read_bytes() + name_resolution_code() + Path(__file__).read_bytes())
     digest = digest.hexdigest()[:16]
     kept = cache / "startup-gates" / digest / f"{wheel.name}.json"
     if kept.is_file():

@@ -24,7 +24,8 @@ from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
-from ..source import allreduce_gates, source_index, validation_sites
+from ..source import allreduce_gates, validation_sites
+from ..source.source_index import server_args_field_names
 from ..source.tree import Flags, SGLangNotFound, SGLangTree, environment_variables, parse_source, server_flags
 from . import environ_values
 from .findings import Report, Status
@@ -317,7 +318,7 @@ def _fusion_turned_off(tree: SGLangTree, given: list[Given]) -> bool:
         if site.kind == "set" and site.key.endswith(f"::set {FUSION_BACKEND}") and site.text.endswith("None}"):
             located = validation_sites.locate(tree, site.where)
             fields = {n.attr for t in (located.tests if located else []) for n in ast.walk(t)
-                      if isinstance(n, ast.Attribute)} & source_index.server_args_field_names(tree)  # fmt: skip
+                      if isinstance(n, ast.Attribute)} & server_args_field_names(tree)  # fmt: skip
             switches = [given_value(given, f) for f in fields - {FUSION_BACKEND}]
             if switches and all(g is not None and g.value is None for g in switches):
                 return True
