@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sglang_eagle3.judging import draft_check, draft_settings, preflight, sglang_validation
 from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3
-from sglang_eagle3.source.source_index import SourceIndex
+from sglang_eagle3.source.index import SourceIndex
 from sglang_eagle3.source.tree import locate
 from support.bench_fixtures import free_port
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_config, write_draft

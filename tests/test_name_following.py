@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from sglang_eagle3.source import metadata_reads, secret_exits, startup_gates, validation_sites
-from sglang_eagle3.source.source_index import Constants
+from sglang_eagle3.source.index import Constants
 from sglang_eagle3.source.tree import locate
 from support.scripts import load_script
 

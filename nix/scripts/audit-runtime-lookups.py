@@ -50,7 +50,7 @@ A stack (nix/pins.json "stacks") names its uv.lock and the directory of its poli
 (0.5.9, the default: python/uv.lock and nix/; 0.5.23: nix/stacks/sglang-0.5.23/).
 
 Needs: packaging and pyelftools (in the test environment), the repository's sglang_eagle3 package (its
-source_index resolves names through imports, as the start-up gate audit does); network access to PyPI.
+source/index.py resolves names through imports, as the start-up gate audit does); network access to PyPI.
 """
 
 from __future__ import annotations
@@ -78,11 +78,7 @@ from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
-from sglang_eagle3.source.source_index import (  # noqa: E402 - the repository's, found above
-    Constants,
-    import_aliases,
-    resolved_name,
-)
+from sglang_eagle3.source.index import Constants, import_aliases, resolved_name  # noqa: E402 - the repository's, found above
 
 ENV = REPO / "nix" / "runtime-env.json"
 SECTIONS = ("programs", "libraries", "environment", "paths", "caches")

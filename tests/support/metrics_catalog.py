@@ -20,7 +20,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_eagle3.source.source_index import SourceIndex
+from sglang_eagle3.source.index import SourceIndex
 from sglang_eagle3.source.tree import SGLangTree
 
 KINDS = ("Counter", "Gauge", "Histogram", "Summary")

@@ -16,7 +16,7 @@ from ..judging import draft_check, speculative_support
 from ..models import draft_inputs
 from ..serving import settings
 from ..source import allreduce_gates
-from ..source.source_index import SourceLayoutError
+from ..source.index import SourceLayoutError
 from ..trees import release
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..source.eagle3 import CAPTURE_METHOD, find_method
+from ..source.index import SourceIndex
 from ..source.model_class import defines
-from ..source.source_index import SourceIndex
 from ..trees import patchset
 
 CONVENTION_PATCH = "0004-deepseek-eagle3-aux-layer-convention.patch"

@@ -28,7 +28,7 @@ from ..models import draft_inputs
 from ..models.draft_inputs import DraftInputError, Fields
 from ..serving import settings
 from ..source import eagle3
-from ..source.source_index import SourceIndex
+from ..source.index import SourceIndex
 from ..source.tree import SGLangTree
 from ..trees import patchset
 from . import capture_rule, findings

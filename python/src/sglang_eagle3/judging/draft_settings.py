@@ -15,7 +15,7 @@ from pathlib import Path
 from ..models import draft_inputs, lockfile
 from ..serving.settings import ServerSettings
 from ..source import attention_backends, draft_inheritance, eagle3
-from ..source.source_index import SourceIndex, SourceLayoutError
+from ..source.index import SourceIndex, SourceLayoutError
 from ..source.tree import SGLangTree
 from ..trees import release
 from . import draft_check, findings

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from ..source import secret_exits, upstream_fixes
 from ..source.eagle3 import CAPTURE_METHOD, find_method
+from ..source.index import SourceIndex, SourceLayoutError
 from ..source.model_class import lookup
-from ..source.source_index import SourceIndex, SourceLayoutError
 from ..source.tree import SGLangTree
 from ..trees import patchset
 from . import findings

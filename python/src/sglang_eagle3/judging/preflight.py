@@ -28,7 +28,7 @@ from ..models import draft_inputs, lockfile
 from ..serving import credentials, launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
-from ..source.source_index import SourceIndex, SourceLayoutError
+from ..source.index import SourceIndex, SourceLayoutError
 from ..source.tree import SGLangNotFound, SGLangTree, locate
 from ..trees import release
 from . import draft_settings, findings, settings_rules, sglang_validation, speculative_support

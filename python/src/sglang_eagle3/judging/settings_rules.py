@@ -25,7 +25,7 @@ from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
 from ..source import allreduce_gates, validation_sites
-from ..source.source_index import server_args_field_names
+from ..source.index import server_args_field_names
 from ..source.tree import Flags, SGLangNotFound, SGLangTree, environment_variables, parse_source, server_flags
 from . import environ_values
 from .findings import Report, Status

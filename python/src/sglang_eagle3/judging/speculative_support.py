@@ -25,8 +25,8 @@ from typing import Any
 
 from ..serving import settings
 from ..source import allreduce_gates, model_calls, spec_conditions
+from ..source.index import SourceIndex
 from ..source.model_class import lookup
-from ..source.source_index import SourceIndex
 from ..source.tree import SGLangTree
 from ..trees import patchset
 from . import findings

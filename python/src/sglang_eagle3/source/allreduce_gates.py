@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import shown
-from .source_index import SourceIndex, SourceLayoutError, expect
+from .index import SourceIndex, SourceLayoutError, expect
 
 SYMM_MEM_FLAG = "--enable-torch-symm-mem"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import enum
 
-from .source_index import SourceIndex
+from .index import SourceIndex
 
 
 class Serves(enum.StrEnum):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from .source_index import SourceIndex, statements_with_conditions
+from .index import SourceIndex, statements_with_conditions
 
 TARGET_CONTEXT = "server_args.context_length = target_worker.model_runner.model_config.context_len"
 

@@ -15,8 +15,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .index import SourceIndex, own_expressions, statements_with_conditions
 from .model_class import attribute_class, defines, forward_target
-from .source_index import SourceIndex, own_expressions, statements_with_conditions
 
 CAPTURE_METHOD = "set_eagle3_layers_to_capture"
 DRAFT_MODULE_GLOBS = {"EAGLE3": ("*eagle3*.py", None), "EAGLE": ("*eagle*.py", "*eagle3*.py")}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from .source_index import Constants, import_aliases, resolved_name
+from .index import Constants, import_aliases, resolved_name
 
 DISTRIBUTION_CALLS = {
     f"{module}.{name}": name

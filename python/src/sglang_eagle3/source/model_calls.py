@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .source_index import Condition, SourceIndex, own_expressions, statements_with_conditions
+from .index import Condition, SourceIndex, own_expressions, statements_with_conditions
 
 MAX_DEPTH = 4  # helpers within helpers; 0.5.23 needs two
 MODEL_ATTRIBUTE = "model"  # the model object is reached as <runner>.model in every receiver the probe reads

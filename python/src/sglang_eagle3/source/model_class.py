@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from .source_index import SourceIndex
+from .index import SourceIndex
 
 
 def defines(cls: ast.ClassDef, method: str) -> ast.stmt | None:

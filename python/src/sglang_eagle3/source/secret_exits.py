@@ -17,7 +17,7 @@ attribute ending in ``server_args``, ``get_global_server_args()``, ``get_server_
 (0.5.23: ``get_serving()``, ``get_exec().features``), ``self`` inside ``ServerArgs``, a
 local name assigned from a carrier, a parameter some call passes a carrier to, and a call
 of a function that returns one (the last two across the package, by function name where
-the tree defines it once: source_index's SourceIndex.defined_once).
+the tree defines it once: index.py's SourceIndex.defined_once).
 An exit is where a carrier (or a container holding one) becomes
 
 - ``text``: f-string, ``repr``/``str``/``format``/``print``, ``%``, raised with;
@@ -55,14 +55,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..files import loads_json, write_atomic
 from ..progress_lines import working
-from .source_index import (
-    Constants,
-    ServerArgsField,
-    SourceIndex,
-    SourceLayoutError,
-    own_nodes,
-    server_args_fields,
-)
+from .index import Constants, ServerArgsField, SourceIndex, SourceLayoutError, own_nodes, server_args_fields
 from .tree import SGLangTree
 
 DATA_FILE = "secret-exits.json"

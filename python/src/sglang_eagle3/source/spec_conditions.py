@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import shown
-from .source_index import Condition, SourceIndex, expect, statements_with_conditions
+from .index import Condition, SourceIndex, expect, statements_with_conditions
 
 Tri = bool | None
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import packaging.version
 
-from .source_index import Constants, import_aliases, resolved_name
+from .index import Constants, import_aliases, resolved_name
 
 # Subjects, by the dotted name the source refers to after its imports are resolved. The value is the kind of
 # quantity: the caller's Values supplies it. "host" kinds are the GPU's, not the stack's.

@@ -99,7 +99,7 @@ Flags = dict[str, tuple[frozenset[str], bool]]
 
 
 def parse_source(path: Path, error: type[BadInput] = SGLangNotFound, shown: str | None = None) -> ast.Module:
-    """``path`` parsed: the one parser of the tree's files (source_index and every audit read through it).
+    """``path`` parsed: the one parser of the tree's files (index.py and every audit read through it).
     ``error`` (the one its callers catch) names the file (as ``shown``) when it cannot be read or is not Python.
     SyntaxWarnings (invalid escapes in the tree's strings) are the tree's own, not ours to print.
 

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from .allreduce_gates import _constants
-from .source_index import SourceIndex, SourceLayoutError
+from .index import SourceIndex, SourceLayoutError
 
 SIZES_TABLE = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
 MULTIMEM_TABLE = "_WORLD_SIZES_MULTIMEM"

@@ -26,15 +26,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .source_index import (
-    Constants,
-    ParsedModule,
-    SourceIndex,
-    Target,
-    module_dotted,
-    own_nodes,
-    server_args_field_names,
-)
+from .index import Constants, ParsedModule, SourceIndex, Target, module_dotted, own_nodes, server_args_field_names
 from .tree import SGLangNotFound, SGLangTree, namespace_classes, parse_source
 
 VALIDATION_FILES = ("srt/server_args.py", "srt/arg_groups")
