@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_eagle3.judging import draft_check, draft_settings, preflight, sglang_validation
+from sglang_eagle3.judging import draft_check, draft_settings, inherited_values, preflight, sglang_validation
 from sglang_eagle3.serving import settings as server_settings
 from sglang_eagle3.source import attention_backends, draft_inheritance, eagle3
 from sglang_eagle3.source.index import SourceIndex
@@ -652,8 +652,8 @@ def test_the_override_is_applied_as_transformers_applies_it(pristine_tree, overr
     assert f"Requires-Dist: transformers=={version('transformers')}" in pinned  # the oracle is the one SGLang runs
     rule = draft_inheritance.override_rule(pristine_index(pristine_tree))
     config = eagle3_draft_config((1, 29, 57))
-    parsed = rule.parsed(json.dumps(override))
-    applied = rule.applied(config, parsed)
+    parsed = inherited_values.override_parsed(rule, json.dumps(override))
+    applied = inherited_values.override_applied(rule, config, parsed)
     real = LlamaConfig.from_dict(config)
     if parsed:  # get_config: `if model_override_args: config.update(model_override_args)`
         real.update(parsed)

@@ -18,7 +18,7 @@ from ..source import attention_backends, draft_inheritance, eagle3
 from ..source.index import SourceIndex, SourceLayoutError
 from ..source.tree import SGLangTree
 from ..trees import release
-from . import draft_check, findings
+from . import draft_check, findings, inherited_values
 from .findings import Finding, Report, Status
 
 
@@ -196,12 +196,15 @@ def check_draft_context(
         result.add(name, Status.NOT_CHECKED, "which context length this SGLang gives the draft is not read from "
                    "its source")  # fmt: skip
         return
-    draft_length = rule.derived(_text_config(json.loads((draft / "config.json").read_text())))
+    draft_length = inherited_values.context_length(rule, _text_config(json.loads((draft / "config.json").read_text())))
     if settings.context_length is not None:
         target_length, source = settings.context_length, "context_length"
     else:
         config = draft_inputs.read_config(Path(target), "target model") if target else None
-        target_length, source = (rule.derived(_text_config(config)) if config else None), "the target's config"
+        target_length, source = (
+            (inherited_values.context_length(rule, _text_config(config)) if config else None),
+            "the target's config",
+        )
     if draft_length is None or target_length is None:
         unknown = "the draft's" if draft_length is None else f"the target's ({source})"
         result.add(
@@ -316,7 +319,7 @@ def check_draft_model_override(
                    f"override of its own instead of {OVERRIDE_FLAG} ({rule.replaced})", rule.replaced)  # fmt: skip
         return
     try:
-        override = rule.parsed(text)
+        override = inherited_values.override_parsed(rule, text)
     except json.JSONDecodeError as err:  # the value is not shown: extra_args may hold secrets
         result.add(
             name, Status.FAIL,
@@ -399,7 +402,7 @@ def _overridden_copy(rule, override: dict, model: Path, copy: Path) -> Path:
     every other file of the model (the draft checks read the weights' headers)."""
     copy.mkdir()
     config = json.loads((model / "config.json").read_text())  # read and checked by the draft checks already
-    (copy / "config.json").write_text(json.dumps(rule.applied(config, override)))
+    (copy / "config.json").write_text(json.dumps(inherited_values.override_applied(rule, config, override)))
     for entry in model.iterdir():
         if entry.name != "config.json":
             (copy / entry.name).symlink_to(entry.resolve())

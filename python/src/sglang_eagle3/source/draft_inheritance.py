@@ -6,8 +6,8 @@ reaches the draft unless a ``--speculative-draft-*`` flag overrides it (sgl-proj
 Each reading returns the file:line it comes from, or None where the source does not say it:
 
 - context length: the EAGLE worker gives the draft the target's context length, and ModelConfig
-  refuses one longer than the draft's own (derived by ``get_context_length``, run here on the draft's
-  config) unless an environment variable allows it;
+  refuses one longer than the draft's own (derived by ``get_context_length``, which
+  judging/inherited_values.py runs on the draft's config) unless an environment variable allows it;
 - model implementation: ``--model-impl`` values that build a model from another class than its own
   architecture (the draft would not be built as its EAGLE-3 class);
 - load format: ``--load-format`` reaches the draft unless ``--speculative-draft-load-format`` is set;
@@ -17,10 +17,8 @@ Each reading returns the file:line it comes from, or None where the source does 
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 from .index import SourceIndex, statements_with_conditions
 
@@ -65,27 +63,6 @@ class ContextRule:
     derive: str  # get_context_length, run on the draft's config
     keys: list[str]  # CONTEXT_LENGTH_KEYS: config fields it reads, the first present wins
     function: ast.FunctionDef
-
-    def derived(self, config: dict) -> int | None:
-        """What get_context_length returns for this config.json (top level or text_config), or None
-        when it names none of the keys (then the transformers config class's default decides)."""
-        if not any(config.get(key) is not None for key in self.keys):
-            return None
-        func = _pure_copy(self.function)
-        namespace = {"__builtins__": {"getattr": getattr, "int": int}, "CONTEXT_LENGTH_KEYS": list(self.keys)}
-        exec(compile(ast.Module(body=[func], type_ignores=[]), "<sglang source>", "exec"), namespace)
-        try:
-            return int(namespace[func.name](SimpleNamespace(**config)))
-        except (AttributeError, TypeError, ValueError):  # a rope_scaling or length of a type SGLang cannot use
-            return None
-
-
-def _pure_copy(func: ast.FunctionDef) -> ast.FunctionDef:
-    copy = ast.parse(ast.unparse(func)).body[0]
-    copy.decorator_list, copy.returns = [], None
-    for arg in copy.args.args:
-        arg.annotation = None
-    return ast.fix_missing_locations(copy)
 
 
 def _envs_read(test: ast.expr) -> list[str]:
@@ -266,18 +243,6 @@ def _or_terms(test: ast.expr) -> list[ast.expr]:
 # -- --json-model-override-args -----------------------------------------------------------------
 
 
-class _ConfigStandIn:
-    """What get_config's ``config.update(...)`` is called on: transformers' PretrainedConfig.update sets each
-    key of the dict as an attribute, so a key replaces the whole field (no merge into nested objects)."""
-
-    def __init__(self, data: dict):
-        self.data = dict(data)
-
-    def update(self, config_dict) -> None:
-        for key, value in config_dict.items():
-            self.data[key] = value
-
-
 @dataclass
 class OverrideRule:
     inherit: str  # ModelConfig.from_server_args passes server_args.json_model_override_args to the draft too
@@ -286,19 +251,6 @@ class OverrideRule:
     replaced: str | None  # the EAGLE worker gives the draft another override instead (--speculative-token-map)
     parse_statement: ast.Assign
     statement: ast.If
-
-    def parsed(self, text: str):
-        """What ModelConfig's own statement makes of the flag's text (json.JSONDecodeError when it is no JSON)."""
-        namespace = {"__builtins__": {}, "json": json, "model_override_args": text, "self": SimpleNamespace()}
-        exec(compile(ast.Module(body=[self.parse_statement], type_ignores=[]), "<sglang source>", "exec"), namespace)
-        return namespace["self"].model_override_args
-
-    def applied(self, config: dict, override) -> dict:
-        """config.json as the model's config reads after get_config's own statement has run on it."""
-        stand_in = _ConfigStandIn(config)
-        namespace = {"__builtins__": {}, "config": stand_in, "model_override_args": override}
-        exec(compile(ast.Module(body=[self.statement], type_ignores=[]), "<sglang source>", "exec"), namespace)
-        return stand_in.data
 
 
 def override_rule(index: SourceIndex) -> OverrideRule | None:
