@@ -3,7 +3,7 @@
     base          the package's constants, the exit statuses, the error every command raises, hiding secrets,
                   files read safely and written atomically, the pinned stacks, progress lines: sglang_eagle3
                   (__init__), exit_status, errors, redaction, files, stacks, progress_lines
-    source/       reads SGLang's source without importing it
+    source/       reads SGLang's source: never imports, writes or runs it (read with ast: test_source_only_reads)
     trees/        gets and changes a tree: a release fetched and unpacked, the patch series applied
     host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
@@ -21,6 +21,7 @@ with ast, those inside functions too. A module no layer claims fails the test: g
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,148 @@ def test_the_cycle_check_sees_a_cycle(monkeypatch):
     monkeypatch.setitem(GRAPH, "sglang_eagle3.source.model_class", {"sglang_eagle3.source.eagle3"})
     with pytest.raises(AssertionError):
         test_no_import_cycle()
+
+
+# -- source/ only reads ----------------------------------------------------------------------------------------------
+# source/ reads SGLang's source; it never imports it, writes a file or runs a program or the tree's code. Getting and
+# changing a tree is trees/'s; running the tree's code (its capture method, environ parse(), what a draft inherits)
+# is judging's. The rules, each with a breach below that the check must catch:
+NO_IMPORT = {"subprocess", "shutil", "tempfile", "importlib", "runpy"}  # run programs, copy/scratch trees, import
+NO_CALL = {"exec", "eval", "compile", "__import__"}  # run code
+NO_METHOD = {"write_text", "write_bytes"}  # write files
+NO_WRITER = {"write_atomic", "atomic_file", "place"}  # the package's own writers (files.py)
+READ_MODES = {"r", "rb", "rt"}
+# importlib's one use that imports nothing: the spec of a top-level name (locating the importable sglang; a dotted
+# name would import its parent packages).
+FINDS_ONLY = "importlib.util.find_spec"
+# Breaches kept on purpose, each with why; the test fails once one is gone, so the entry goes with it.
+EXEMPT = {
+    # moves to sglang_eagle3_audits in issue 47 (an audit's gate judge: eval of a comparison on given versions, the
+    # standard library's objects it compares with imported by name)
+    "startup_gates.py": {"call compile()", "call eval()", "call __import__()"},
+    # its scan cache moves to the audits' one scan cache in issue 47 (plan 1.3); the scan itself only reads
+    "secret_exits.py": {"write_atomic()"},
+}
+
+
+def _mode(call: ast.Call) -> object:
+    """open()'s mode: open(file, mode) or path.open(mode)."""
+    at = 0 if isinstance(call.func, ast.Attribute) else 1
+    mode = call.args[at] if len(call.args) > at else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if mode is None:
+        return "r"
+    return mode.value if isinstance(mode, ast.Constant) else "(not a constant)"
+
+
+def source_breaches(text: str) -> set[str]:
+    """What in a module's text breaks "source/ only reads"."""
+    found = set()
+    tree = ast.parse(text)
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == FINDS_ONLY:
+            name = node.args[0] if node.args else None
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "." not in name.value:
+                allowed.add(id(node.func))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                root = alias.name.split(".")[0]
+                if root in NO_IMPORT and not (alias.name == "importlib.util" and alias.asname is None):
+                    found.add(f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in NO_IMPORT and not node.level:
+            found.add(f"import {node.module}")
+        elif isinstance(node, ast.Attribute) and ast.unparse(node).startswith("importlib."):
+            if ast.unparse(node) == FINDS_ONLY and id(node) in allowed:
+                continue
+            if ast.unparse(node) not in ("importlib.util",) and not FINDS_ONLY.startswith(ast.unparse(node)):
+                found.add(f"use {ast.unparse(node)}")
+            elif ast.unparse(node) == FINDS_ONLY:
+                found.add("importlib.util.find_spec() of a dotted or computed name")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if isinstance(func, ast.Name) and name in NO_CALL:
+                found.add(f"call {name}()")
+            elif isinstance(func, ast.Attribute) and name in NO_METHOD:
+                found.add(f".{name}()")
+            elif name in NO_WRITER:
+                found.add(f"{name}()")
+            elif name == "open" and str(_mode(node)) not in READ_MODES:
+                found.add(f"open() with mode {_mode(node)!r}")
+    return found
+
+
+def test_source_only_reads():
+    """No module of source/ imports, writes or runs (the rules above), but for EXEMPT's named breaches; and every
+    exempt breach is still there (else its entry goes)."""
+    wrong, stale = [], []
+    for path in sorted((PKG / "source").glob("*.py")):
+        found, allowed = source_breaches(path.read_text()), EXEMPT.get(path.name, set())
+        wrong += [f"source/{path.name}: {b}" for b in sorted(found - allowed)]
+        stale += [f"source/{path.name}: {b}" for b in sorted(allowed - found)]
+    assert wrong == [], (
+        "source/ reads SGLang's source only; move this to trees/ (getting or changing a tree) or judging/"
+    )
+    assert stale == [], "an EXEMPT breach is gone: drop it from EXEMPT (tests/test_layers.py)"
+    assert set(EXEMPT) <= {p.name for p in (PKG / "source").glob("*.py")}, "EXEMPT names a module not in source/"
+
+
+@pytest.mark.parametrize(
+    ("text", "breach"),
+    [
+        ("import subprocess", "import subprocess"),
+        ("import shutil as sh", "import shutil"),
+        ("from tempfile import TemporaryDirectory", "import tempfile"),
+        ("import importlib", "import importlib"),
+        ("from importlib import import_module", "import importlib"),
+        (
+            "import importlib.util\nimportlib.util.spec_from_file_location('m', 'm.py')",
+            "use importlib.util.spec_from_file_location",
+        ),
+        (
+            "import importlib.util\nimportlib.util.find_spec('sglang.srt')",
+            "importlib.util.find_spec() of a dotted or computed name",
+        ),
+        (
+            "import importlib.util\nimportlib.util.find_spec(name)",
+            "importlib.util.find_spec() of a dotted or computed name",
+        ),
+        ("import runpy", "import runpy"),
+        ("exec('x = 1')", "call exec()"),
+        ("eval('1')", "call eval()"),
+        ("code = compile(tree, 'f', 'exec')", "call compile()"),
+        ("__import__('sglang')", "call __import__()"),
+        ("path.write_text('x')", ".write_text()"),
+        ("path.write_bytes(b'x')", ".write_bytes()"),
+        ("write_atomic(path, 'x')", "write_atomic()"),
+        ("files.atomic_file(path)", "atomic_file()"),
+        ("open(path, 'w')", "open() with mode 'w'"),
+        ("path.open('a')", "open() with mode 'a'"),
+        ("open(path, mode='r+')", "open() with mode 'r+'"),
+        ("open(path, mode)", "open() with mode '(not a constant)'"),
+    ],
+)
+def test_the_source_check_sees_a_breach(monkeypatch, tmp_path, text, breach):
+    assert breach in source_breaches(text)
+    planted = tmp_path / "source"
+    planted.mkdir()
+    (planted / "planted.py").write_text(text + "\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path)
+    with pytest.raises(AssertionError, match="reads SGLang's source only"):
+        test_source_only_reads()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import importlib.util\nspec = importlib.util.find_spec('sglang')",  # finds, does not import
+        "text = path.read_text()",
+        "with open(path) as f: f.read()",
+        "with path.open('rb') as f: f.read()",
+        "tree = ast.parse(text); value = ast.literal_eval(node)",
+        "re.compile('x')",  # a method called compile is not the builtin
+    ],
+)
+def test_reading_is_no_breach(text):
+    assert source_breaches(text) == set()
