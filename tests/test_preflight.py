@@ -12,7 +12,8 @@ from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import preflight, settings_rules
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
-from sglang_eagle3.source.tree import SGLangTree, locate, server_flags
+from sglang_eagle3.source.server_args import server_flags
+from sglang_eagle3.source.tree import SGLangTree, locate
 from support.bench_fixtures import free_port
 from support.gpus import fake_nvidia_smi
 from support.own_resources import missing_path

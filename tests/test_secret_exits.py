@@ -36,7 +36,7 @@ import pytest
 from conftest import REPO, STAND_INS
 from sglang_eagle3.serving import credentials
 from sglang_eagle3.source import secret_exits as se
-from sglang_eagle3.source.index import server_args_fields
+from sglang_eagle3.source.server_args import server_args_fields
 from sglang_eagle3.trees import patchset
 
 DRIVER = Path(__file__).parent / "support" / "drivers" / "secret_exits_driver.py"

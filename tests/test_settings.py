@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from conftest import REPO
 from sglang_eagle3.serving import settings
-from sglang_eagle3.source.tree import locate, server_flags
+from sglang_eagle3.source.server_args import server_flags
+from sglang_eagle3.source.tree import locate
 from support import harness_env
 
 

@@ -33,7 +33,8 @@ from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan
 from sglang_eagle3.serving.settings import ServerSettings, field_flag
 from sglang_eagle3.source import validation_sites
-from sglang_eagle3.source.tree import locate, server_flags
+from sglang_eagle3.source.server_args import server_flags
+from sglang_eagle3.source.tree import locate
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi

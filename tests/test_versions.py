@@ -24,7 +24,8 @@ from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
 from sglang_eagle3.source import allreduce_gates
 from sglang_eagle3.source.allreduce_gates import Effect
 from sglang_eagle3.source.index import SourceIndex
-from sglang_eagle3.source.tree import SGLangTree, environment_variables, locate, server_flags
+from sglang_eagle3.source.server_args import environment_variables, server_flags
+from sglang_eagle3.source.tree import SGLangTree, locate
 from sglang_eagle3.trees import patchset
 from support import pins
 from support.bench_fixtures import free_port

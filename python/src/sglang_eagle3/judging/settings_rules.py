@@ -25,8 +25,8 @@ from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
 from ..source import allreduce_gates, validation_sites
-from ..source.index import server_args_field_names
-from ..source.tree import Flags, SGLangNotFound, SGLangTree, environment_variables, parse_source, server_flags
+from ..source.server_args import Flags, environment_variables, server_args_field_names, server_flags
+from ..source.tree import SGLangNotFound, SGLangTree, parse_source
 from . import environ_values
 from .findings import Report, Status
 

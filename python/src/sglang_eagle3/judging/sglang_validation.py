@@ -25,7 +25,8 @@ from ..models import draft_inputs
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import validation_sites
-from ..source.tree import SGLangTree, server_flags
+from ..source.server_args import server_flags
+from ..source.tree import SGLangTree
 from .findings import Report, Status
 from .settings_rules import Given, given_flags, tree_sites
 

@@ -8,7 +8,7 @@ validation sites (validation_sites.py), the secret exits (secret_exits.py), the
 start-up gates of any wheel (startup_gates.py) and the run-time lookups
 (nix/scripts/audit-runtime-lookups.py). What they share lives here, once:
 
-- parse_source (source/tree.py's, which reads the tree's flags with it): a file parsed, with
+- parse_source (source/tree.py's): a file parsed, with
   the error its caller names (and no warnings about the tree's own invalid escapes);
 - own_nodes: the code of one scope, without the functions and classes nested in it;
 - dotted_name, import_aliases, resolved_name: what a name means through a module's imports;
@@ -16,7 +16,6 @@ start-up gates of any wheel (startup_gates.py) and the run-time lookups
   function(s) a call calls: by its imports and classes where that can be told statically
   (``called``), or by the function's name alone where it is defined once in the tree
   (``defined_once``: the secret-exit scan, which must follow a call whatever its receiver);
-- server_args_fields: every ServerArgs field with its help and flag, in both layouts.
 """
 
 from __future__ import annotations
@@ -644,99 +643,3 @@ def _constructor(module: ParsedModule, cls: str) -> Target | None:
         if f"{cls}.{method}" in module.functions:
             return module, f"{cls}.{method}"
     return None
-
-
-# -- ServerArgs' fields ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServerArgsField:
-    name: str
-    where: str  # srt/server_args.py:404
-    annotation: str
-    help: str
-    flag: str | None  # "--api-key" when SGLang's parser takes it, else None
-    namespace: str | None = None  # 0.5.23: "serving", "exec.features"
-
-
-def server_args_fields(root: Path) -> list[ServerArgsField]:
-    """Every field of the tree's ServerArgs (``root`` holds ``sglang/``), with its help text and flag: 0.5.9's
-    dataclass (srt/server_args.py), 0.5.23's namespaces (srt/arg_groups/fields/*.py)."""
-    srt = root / "sglang" / "srt"
-    if (srt / "arg_groups" / "fields").is_dir():
-        return _namespace_fields(root, srt / "arg_groups" / "fields")
-    if (srt / "server_args.py").is_file():
-        return _dataclass_fields(root, srt / "server_args.py")
-    raise SourceLayoutError(f"{srt} has neither server_args.py nor arg_groups/fields/: is this an SGLang tree?")
-
-
-def server_args_field_names(tree: SGLangTree) -> frozenset[str]:
-    """The names of ServerArgs' fields: what ``self.FIELD`` may name in its validation."""
-    return frozenset(f.name for f in server_args_fields(tree.root))
-
-
-def _text(node: ast.expr | None) -> str:
-    if node is None:
-        return ""
-    try:
-        value = ast.literal_eval(node)
-    except ValueError:
-        return ast.unparse(node)  # an f-string help: its source, which holds its words
-    return value if isinstance(value, str) else ""
-
-
-def _dataclass_fields(root: Path, path: Path) -> list[ServerArgsField]:
-    """0.5.9: the dataclass's annotated fields; help and flag from ``add_cli_args``'s ``add_argument`` calls."""
-    rel = path.relative_to(root / "sglang").as_posix()
-    module = parse_source(path, SourceLayoutError, rel)
-    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
-    if cls is None:
-        raise SourceLayoutError(f"{path} defines no ServerArgs class")
-    helps: dict[str, tuple[str, str]] = {}
-    for call in ast.walk(cls):
-        if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("add_argument"):
-            flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            keywords = {k.arg: k.value for k in call.keywords}
-            dest = keywords.get("dest")
-            name = dest.value if isinstance(dest, ast.Constant) else (flags[0][2:].replace("-", "_") if flags else "")
-            if name and name not in helps:
-                helps[name] = (_text(keywords.get("help")), flags[0] if flags else "")
-    return [
-        ServerArgsField(
-            n.target.id, f"{rel}:{n.lineno}", ast.unparse(n.annotation), *helps.get(n.target.id, ("", None))
-        )  # fmt: skip
-        for n in cls.body
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-    ]
-
-
-def _namespace_fields(root: Path, directory: Path) -> list[ServerArgsField]:
-    """0.5.23: the ``A[type, help]`` / ``A[type, Arg(help=..., no_cli=...)]`` fields of classes with ``_NS_PATH``."""
-    found = []
-    for path in sorted(directory.glob("*.py")):
-        rel = path.relative_to(root / "sglang").as_posix()
-        for cls in (n for n in parse_source(path, SourceLayoutError, rel).body if isinstance(n, ast.ClassDef)):
-            ns = next((ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)
-                       and ast.unparse(s.targets[0]) == "_NS_PATH"), None)  # fmt: skip
-            if ns is not None:
-                found += [_namespace_field(stmt, rel, ns) for stmt in cls.body
-                          if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]  # fmt: skip
-    if not found:
-        raise SourceLayoutError(f"{directory} declares no namespace fields (classes with _NS_PATH)")
-    return found
-
-
-def _namespace_field(stmt: ast.AnnAssign, rel: str, namespace: str) -> ServerArgsField:
-    """One ``name: A[type, "help" | Arg(help=..., no_cli=True, cli_name=...)]`` field of a namespace class."""
-    annotation, help_node, flag = stmt.annotation, None, "--" + stmt.target.id.replace("_", "-")
-    if isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple):
-        annotation, help_node = annotation.slice.elts[0], annotation.slice.elts[1]
-        if isinstance(help_node, ast.Call):
-            keywords = {k.arg: k.value for k in help_node.keywords}
-            help_node = keywords.get("help")
-            if _text(keywords.get("cli_name")):
-                flag = "--" + _text(keywords["cli_name"]).lstrip("-")
-            if isinstance(keywords.get("no_cli"), ast.Constant) and keywords["no_cli"].value is True:
-                flag = None
-    return ServerArgsField(stmt.target.id, f"{rel}:{stmt.lineno}", ast.unparse(annotation), _text(help_node), flag,
-                           namespace)  # fmt: skip

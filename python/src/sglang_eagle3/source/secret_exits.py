@@ -55,7 +55,8 @@ from pathlib import Path
 from ..errors import BadInput
 from ..files import loads_json, write_atomic
 from ..progress_lines import working
-from .index import Constants, ServerArgsField, SourceIndex, SourceLayoutError, own_nodes, server_args_fields
+from .index import Constants, SourceIndex, SourceLayoutError, own_nodes
+from .server_args import ServerArgsField, server_args_fields
 from .tree import SGLangTree
 
 DATA_FILE = "secret-exits.json"

@@ -26,8 +26,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .index import Constants, ParsedModule, SourceIndex, Target, module_dotted, own_nodes, server_args_field_names
-from .tree import SGLangNotFound, SGLangTree, namespace_classes, parse_source
+from .index import Constants, ParsedModule, SourceIndex, Target, module_dotted, own_nodes
+from .server_args import namespace_classes, server_args_field_names
+from .tree import SGLangNotFound, SGLangTree, parse_source
 
 VALIDATION_FILES = ("srt/server_args.py", "srt/arg_groups")
 # Where validation starts (those a tree has): the parse, the resolution, the engine's check before start-up.
