@@ -2,7 +2,7 @@
 
 A name read where an audit needs a constant (a distribution's name, a library's, an environment variable's, a
 ServerArgs field's) is followed through a loop over constants, a module-level constant, a default argument and a
-simple assignment (python/src/sglang_eagle3/source/source_index.py, Constants). Each form is planted here in a
+simple assignment (python/src/sglang_eagle3/source/constants.py, Constants). Each form is planted here in a
 synthetic module, with one the audits cannot resolve (an object's attribute, a parameter), for each audit: the
 start-up gates (startup_gates.py), the run-time lookups (nix/scripts/audit-runtime-lookups.py), SGLang's argument
 rules (validation_sites.py), the secret exits (secret_exits.py) and the metadata reads (metadata_reads.py). Each
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from sglang_eagle3.source import metadata_reads, secret_exits, startup_gates, validation_sites
-from sglang_eagle3.source.index import Constants
+from sglang_eagle3.source.constants import Constants
 from sglang_eagle3.source.tree import locate
 from support.scripts import load_script
 

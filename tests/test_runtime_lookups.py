@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
-from sglang_eagle3.source.index import name_resolution_code
+from sglang_eagle3.source.constants import name_resolution_code
 from support.scripts import load_script
 
 SCRIPT = REPO / "nix" / "scripts" / "audit-runtime-lookups.py"

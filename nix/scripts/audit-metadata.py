@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sglang_eagle3.source import metadata_reads  # noqa: E402 - the repository's package, found above
-from sglang_eagle3.source.index import name_resolution_code  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source.constants import name_resolution_code  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
 MEMBERS = REPO / "nix" / "cuda-members.json"

@@ -78,7 +78,7 @@ from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
-from sglang_eagle3.source.index import Constants, import_aliases, resolved_name  # noqa: E402 - the repository's, found above
+from sglang_eagle3.source.constants import Constants, import_aliases, resolved_name  # noqa: E402 - the repository's, found above
 
 ENV = REPO / "nix" / "runtime-env.json"
 SECTIONS = ("programs", "libraries", "environment", "paths", "caches")
@@ -163,7 +163,7 @@ def env_key(node: ast.AST, resolve) -> ast.AST | None:
 
 def env_names(node: ast.AST, resolve, values=None) -> tuple[list[str], str | None]:
     """(the variables node reads from the environment, by a literal name or a name the source binds to constants:
-    source_index.Constants, through ``values``; the key's source when node reads one it cannot resolve)."""
+    constants.Constants, through ``values``; the key's source when node reads one it cannot resolve)."""
     key = env_key(node, resolve)
     if key is None:
         return [], None
@@ -189,7 +189,7 @@ def call_lookup(call: ast.Call, resolve, assigned: dict[str, ast.AST]) -> tuple[
 
 def call_lookups(call: ast.Call, resolve, assigned: dict[str, ast.AST], values=None) -> list[tuple[str, str]]:
     """(kind, name) of each program or library lookup this call makes: one per value where its argument is a name
-    the source binds to constants (``values``: source_index.Constants for the call's scope); "<dynamic> ..." where
+    the source binds to constants (``values``: constants.Constants for the call's scope); "<dynamic> ..." where
     it is not resolved. assigned: the scope's name = [...] lists (a command's first word)."""
     name = resolve(call.func)
     if name in PROGRAM_CALLS or (name or "").startswith(PROGRAM_PREFIXES):

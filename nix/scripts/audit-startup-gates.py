@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sglang_eagle3 import files  # noqa: E402 - atomic cache writes
 from sglang_eagle3.source import startup_gates  # noqa: E402 - the repository's package, found above
-from sglang_eagle3.source.index import name_resolution_code  # noqa: E402 - the repository's package, found above
+from sglang_eagle3.source.constants import name_resolution_code  # noqa: E402 - the repository's package, found above
 
 PINS = REPO / "nix" / "pins.json"
 DATA, POLICY = "startup-gates.json", "startup-gate-policy.json"

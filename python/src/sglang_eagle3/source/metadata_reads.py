@@ -10,7 +10,7 @@ question can get another answer there than where the code was tested. This reads
 - ``importlib.util.find_spec``, ``pkgutil.find_loader``: a module;
 - ``distributions()``, ``packages_distributions()``: every distribution (the name ``*``).
 
-The name is followed as source_index.Constants follows it (a loop over constants, a module constant, a default
+The name is followed as constants.Constants follows it (a loop over constants, a module constant, a default
 argument, a simple assignment), and a parameter of a module-level function through every call of that function in
 the wheel (SGLang's ``check_pkg_version_at_least(pkg, ...)`` asks for each ``pkg`` its callers pass). What is not
 resolved is a read with no values: nix/scripts/audit-metadata.py lists it as unresolved.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from .index import Constants, import_aliases, resolved_name
+from .constants import Constants, import_aliases, resolved_name
 
 DISTRIBUTION_CALLS = {
     f"{module}.{name}": name

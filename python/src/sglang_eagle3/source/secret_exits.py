@@ -55,7 +55,8 @@ from pathlib import Path
 from ..errors import BadInput
 from ..files import loads_json, write_atomic
 from ..progress_lines import working
-from .index import Constants, SourceIndex, SourceLayoutError, own_nodes
+from .constants import Constants, own_nodes
+from .index import SourceIndex, SourceLayoutError
 from .server_args import ServerArgsField, server_args_fields
 from .tree import SGLangTree
 

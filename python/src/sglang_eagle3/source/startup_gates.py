@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import packaging.version
 
-from .index import Constants, import_aliases, resolved_name
+from .constants import Constants, import_aliases, resolved_name
 
 # Subjects, by the dotted name the source refers to after its imports are resolved. The value is the kind of
 # quantity: the caller's Values supplies it. "host" kinds are the GPU's, not the stack's.
@@ -513,7 +513,7 @@ class ModuleGates:
         self, gate: Gate, node, helper, scope, parameters: list[str], helper_parameters: list[str]
     ) -> list[Gate]:
         """The gate once per value of each name it reads that the source binds to constants (a loop over constants,
-        a module constant, a default argument, a simple assignment: source_index.Constants), its comparison then
+        a module constant, a default argument, a simple assignment: constants.Constants), its comparison then
         naming the values (``check_pkg_version_at_least(pkg, '12.9') [pkg='nvidia-cublas']``). A name it still
         cannot resolve is listed in ``unresolved`` (the gate stays, unevaluated); so is a parameter of the function it
         is in, whose value each call decides (its default too), unless that function is module-level: a helper,

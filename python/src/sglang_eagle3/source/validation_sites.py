@@ -26,7 +26,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .index import Constants, ParsedModule, SourceIndex, Target, module_dotted, own_nodes
+from .constants import Constants, own_nodes
+from .index import ParsedModule, SourceIndex, Target, module_dotted
 from .server_args import namespace_classes, server_args_field_names
 from .tree import SGLangNotFound, SGLangTree, parse_source
 
@@ -115,7 +116,7 @@ def _raised(node: ast.Raise) -> str:
 
 
 class _Names:
-    """A field named by an expression in one function, followed through source_index.Constants (a loop over
+    """A field named by an expression in one function, followed through constants.Constants (a loop over
     constants, a module constant, a default argument, a simple assignment); what it cannot resolve is kept in
     ``unresolved`` as (line, what is set, the expression)."""
 
