@@ -22,7 +22,7 @@ from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan, settings
 from sglang_eagle3.serving.credentials import API_KEY_FILE_ENV
 from sglang_eagle3.source import allreduce_gates
-from sglang_eagle3.source.allreduce_gates import Effect
+from sglang_eagle3.source.flag_effects import Effect, FlagEffect
 from sglang_eagle3.source.index import SourceIndex
 from sglang_eagle3.source.server_args import environment_variables, server_flags
 from sglang_eagle3.source.tree import SGLangTree, locate
@@ -214,12 +214,9 @@ def test_every_requested_flag_that_ends_up_off_is_a_warning(newest_tree):
     found = speculative_support.flag_finding(ipc)
     assert found.status is Status.WARN and "unset pcie_ipc_allreduce" in found.message
     for effect in (Effect.DISABLED, Effect.IGNORED):
-        bare = allreduce_gates.FlagEffect("--some-flag", True, effect, "turned off")
+        bare = FlagEffect("--some-flag", True, effect, "turned off")
         assert speculative_support.flag_finding(bare).status is Status.WARN
-        assert (
-            speculative_support.flag_finding(allreduce_gates.FlagEffect("--some-flag", False, effect, "")).status
-            is Status.OK
-        )
+        assert speculative_support.flag_finding(FlagEffect("--some-flag", False, effect, "")).status is Status.OK
 
 
 def test_pcie_ipc_conditions_on_0523(newest_tree):

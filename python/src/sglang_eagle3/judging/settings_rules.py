@@ -24,7 +24,7 @@ from ..errors import shown
 from ..serving import credentials
 from ..serving import settings as server_settings
 from ..serving.settings import ServerSettings, field_flag
-from ..source import allreduce_gates, validation_sites
+from ..source import allreduce_fusion, allreduce_gates, validation_sites
 from ..source.server_args import Flags, environment_variables, server_args_field_names, server_flags
 from ..source.tree import SGLangNotFound, SGLangTree, parse_source
 from . import environ_values
@@ -299,7 +299,7 @@ def _multi_node_refusal(resolver: ast.FunctionDef, backend: str) -> tuple[int, s
                 message = first.value if isinstance(first, ast.Constant) else ast.unparse(first or exc)
                 returns = [b.test for b in body[:i] if isinstance(b, ast.If) and any(isinstance(r, ast.Return)
                                                                                      for r in b.body)]  # fmt: skip
-                instead = {m for test in returns for m in allreduce_gates.sm_majors(test)}
+                instead = {m for test in returns for m in allreduce_fusion.sm_majors(test)}
                 return node.lineno, message, instead
             if isinstance(node, ast.If):
                 found = visit(node.body, [*tests, node.test]) or visit(node.orelse, tests)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..serving import settings
-from ..source import allreduce_gates, model_calls, spec_conditions
+from ..source import allreduce_gates, flag_effects, model_calls, spec_conditions
 from ..source.index import SourceIndex
 from ..source.model_class import lookup
 from ..source.tree import SGLangTree
@@ -128,19 +128,19 @@ def method_finding(m: MethodCheck) -> Finding:
     return Finding(m.method, FAIL, f"{m.how}; first called at {m.call_sites[0].location}")
 
 
-def flag_finding(flag: allreduce_gates.FlagEffect) -> Finding:
+def flag_finding(flag: flag_effects.FlagEffect) -> Finding:
     """What SGLang does with an all-reduce flag: FAIL if it crashes the server; WARN with a warning, and whenever a
     requested flag ends up off (disabled or ignored: not what was asked for, whatever the reason); else OK."""
-    off = flag.requested and flag.effect in (allreduce_gates.Effect.DISABLED, allreduce_gates.Effect.IGNORED)
+    off = flag.requested and flag.effect in (flag_effects.Effect.DISABLED, flag_effects.Effect.IGNORED)
     if off and not flag.warning:
         flag = replace(flag, warning=f"{flag.flag} is requested but not active")
-    if flag.effect is allreduce_gates.Effect.CRASH:
+    if flag.effect is flag_effects.Effect.CRASH:
         return Finding(flag.flag, FAIL, f"would crash the server: {flag.detail}")
-    if flag.effect is allreduce_gates.Effect.UNKNOWN:
+    if flag.effect is flag_effects.Effect.UNKNOWN:
         return Finding(flag.flag, Status.NOT_CHECKED, flag.detail)
     effect = str(flag.effect)
     message = flag.detail if flag.detail.startswith(effect) else f"{effect}: {flag.detail}" if flag.detail else effect
-    if flag.warning and flag.effect is not allreduce_gates.Effect.IGNORED:  # an ignored flag's detail says it
+    if flag.warning and flag.effect is not flag_effects.Effect.IGNORED:  # an ignored flag's detail says it
         message += f"; {flag.warning}"
     return Finding(flag.flag, WARN if flag.warning else OK, message)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .allreduce_gates import _constants
+from .flag_effects import _constants
 from .index import SourceIndex, SourceLayoutError
 
 SIZES_TABLE = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
