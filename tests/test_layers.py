@@ -126,7 +126,7 @@ def test_no_import_cycle():
 @pytest.mark.parametrize(
     ("module", "imported"),
     [
-        ("sglang_eagle3.source.model_calls", "sglang_eagle3.judging.probe"),  # a layer above
+        ("sglang_eagle3.source.model_calls", "sglang_eagle3.judging.speculative_support"),  # a layer above
         ("sglang_eagle3.source.tree", "sglang_eagle3.trees.patchset"),  # reading a tree into changing it
         ("sglang_eagle3.source.secret_exits", "sglang_eagle3.trees.release"),  # ... or into fetching one
         ("sglang_eagle3.trees.release", "sglang_eagle3.judging.preflight"),  # getting a tree into judging it
