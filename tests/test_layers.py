@@ -8,7 +8,8 @@
     host/         facts about the host: its GPUs and their links (nvidia-smi), its CUDA driver, a free port
     serving/      settings, launch plan, launcher, credentials, entry points
     models/       a model's files: pinned weights (lock, fetch, verify, the hub), a config.json and safetensors headers
-    judging/      probe, draft checks, preflight: judge a setup from what source/ and models/ read
+    judging/      probe, draft checks, preflight: judge a setup from what source/ and models/ read, running the
+                  tree's own small functions on stand-ins where reading cannot say (capture rule, parse(), ...)
     bench/        the benchmark, the A/B gate, the sweep
     cli support   what the command modules share: cli_common, options (the settings define their defaults)
     commands      the click commands: commands/ (one module per command group), cli (the top-level group that
