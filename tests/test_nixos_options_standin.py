@@ -1,7 +1,7 @@
 """The NixOS options of the stand-in (tests/nix/nixpkgs/nixos) checked against nixpkgs' declarations.
 
 tests/nix/nixos-options.json holds, one row per option, every NixOS option that modules/*.nix,
-nix/module-checks.nix, nix/tests/router-vm.nix and the flake's nixosModules read or set, with the
+nix/module-checks.nix, nix/gpu-host.nix, nix/tests/router-vm.nix and the flake's nixosModules read or set, with the
 nixpkgs file that declares it, the commit of the copy read, its type (as nixpkgs writes it, and
 the name and description nixpkgs' lib gives it) and its default. Here:
 - the uses are found by evaluating everything the flake evaluates with the options tracer
@@ -155,7 +155,7 @@ def test_the_modules_both_read_and_set_nixos_options(uses):
 # written anywhere (definitions, assertion messages, descriptions). It also sees uses no evaluation
 # reaches, and is what the traced uses must cover.
 SCANNED = [REPO / "flake.nix", *sorted((REPO / "modules").rglob("*.nix")), REPO / "nix/module-checks.nix",
-           REPO / "nix/tests/router-vm.nix"]  # fmt: skip
+           REPO / "nix/gpu-host.nix", REPO / "nix/tests/router-vm.nix"]  # fmt: skip
 NAMESPACES = "|".join(
     ["assertions", "boot", "environment", "fileSystems", "hardware", "networking", "nix", "programs", "security"]
     + ["services", "system", "systemd", "users", "virtualisation", "warnings"]
