@@ -8,11 +8,9 @@ once per session; tests that change a tree get their own copy.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -195,27 +193,8 @@ def function_name(item) -> str:
     return f"{item.path.name}::{item.originalname}"
 
 
-def file_seconds() -> dict[str, float]:
-    """Each file's seconds as tests/slow-tests.txt lists them (a module fixture's figure, repeated on the line of
-    each test that shares it, counted once)."""
-    seconds: dict[str, float] = defaultdict(float)
-    seen = set()
-    for line in SLOW_LIST.read_text().splitlines():
-        name, _, comment = (part.strip() for part in line.partition("#"))
-        file = name.split("::")[0]
-        once = (file, comment if "fixture" in comment else name)
-        if name and once not in seen:
-            seen.add(once)
-            seconds[file] += sum(float(n) for n in re.findall(r"(\d+(?:\.\d+)?) s\b", comment))
-    return seconds
-
-
 def pytest_configure(config):
     harness_env.adopt_former_names()  # before any CLI runs: none of them is a setting
-    # Longest files first (pytest_collection_modifyitems orders them): xdist's own order, by number of tests,
-    # handed a long file of few tests (the FlashInfer trace, the router's cluster events) out last, while the
-    # other worker had nothing left to do.
-    config.option.loadscopereorder = False
     config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
     config.addinivalue_line("markers", "slow: named in tests/slow-tests.txt; `tests/run --quick` leaves them out")
 
@@ -227,8 +206,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
     if config.option.markexpr:
         return  # the caller chose with -m
-    seconds = file_seconds()
-    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))  # stable: a file's tests stay in order, together
     kept = [item for item in items if "timing" not in item.keywords]
     deselected = [item for item in items if "timing" in item.keywords]
     if deselected:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-import sys
 
 from conftest import REPO, slow_tests
 
@@ -49,19 +48,3 @@ def test_the_quick_tier_leaves_out_the_named_tests_and_only_those():
     named = slow_tests() & everything
     assert named, "the sample files hold named slow tests"
     assert quick == everything - named
-
-
-def test_the_longest_files_are_handed_out_first():
-    """With `--dist loadfile` xdist hands files out in collection order (its own order, by number of tests, is off):
-    the files tests/slow-tests.txt gives the most seconds go first, so none of them starts when the other worker is
-    about to run out of work; a file's tests stay together and in order."""
-    files = ["tests/test_layers.py", "tests/test_router_discovery.py", "tests/test_quick_tier.py"]
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--co", "-q", *files],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    order = [line.split("::")[0] for line in out.stdout.splitlines() if "::" in line]
-    want = ["tests/test_router_discovery.py", "tests/test_quick_tier.py", "tests/test_layers.py"]
-    assert list(dict.fromkeys(order)) == want, order
-    assert order == sorted(order, key=want.index)  # each file's tests together
