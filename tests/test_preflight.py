@@ -150,9 +150,14 @@ def test_credentials_directory_is_used_under_systemd(tmp_path):
     from sglang_eagle3.serving import credentials, launch_plan
 
     (tmp_path / "api-key").write_text("k")
+    (tmp_path / "api-key").chmod(0o600)
     plan = launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     assert plan.env[credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
     assert launch_plan.build(settings.ServerSettings(), environ={}).key_files == {}
+    # The plan is where the key files are checked, systemd's too: one that cannot be used is bad input.
+    (tmp_path / "api-key").chmod(0o644)
+    with pytest.raises(credentials.KeyFileError, match="can be read by other users"):
+        launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
 
 
 def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_path, patched_tree, monkeypatch):
@@ -324,6 +329,7 @@ def test_preflight_judges_the_launch_plan_it_is_handed_and_builds_none(tmp_path,
 
     model = kimi_target(tmp_path / "Kimi-K2.5")
     (tmp_path / "api-key").write_text("k\n")
+    (tmp_path / "api-key").chmod(0o600)
     s = settings.load(None, [f"model_path={model}", f"port={free_port()}"], profile="baseline", environ={})
     plan = launch_plan.build(s, environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     rendered = []
