@@ -7,7 +7,7 @@ going down the layers:
               checked there (one that cannot be used is bad input, exit 2: said before a release is fetched)
     resolve   source/sglang_release.find: the SGLang tree --sglang names, else the one this Python imports
     judge     every check of CHECKS on one Launch (the settings, the plan, the tree; bench sweep's drafts)
-    report    verdict.Verdict: the plan, the findings, the SGLang judged and the one the plan runs
+    report    judged_plan.JudgedPlan: the plan, the findings, the SGLang judged and the one the plan runs
 
 Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
 not be active) or FAIL (would not start, or would crash after the load). Failures say what
