@@ -21,8 +21,8 @@ from sglang_eagle3.serving.settings import ServerSettings
 
 
 def hub_ids() -> list[str]:
-    ids = {field.default for field in ServerSettings.model_fields.values()
-           if isinstance(field.default, str) and field.default.count("/") == 1 and not field.default.startswith("/")}  # fmt: skip
+    defaults = [field.default for field in ServerSettings.model_fields.values() if isinstance(field.default, str)]
+    ids = {value for value in defaults if value.count("/") == 1 and not value.startswith("/")}
     for lock in (REPO / "nix" / "tests").glob("*.lock.json"):
         ids.add(json.loads(lock.read_text())["repo"])
     return sorted(ids)
