@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO
 from sglang_eagle3.source import secret_exits, sglang_source, validation_sites
 from sglang_eagle3.source.source_index import Constants
-from sglang_eagle3_audits import gate_scan, gates, lookups, metadata_reads
+from sglang_eagle3_audits import gate_scan, gates, lookup_scan, metadata_reads
 
 
 def line_of(source: str, needle: str) -> int:
@@ -164,7 +164,7 @@ def unresolved(path, key):
 
 
 def test_the_run_time_lookup_scan_resolves_each_form_or_lists_it():
-    found, unresolved = lookups.scan_all([("pkg/load.py", LOOKUPS)])
+    found, unresolved = lookup_scan.scan_all([("pkg/load.py", LOOKUPS)])
     assert set(found) == {
         "library libloop-a.so.1", "library libloop-b.so.1", "library libmodule.so.1", "library libdefault.so.1",
         "library libassigned.so.1", "env CC", "env CXX", "env CUDA_HOME", "env NVCC",

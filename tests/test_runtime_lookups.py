@@ -39,7 +39,7 @@ import pytest
 from conftest import CACHE, REPO
 from sglang_eagle3 import stacks
 from sglang_eagle3.errors import BadInput
-from sglang_eagle3_audits import lookups, lookups_cython
+from sglang_eagle3_audits import lookup_scan, lookups, lookups_cython
 from sglang_eagle3_audits import runtime_lookups as audit
 from sglang_eagle3_audits.closure import Closure, Contents
 from support.scripts import load_script
@@ -89,7 +89,7 @@ def test_data_matches_the_real_wheel(version, name):
     record = DATA[version]["packages"][name]
     assert (record["version"], record["wheel"]) == (CLOSURE[version][name]["package"]["version"], path.name)
     assert record.get("proxy") == CLOSURE[version][name]["proxy"]
-    fresh = CLOSURES[version].scanned(lookups.SCANNER, path)  # kept in the test cache, by the scanner's code
+    fresh = CLOSURES[version].scanned(lookup_scan.SCANNER, path)  # kept in the test cache, by the scanner's code
     assert record["lookups"] == fresh["lookups"], f"{REFRESH} {version}"
     assert record.get("unresolved", {}) == fresh["unresolved"], f"{REFRESH} {version}"
 
@@ -538,7 +538,7 @@ exec numactl {args} "$@"'''
 
 
 def test_the_scanner_finds_each_kind_of_lookup(tmp_path):
-    assert set(lookups.scan([("fake/build.py", FAKE_MODULE)])) == {
+    assert set(lookup_scan.scan([("fake/build.py", FAKE_MODULE)])) == {
         "program frobnicate",  # a list literal assigned to a name, through an import alias
         "program nvcc",
         "library libfoo.so.1",
@@ -580,7 +580,7 @@ def docs():
 
 
 def test_the_scanner_reads_cython_sources():
-    found = lookups.scan([("cuda/bindings/_internal/fake_linux.pyx", FAKE_CYTHON)])
+    found = lookup_scan.scan([("cuda/bindings/_internal/fake_linux.pyx", FAKE_CYTHON)])
     assert set(found) == {
         "library cuda.pathfinder:nvrtc",
         "library libcuda.so.1",  # C's dlopen through a cimport alias, a bytes literal
@@ -618,7 +618,7 @@ def compiled_module(tmp_path_factory) -> bytes:
 
 
 def test_the_scanner_reads_a_compiled_modules_strings(compiled_module):
-    found = lookups.scan([("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)])
+    found = lookup_scan.scan([("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)])
     assert set(found) == {
         "library <compiled fake._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib",  # unpacked constants
         "library <compiled fake._internal.nvrtc> dlopen",  # an imported C function
@@ -649,13 +649,13 @@ def test_the_real_cuda_bindings_13_modules_are_read_from_their_strings():
     with zipfile.ZipFile(wheel_path("0.5.23", "cuda-bindings")) as archive:
         name = "cuda/bindings/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so"
         assert not [n for n in archive.namelist() if n.endswith(".pyx")]
-        found = set(lookups.scan([(name, archive.read(name))]))
+        found = set(lookup_scan.scan([(name, archive.read(name))]))
     assert "library <compiled cuda.bindings._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib" in found
 
 
 def test_a_new_lookup_in_a_wheel_is_reported_undispositioned():
     data = copy.deepcopy(DATA["0.5.9"])
-    data["packages"]["triton"]["lookups"].update(lookups.scan([("triton/new.py", FAKE_MODULE)]))
+    data["packages"]["triton"]["lookups"].update(lookup_scan.scan([("triton/new.py", FAKE_MODULE)]))
     found = audit.problems(data, POLICY["0.5.9"], ENV["0.5.9"])
     assert "triton program frobnicate (triton/new.py:11): no disposition" in found
     assert "triton library libfoo.so.1 (triton/new.py:13): no disposition" in found
