@@ -146,8 +146,8 @@ def test_the_audits_registry_gives_each_audits_entry():
         assert audit.name in ENTRIES and audit.name not in raw, audit.name
         if audit.data:
             assert ENTRIES[audit.name]["files"] == [f"{s.data}/{audit.data}" for s in stacks.stacks().values()]
-        if audit.docs:
-            assert ENTRIES[f"{audit.name}-docs"]["files"] == [audit.docs.page]
+        if audit.docs:  # a docs-only audit (the unresolved counts) is its docs' one entry
+            assert ENTRIES[audit.name if audit.docs_only else f"{audit.name}-docs"]["files"] == [audit.docs.page]
 
 
 def test_the_quick_list_names_each_registered_file():
@@ -156,3 +156,38 @@ def test_the_quick_list_names_each_registered_file():
     for entry in ENTRIES.values():
         for name in entry["files"]:
             assert name in listed.stdout
+
+
+class _Stack:
+    """A stand-in for a stack's Closure (base.run needs its version and data directory only): no wheel is read."""
+
+    def __init__(self, version: str, data: Path):
+        self.version, self.data = version, data
+        data.mkdir(parents=True)
+
+    def prescan(self, scanners, wheels) -> None:
+        assert not list(wheels)
+
+
+def test_an_audits_docs_are_the_same_from_a_scan_and_from_the_data_as_committed(tmp_path, monkeypatch):
+    """A scan that gives its keys in another order than the file's (sorted): --write makes the docs from the data
+    as the file holds it, so that --check --docs (from the file) finds them current, and both write the same."""
+    from sglang_eagle3_audits import base
+
+    class Listed(base.Audit):
+        name, data, docs = "listed", "listed.json", base.Docs("page.md")
+
+        def scan(self, closure):
+            return {"b": closure.version, "a": closure.version}  # not the file's order
+
+        def markdown(self, results):
+            return "".join(f"{c.version}: {', '.join(data)}\n" for c, data in results.items())
+
+    monkeypatch.setattr(base, "REPO", tmp_path)
+    (tmp_path / "page.md").write_text("")
+    chosen = {v: _Stack(v, tmp_path / v) for v in stacks.versions()}
+    assert base.run([Listed()], chosen, write=True) == 0
+    written = (tmp_path / "page.md").read_text()
+    assert written == "".join(f"{v}: a, b\n" for v in chosen)
+    assert base.run_docs([Listed()], chosen, write=False) == 0
+    assert base.run([Listed()], chosen, write=False) == 0

@@ -10,8 +10,9 @@
 
 --stack VERSION (again for more) limits a run to stacks of nix/pins.json (default: every stack; the docs and the
 checks across stacks run only with every stack); --cache DIR is where wheels and scans are kept (default
-~/.cache/sglang-eagle3-wheel-audit). A wheel not in the cache is downloaded from PyPI (sha256 checked). Exit
-status: 0 current and accounted for, 1 stale or not accounted for (or a download that failed), 2 bad input.
+~/.cache/sglang-eagle3-tests, the test suite's: each wheel is downloaded and scanned once for both). A wheel not
+in the cache is downloaded from PyPI (sha256 checked). Exit status: 0 current and accounted for, 1 stale or not
+accounted for (or a download that failed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown:
             if audits[0].docs is None:
                 made.error(f"the {args.markdown} audit has no docs")
-            print(audits[0].markdown({c: base.read_json(c.data / audits[0].data, "") for c in chosen.values()}))
+            print(audits[0].markdown({c: audits[0].committed(c) for c in chosen.values()}))
             return 0
         if args.docs:
             return base.run_docs(audits, chosen, args.write)

@@ -85,6 +85,15 @@ class Audit:
         """The files written by hand that this audit checks (instead of data it writes)."""
         return []
 
+    @property
+    def docs_only(self) -> bool:
+        """It writes docs only, made from other audits' data (no data of its own, none written by hand)."""
+        return self.data is None and self.docs is not None and not self.hand_written()
+
+    def committed(self, closure: Closure) -> dict:
+        """One stack's data as committed, for the docs (no wheel is read); BadInput saying how to write it."""
+        return read_json(closure.data / self.data, f"run {COMMAND} --write --only {self.name}")
+
     def read_policy(self, path: Path) -> dict:
         """The policy at ``path``: an object with ``policy_shape``'s keys; BadInput naming the file otherwise."""
         policy = read_json(path, f"each stack's data directory keeps the reasons of the {self.name} audit there")
@@ -139,7 +148,11 @@ def run(audits: list[Audit], chosen: dict[str, Closure], write: bool) -> int:
             print(f"{audit.name} {version}:", file=sys.stderr, flush=True)
             results[closure] = data = audit.scan(closure)
             if audit.data:
-                stale += _kept(closure.data / audit.data, dumps(data), write, f"--stack {version} --only {audit.name}")
+                text = dumps(data)
+                stale += _kept(closure.data / audit.data, text, write, f"--stack {version} --only {audit.name}")
+                # The docs and the checks across stacks read the data as the file holds it (keys sorted), so that
+                # they come out the same from a scan and from the data as committed (--docs, --markdown).
+                results[closure] = files.loads_json(text)
             found += [f"{audit.name} {version}: {p}" for p in audit.problems(data, closure)]
         if every_stack:
             found += [f"{audit.name}: {p}" for p in audit.across(results)]
@@ -152,8 +165,7 @@ def run_docs(audits: list[Audit], chosen: dict[str, Closure], write: bool) -> in
     """The docs of each audit, from the data as committed (no wheel is read): written, or compared."""
     stale = []
     for audit in [a for a in audits if a.docs is not None]:
-        missing = f"run {COMMAND} --write --only {audit.name}"
-        results = {c: read_json(c.data / audit.data, missing) for c in chosen.values()}
+        results = {c: audit.committed(c) for c in chosen.values()}
         stale += _kept(REPO / audit.docs.page, _page(audit, results), write, f"--docs --only {audit.name}")
     return report(stale, [])
 

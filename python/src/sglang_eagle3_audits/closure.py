@@ -32,7 +32,11 @@ from sglang_eagle3.errors import BadInput, CheckFailed
 from sglang_eagle3.source import sglang_release, sglang_source, source_index
 
 REPO = Path(__file__).resolve().parents[3]
-DEFAULT_CACHE = Path.home() / ".cache" / "sglang-eagle3-wheel-audit"
+# One root for the stacks' wheels and their scans, shared with the test suite (tests/conftest.py's CACHE): a
+# machine downloads and scans each wheel once, whether the tests or the command read it first. A scan is kept
+# under its scanner's code and the wheel's sha256, so what the cache holds never changes an answer, only how
+# soon it comes.
+DEFAULT_CACHE = Path.home() / ".cache" / "sglang-eagle3-tests"
 OWN = {"editable", "virtual", "directory"}  # a uv.lock source of this project itself (no wheel)
 
 
