@@ -3,7 +3,7 @@
 #
 # What can be decided from the configuration is checked at evaluation time, so
 # `nix flake check --no-build` already fails on it: no failed assertion (the hosts get the
-# root file system and boot loader a real hardware-configuration.nix gives), the unit's
+# root file system, boot loader and driver of nix/gpu-host.nix), the unit's
 # settings, credentials, hardening and dependencies. The build step then runs
 # scripts/verify-units.sh (systemd-analyze verify and security) on the rendered units, and
 # the launcher's own settings loader on the rendered settings file. The module's package is
@@ -22,26 +22,15 @@
   stackPackages ? { },
 }:
 let
-  # What every real GPU host has from its hardware configuration; without them NixOS's own
-  # assertions (root file system, boot loader) and the module's (the NVIDIA driver) fail
-  # whatever else the host says.
-  hardware = {
-    fileSystems."/" = {
-      device = "/dev/disk/by-label/nixos";
-      fsType = "ext4";
-    };
-    boot.loader.grub.device = "nodev";
-    system.stateVersion = "25.11";
-    services.xserver.videoDrivers = [ "nvidia" ];
-    hardware.nvidia.open = true;
-  };
+  gpuHost = import ./gpu-host.nix { inherit lib; };
+  inherit (gpuHost) failedAssertions settingsOf readsItsSettings;
   evalHost =
     modules:
     nixpkgs.lib.nixosSystem {
       system = "x86_64-linux";
       modules = [
         module
-        hardware
+        gpuHost.hardware
         {
           services.sglang-eagle3.package = package;
           services.sglang-router.package = routerPackage;
@@ -49,10 +38,7 @@ let
       ]
       ++ modules;
     };
-  failedAssertions = host: map (a: a.message) (lib.filter (a: !a.assertion) host.config.assertions);
   unit = host: name: host.config.systemd.units.${name}.unit;
-  # The server's settings file content (modules/settings-file.nix, as the module writes it).
-  settingsOf = host: import ../modules/settings-file.nix host.config.services.sglang-eagle3;
 
   # Evaluation-time expectations: [ { ok; what; } ] -> true, or a throw naming every miss.
   expect =
@@ -229,13 +215,7 @@ in
         what = "gpuChecks adds the cuda system feature and keeps the host's defaults: ${builtins.toJSON host8.config.nix.settings.system-features}";
       }
       {
-        ok =
-          let
-            file = (host8.pkgs.formats.json { }).generate "sglang-eagle3-settings.json" settings8;
-          in
-          lib.hasInfix (builtins.unsafeDiscardStringContext " --config ${file}") (
-            builtins.unsafeDiscardStringContext sc8.ExecStart
-          );
+        ok = readsItsSettings host8;
         what = "the server reads the settings file settingsOf renders";
       }
       {

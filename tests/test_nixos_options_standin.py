@@ -1,36 +1,35 @@
 """The NixOS options of the stand-in (tests/nix/nixpkgs/nixos) checked against nixpkgs' declarations.
 
 tests/nix/nixos-options.json holds, one row per option, every NixOS option that modules/*.nix,
-nix/module-checks.nix, nix/tests/router-vm.nix and the flake's nixosModules read or set, with the
-nixpkgs file that declares it, the commit of the copy read, its type (as nixpkgs writes it, and
-the name and description nixpkgs' lib gives it) and its default. Here:
-- the uses are found by evaluating everything the flake evaluates with the options tracer
-  (tests/nix/nixpkgs/nixos/trace-options.nix: every `config.<option>` the modules read, every
-  option they define, in any branch of their mkIf), plus a scan of the files for option paths:
-  each use must have its row, each row and read must be used, so the table cannot rot;
-- each stand-in option must have its row's type name, description, readOnly and default
-  (tests/nix/standin-options.nix reads them), and a row's declared type, where it is written with
-  lib.types alone, must give the row's description (the table's own consistency);
-- a drifted stand-in (a service's `path` taking packages only) fails that comparison.
+nix/module-checks.nix, nix/gpu-host.nix, nix/tests/router-vm.nix and the flake's nixosModules read
+or set, with the nixpkgs file that declares it, the commit of the copy read, its type (as nixpkgs
+writes it, and the name and description nixpkgs' lib gives it) and its default
+(tests/support/standin_tables.py: what this test shares with tests/test_nixpkgs_standin.py). The uses
+are every `config.<option>` the modules read and every option they define, in any branch of their
+mkIf (tests/nix/nixpkgs/nixos/trace-options.nix), and the option paths in the files; each stand-in
+option must have its row's type name, description, readOnly and default (tests/nix/standin-options.nix),
+and a declared type written with lib.types alone must give its row's description. A drifted stand-in
+(a service's `path` taking packages only) fails.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, Workspace, needs_flake_eval, standin_facts
+from support import standin_tables
+from support.flake_eval import REPO, Workspace, needs_flake_eval
+from support.nix_harness import nix_eval
 
-TABLE = REPO / "tests" / "nix" / "nixos-options.json"
-HOW_TO_ADD = (
-    "read its declaration in nixpkgs (search tool: read_file on NixOS/nixpkgs, the module that declares it), "
-    "add a row to tests/nix/nixos-options.json with file, repo, commit, type {declared, name, description} and the "
-    "default, and declare it so in tests/nix/nixpkgs/nixos/modules (docs/nix.md, 'The nixpkgs stand-in')"
+TABLE = standin_tables.Table(
+    "nixos-options.json",
+    "options",
+    "standin-options.nix",
+    how_to_add="read its declaration in nixpkgs (search tool: read_file on NixOS/nixpkgs, the module that declares "
+    "it), add a row to tests/nix/nixos-options.json with file, repo, commit, type {declared, name, description} and "
+    "the default, and declare it so in tests/nix/nixpkgs/nixos/modules (docs/nix.md, 'The nixpkgs stand-in')",
 )
 # Who reads the evaluated hosts' config (trace-options.nix's label): the module checks.
 EVALUATED = "<the evaluated system's config>"
@@ -38,10 +37,6 @@ EVALUATED = "<the evaluated system's config>"
 FLAKE_FILES = re.compile(r"^(flake\.nix|nix/.*\.nix|modules/.*\.nix)$")
 
 pytestmark = needs_flake_eval()
-
-
-def table() -> dict[str, dict]:
-    return json.loads(TABLE.read_text())["options"]
 
 
 # -- the uses ----------------------------------------------------------------------------------
@@ -62,19 +57,16 @@ def relative(file: str, ws: Workspace) -> str:
 
 def trace_options(ws: Workspace) -> list[dict]:
     """Every use the flake's modules make of NixOS options, as trace-options.nix prints them."""
-    expr = f'import {ws.flake}/tests/nix/trace-uses.nix {{ flake = builtins.getFlake "{ws.ref}"; }}'
-    result = ws.nix("eval", "--impure", "--json", "--expr", expr, check=False)
+    result, uses = standin_tables.trace(ws, "nixos-option")
     # NixOS refuses a definition of an option nobody declares, in any branch: say what to add.
     undeclared = re.search(
         r"The option `([^']+)' does not exist\. Definition values:\n\s*- In `([^']+)'", result.stderr
     )
     assert not undeclared, (
         f"{undeclared.group(1)} (set by {relative(undeclared.group(2), ws)}): the stand-in declares no such option; "
-        f"{HOW_TO_ADD}"
+        f"{TABLE.how_to_add}"
     )
-    assert result.returncode == 0, result.stderr[-6000:]
-    uses = [json.loads(m) for m in re.findall(r"^trace: nixos-option (.*)$", result.stderr, re.MULTILINE)]
-    assert uses, result.stderr[-3000:]
+    assert result.returncode == 0 and uses, result.stderr[-6000:]
     for use in uses:
         use["file"] = relative(use["file"], ws)
     return [u for u in uses if u["file"] == EVALUATED or FLAKE_FILES.match(u["file"])]
@@ -92,9 +84,9 @@ def coverage(uses: list[dict], rows: dict) -> tuple[list[str], dict[str, set[str
     for use in uses:
         option, how = use["option"], f"{use['use']} by {use['file']}"
         if use.get("declared") is False:
-            missing.append(f"{option} ({how}): the stand-in declares no such option; {HOW_TO_ADD}")
+            missing.append(f"{option} ({how}): the stand-in declares no such option; {TABLE.how_to_add}")
         elif option not in rows:
-            missing.append(f"{option} ({how}): no row; {HOW_TO_ADD}")
+            missing.append(TABLE.no_row(f"{option} ({how})"))
         elif "value" in use:
             read = ".".join(use["value"])
             match = next((r for r in rows[option].get("reads", []) if r == read or r.startswith(read + ".")), None)
@@ -111,21 +103,13 @@ def coverage(uses: list[dict], rows: dict) -> tuple[list[str], dict[str, set[str
 
 
 def test_every_option_the_modules_use_has_its_row(uses):
-    missing, _ = coverage(uses, table())
+    missing, _ = coverage(uses, TABLE.rows())
     assert not missing, "the modules use NixOS options the table says nothing of:\n" + "\n".join(missing)
 
 
 def test_every_row_and_read_of_the_table_is_used(uses):
-    rows = table()
-    _, covered = coverage(uses, rows)
-    unused = [f"row '{k}'" for k in rows if "" not in covered[k]]
-    unused += [
-        f"read '{r}' of row '{k}'" for k, row in rows.items() for r in row.get("reads", []) if r not in covered[k]
-    ]
-    assert not unused, (
-        "tests/nix/nixos-options.json lists options nothing in the flake uses (remove the row, or it documents a use "
-        "the evaluation no longer reaches: force it in tests/nix/trace-uses.nix):\n" + "\n".join(unused)
-    )
+    rows = TABLE.rows()
+    TABLE.assert_all_used(rows, coverage(uses, rows)[1])
 
 
 def test_the_modules_both_read_and_set_nixos_options(uses):
@@ -155,7 +139,7 @@ def test_the_modules_both_read_and_set_nixos_options(uses):
 # written anywhere (definitions, assertion messages, descriptions). It also sees uses no evaluation
 # reaches, and is what the traced uses must cover.
 SCANNED = [REPO / "flake.nix", *sorted((REPO / "modules").rglob("*.nix")), REPO / "nix/module-checks.nix",
-           REPO / "nix/tests/router-vm.nix"]  # fmt: skip
+           REPO / "nix/gpu-host.nix", REPO / "nix/tests/router-vm.nix"]  # fmt: skip
 NAMESPACES = "|".join(
     ["assertions", "boot", "environment", "fileSystems", "hardware", "networking", "nix", "programs", "security"]
     + ["services", "system", "systemd", "users", "virtualisation", "warnings"]
@@ -168,14 +152,12 @@ READ = re.compile(rf"\bconfig\.((?:{NAMESPACES}|nixpkgs)(?:\.{PART})+)")
 NOT_NIXOS = re.compile(r"^(services\.sglang-eagle3|services\.sglang-router)\b|^environment\.[A-Z]")
 
 
+def option_paths(text: str) -> list[str]:
+    return [m.group(1) for m in [*MENTION.finditer(text), *READ.finditer(text)] if not NOT_NIXOS.match(m.group(1))]
+
+
 def scanned_mentions() -> dict[str, set[str]]:
-    found: dict[str, set[str]] = defaultdict(set)
-    for path in SCANNED:
-        text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
-        for match in [*MENTION.finditer(text), *READ.finditer(text)]:
-            if not NOT_NIXOS.match(match.group(1)):
-                found[match.group(1)].add(str(path.relative_to(REPO)))
-    return found
+    return standin_tables.scan(SCANNED, option_paths)
 
 
 def parts(path: str) -> list[str]:
@@ -214,10 +196,6 @@ def test_the_scan_finds_what_the_modules_name():
 # -- the stand-in against the table ------------------------------------------------------------
 
 
-def facts_of(nixpkgs: Path) -> dict:
-    return standin_facts("standin-options.nix", nixpkgs, TABLE)
-
-
 def drift(rows: dict, facts: dict) -> list[str]:
     """Where the stand-in differs from the table: one line per difference, naming the row."""
     problems = []
@@ -244,11 +222,23 @@ def drift(rows: dict, facts: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def facts(traced) -> dict:
-    return facts_of(traced.nixpkgs)
+    return TABLE.facts(traced.nixpkgs)
+
+
+def test_every_row_cites_the_nixpkgs_file_and_commit_read():
+    rows = TABLE.rows()
+    assert not TABLE.uncited(rows), "\n".join(TABLE.uncited(rows))
+    rows["assertions"]["commit"] = rows["assertions"]["commit"][:7]
+    del rows["boot.kernelPackages"]["reads_commit"]
+    assert TABLE.uncited(rows) == [
+        f"assertions: commit {rows['assertions']['commit']!r} is no commit read (40 hex digits)",
+        f"boot.kernelPackages: reads_file {rows['boot.kernelPackages']['reads_file']!r} without the commit read "
+        "(reads_commit)",
+    ]
 
 
 def test_the_standin_declares_each_option_as_nixpkgs_does(facts):
-    problems = drift(table(), facts)
+    problems = drift(TABLE.rows(), facts)
     assert not problems, "the stand-in's NixOS (tests/nix/nixpkgs/nixos) drifted from nixpkgs:\n" + "\n".join(problems)
 
 
@@ -256,13 +246,7 @@ def test_each_declared_type_gives_its_rows_description(traced):
     """A row's type as nixpkgs writes it, where it uses lib.types alone, is what its name and
     description say (the others name nixpkgs' local bindings: unitNameType, promTypes.*, ...)."""
     lib = traced.nixpkgs / "lib"
-    names = json.loads(
-        subprocess.run(
-            ["nix-instantiate", "--eval", "--strict", "--json", "--expr", f"builtins.attrNames (import {lib}).types"],
-            capture_output=True, text=True, check=True,
-        ).stdout
-    )  # fmt: skip
-    known = set(names)
+    known = set(nix_eval(f"builtins.attrNames (import {lib}).types"))
 
     def only_lib_types(declared: str) -> bool:
         # Bare names are lib.types' only under `with types;` (filesystems.nix's own nonEmptyStr is not).
@@ -274,7 +258,7 @@ def test_each_declared_type_gives_its_rows_description(traced):
         rest = re.sub(r"\b(?:lib\.)?types\.\w+", "", code)
         return set(qualified) <= known and not re.search(r"[A-Za-z_]", rest)
 
-    derivable = {key: row["type"] for key, row in table().items() if only_lib_types(row["type"]["declared"])}
+    derivable = {key: row["type"] for key, row in TABLE.rows().items() if only_lib_types(row["type"]["declared"])}
     assert {"systemd.services.<name>.path", "users.users.<name>.home", "services.xserver.videoDrivers"} <= set(
         derivable
     ), sorted(derivable)
@@ -282,12 +266,7 @@ def test_each_declared_type_gives_its_rows_description(traced):
         f'"{key}" = let t = with lib; with lib.types; {t["declared"]}; in {{ inherit (t) name description; }};'
         for key, t in derivable.items()
     )
-    expr = f"let lib = import {lib}; in {{ {exprs} }}"
-    result = subprocess.run(
-        ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expr], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout)
+    got = nix_eval(f"let lib = import {lib}; in {{ {exprs} }}")
     wrong = [
         f"{key}: {t['declared']} is {got[key]}, the row says {dict(name=t['name'], description=t['description'])}"
         for key, t in derivable.items()
@@ -298,37 +277,36 @@ def test_each_declared_type_gives_its_rows_description(traced):
 
 def test_a_drifted_standin_fails_the_comparison(traced, facts, tmp_path):
     """A service's `path` taking packages only (nixpkgs: packages or strings): the comparison names the row."""
-    drifted = tmp_path / "nixpkgs"
-    shutil.copytree(traced.nixpkgs, drifted)
-    systemd = drifted / "nixos" / "modules" / "systemd.nix"
-    text = systemd.read_text()
+    systemd = "nixos/modules/systemd.nix"
     declared = re.search(
-        r"        path = mkOption \{\n          type = (types\.listOf \(types\.oneOf \[.*?\]\));", text, re.DOTALL
+        r"        path = mkOption \{\n          type = (types\.listOf \(types\.oneOf \[.*?\]\));",
+        (traced.nixpkgs / systemd).read_text(),
+        re.DOTALL,
     )
     assert declared, "systemd.nix's path option moved; update this test"
-    systemd.write_text(text.replace(declared.group(1), "types.listOf types.package"))
-    problems = drift(table(), facts_of(drifted))
-    assert [p for p in problems if p not in drift(table(), facts)] == [
+    drifted = standin_tables.drifted(traced, tmp_path, systemd, declared.group(1), "types.listOf types.package")
+    problems = drift(TABLE.rows(), TABLE.facts(drifted))
+    assert [p for p in problems if p not in drift(TABLE.rows(), facts)] == [
         "systemd.services.<name>.path (nixpkgs: nixos/lib/systemd-unit-options.nix, with types; listOf (oneOf "
         "[ package str ])): type description 'list of package', nixpkgs has 'list of (package or string)'"
     ], problems
 
 
 def test_a_use_the_table_lacks_and_a_row_nothing_uses_fail(uses):
-    rows = table()
+    rows = TABLE.rows()
     del rows["systemd.services.<name>.path"]
     missing, _ = coverage(uses, rows)
     assert (
         "systemd.services.<name>.path (set by modules/sglang-eagle3.nix): no row; read its declaration in nixpkgs"
         in "\n".join(missing)
     ), missing
-    rows = table()
+    rows = TABLE.rows()
     rows["boot.kernelPackages"]["reads"] = []
     missing, _ = coverage(uses, rows)
     assert any(
         "boot.kernelPackages (read by modules/examples/8-gpu-host.nix) reads .nvidiaPackages" in m for m in missing
     )
-    rows = table()
+    rows = TABLE.rows()
     rows["services.nginx.enable"] = rows["services.prometheus.enable"]
     _, covered = coverage(uses, rows)
     assert "" not in covered["services.nginx.enable"] and "" in covered["services.prometheus.enable"]
@@ -345,7 +323,7 @@ def test_a_module_using_an_option_the_table_lacks_fails_naming_it(tmp_path):
     assert original.endswith(tail)
     guarded = '    networking.firewall.allowedUDPPorts = lib.mkIf (config.networking.hostName == "x") [ 1 ];\n'
     router.write_text(original.removesuffix(tail) + tail.replace("  };", guarded + "  };"))
-    missing, _ = coverage(trace_options(ws), table())
+    missing, _ = coverage(trace_options(ws), TABLE.rows())
     assert [m.split(";")[0] for m in missing] == [
         "networking.firewall.allowedUDPPorts (set by modules/sglang-router.nix): no row",
         "networking.hostName (read by modules/sglang-router.nix): no row",

@@ -1,16 +1,13 @@
 """The nixpkgs stand-in (tests/nix/nixpkgs) checked against nixpkgs, so it cannot drift unseen.
 
-tests/nix/nixpkgs-attributes.json holds, one row per attribute, what the flake, nix/ and
-modules/ use of nixpkgs and what nixpkgs has there (outputs, where its programs are, the
-arguments its functions take, the values the flake reads), each read in nixpkgs' own file.
-Here:
-- the uses are found by evaluating everything the flake can evaluate against a tracing
-  stand-in (tests/nix/nixpkgs/trace.nix prints every attribute the flake's code reads and every
-  call with the argument names it passes), plus a scan of the files for `pkgs.<name>`: each use
-  must have its row, and each row and read must be used, so the table cannot rot;
-- the stand-in must have what each row says (tests/nix/standin-attributes.nix reads it);
-- a drifted stand-in (promtool back in prometheus' `out`, a fetchurl without curl) fails that comparison, and the
-  monitoring check, built here, finds promtool only in prometheus' `cli` output.
+tests/nix/nixpkgs-attributes.json holds, one row per attribute, what the flake, nix/ and modules/ use
+of nixpkgs and what nixpkgs has there (outputs, where its programs are, the arguments its functions
+take, the values the flake reads), each read in nixpkgs' own file (tests/support/standin_tables.py:
+what this test shares with tests/test_nixos_options_standin.py). The uses are the attributes the
+flake's code reads and the calls with the argument names it passes (tests/nix/nixpkgs/trace.nix
+prints them), and `pkgs.<name>` in the files; the stand-in must have what each row says
+(tests/nix/standin-attributes.nix reads it). A drifted stand-in (promtool back in prometheus' `out`,
+a fetchurl without curl) fails, and the monitoring check, built here, finds promtool only in `cli`.
 """
 
 from __future__ import annotations
@@ -18,28 +15,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
-from support.flake_eval import REPO, Workspace, needs_flake_eval, standin_facts
+from support import standin_tables
+from support.flake_eval import REPO, Workspace, needs_flake_eval
 
 SYSTEM = "x86_64-linux"
-TABLE = REPO / "tests" / "nix" / "nixpkgs-attributes.json"
-HOW_TO_ADD = (
-    "read the attribute's file in nixpkgs (search tool: read_file on NixOS/nixpkgs), add a row to "
+TABLE = standin_tables.Table(
+    "nixpkgs-attributes.json",
+    "attributes",
+    "standin-attributes.nix",
+    how_to_add="read the attribute's file in nixpkgs (search tool: read_file on NixOS/nixpkgs), add a row to "
     "tests/nix/nixpkgs-attributes.json with that file and the commit read, and mirror it in tests/nix/nixpkgs "
-    "(docs/nix.md, 'The nixpkgs stand-in')"
+    "(docs/nix.md, 'The nixpkgs stand-in')",
 )
 # Attributes of any derivation that say nothing about the package (lib.getDev reads `out`).
 ALWAYS_THERE = {"out", "outputs"}
 
 pytestmark = needs_flake_eval()
-
-
-def table() -> dict[str, dict]:
-    return json.loads(TABLE.read_text())["attributes"]
 
 
 # -- the uses ----------------------------------------------------------------------------------
@@ -50,18 +44,12 @@ def traced(tmp_path_factory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("traced"), trace_uses=True)
 
 
-def trace_uses(ws: Workspace) -> list[dict]:
-    """Every use the flake makes of the stand-in, as tests/nix/nixpkgs/trace.nix prints them."""
-    expr = f'import {ws.flake}/tests/nix/trace-uses.nix {{ flake = builtins.getFlake "{ws.ref}"; }}'
-    result = ws.nix("eval", "--impure", "--json", "--expr", expr)
-    uses = [json.loads(m) for m in re.findall(r"^trace: nixpkgs-use (.*)$", result.stderr, re.MULTILINE)]
-    assert uses, result.stderr[-3000:]
-    return uses
-
-
 @pytest.fixture(scope="module")
 def uses(traced) -> list[dict]:
-    return trace_uses(traced)
+    """Every use the flake makes of the stand-in, as tests/nix/nixpkgs/trace.nix prints them."""
+    result, uses = standin_tables.trace(traced, "nixpkgs-use")
+    assert result.returncode == 0 and uses, result.stderr[-6000:]
+    return uses
 
 
 def row_of(path: list[str], rows: dict) -> tuple[str | None, list[str]]:
@@ -84,7 +72,7 @@ def coverage(uses: list[dict], rows: dict) -> tuple[list[str], dict[str, set[str
         if rest and any(k.startswith(dotted + ".") for k in rows):
             continue  # an attribute set on the way to rows (testers, formats, cudaPackages_13_0.backendStdenv)
         if key is None:
-            missing.append(f"pkgs.{dotted}: no row; {HOW_TO_ADD}")
+            missing.append(TABLE.no_row(f"pkgs.{dotted}"))
             continue
         covered[key].add("")
         if not rest:
@@ -106,25 +94,17 @@ def coverage(uses: list[dict], rows: dict) -> tuple[list[str], dict[str, set[str
 
 
 def test_every_use_of_nixpkgs_has_its_row(uses):
-    missing, _ = coverage(uses, table())
+    missing, _ = coverage(uses, TABLE.rows())
     assert not missing, "the flake uses nixpkgs where the table says nothing:\n" + "\n".join(sorted(set(missing)))
 
 
 def test_every_row_and_read_of_the_table_is_used(uses):
-    rows = table()
-    _, covered = coverage(uses, rows)
-    unused = [f"row '{k}'" for k in rows if "" not in covered[k]]
-    unused += [
-        f"read '{r}' of row '{k}'" for k, row in rows.items() for r in row.get("reads", {}) if r not in covered[k]
-    ]
-    assert not unused, (
-        "tests/nix/nixpkgs-attributes.json lists what nothing in the flake uses (remove it, or it documents a "
-        "use the evaluation no longer reaches: tests/nix/trace-uses.nix):\n" + "\n".join(unused)
-    )
+    rows = TABLE.rows()
+    TABLE.assert_all_used(rows, coverage(uses, rows)[1])
 
 
 def test_the_arguments_the_flake_passes_are_the_tables_and_the_functions(uses):
-    rows = table()
+    rows = TABLE.rows()
     passed: dict[str, set[str]] = defaultdict(set)
     for use in uses:
         key = ".".join(use["path"])
@@ -150,41 +130,31 @@ def test_the_arguments_the_flake_passes_are_the_tables_and_the_functions(uses):
 # evaluation does not reach (an option nobody sets), and is what the traced uses must include.
 PKGS_ATTR = re.compile(r"\bpkgs\.([A-Za-z_][\w'-]*)")
 INHERIT_PKGS = re.compile(r"inherit\s*\(\s*pkgs\s*\)([^;]*);")
+SCANNED = [REPO / "flake.nix", *sorted((REPO / "nix").rglob("*.nix")), *sorted((REPO / "modules").rglob("*.nix"))]
 
 
-def scanned_uses() -> dict[str, set[str]]:
-    found: dict[str, set[str]] = defaultdict(set)
-    files = [REPO / "flake.nix", *sorted((REPO / "nix").rglob("*.nix")), *sorted((REPO / "modules").rglob("*.nix"))]
-    for path in files:
-        text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
-        names = set(PKGS_ATTR.findall(text))
-        for block in INHERIT_PKGS.findall(text):
-            names |= set(block.split())
-        for name in names - {"lib"}:
-            found[name].add(str(path.relative_to(REPO)))
-    return found
+def pkgs_names(text: str) -> set[str]:
+    names = set(PKGS_ATTR.findall(text)).union(*(block.split() for block in INHERIT_PKGS.findall(text)))
+    return names - {"lib"}
 
 
 def test_the_files_use_nothing_the_table_and_the_trace_lack(uses):
-    rows = table()
+    rows = TABLE.rows()
     traced_roots = {use["path"][0] for use in uses}
     problems = []
-    for name, files in sorted(scanned_uses().items()):
+    for name, found_in in sorted(standin_tables.scan(SCANNED, pkgs_names).items()):
+        files = ", ".join(sorted(found_in))
         if not any(k == name or k.startswith(name + ".") for k in rows):
-            problems.append(f"pkgs.{name} ({', '.join(sorted(files))}): no row; {HOW_TO_ADD}")
+            problems.append(TABLE.no_row(f"pkgs.{name} ({files})"))
         elif name not in traced_roots:
             problems.append(
-                f"pkgs.{name} ({', '.join(sorted(files))}): tests/nix/trace-uses.nix never reaches it; force the "
-                "output or option that uses it there"
+                f"pkgs.{name} ({files}): tests/nix/trace-uses.nix never reaches it; force the output or option that "
+                "uses it there"
             )
     assert not problems, "\n".join(problems)
 
 
 # -- the stand-in against the table ------------------------------------------------------------
-
-
-def facts_of(nixpkgs: Path) -> dict:
-    return standin_facts("standin-attributes.nix", nixpkgs, TABLE)
 
 
 def drift(rows: dict, facts: dict) -> list[str]:
@@ -223,25 +193,33 @@ def drift(rows: dict, facts: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def facts(traced) -> dict:
-    return facts_of(traced.nixpkgs)
+    return TABLE.facts(traced.nixpkgs)
+
+
+def test_every_row_cites_the_nixpkgs_file_and_commit_read():
+    rows = TABLE.rows()
+    assert not TABLE.uncited(rows), "\n".join(TABLE.uncited(rows))
+    rows["jq"]["file"], rows["stdenv"]["evidence"] = "", "read"  # stdenv: no commit, so its evidence must say why
+    del rows["prometheus"]["commit"]
+    assert sorted(TABLE.uncited(rows)) == [
+        "jq: no nixpkgs file",
+        "prometheus: commit None is no commit read (40 hex digits)",
+        "stdenv: commit None is no commit read (40 hex digits)",
+    ]
 
 
 def test_the_standin_has_what_nixpkgs_has_at_every_row(facts):
-    problems = drift(table(), facts)
+    problems = drift(TABLE.rows(), facts)
     assert not problems, "the stand-in (tests/nix/nixpkgs) drifted from nixpkgs:\n" + "\n".join(problems)
 
 
 def test_a_drifted_standin_fails_the_comparison(traced, tmp_path):
     """promtool put back in prometheus' `out` (what the stand-in had): the comparison names the row."""
-    drifted = tmp_path / "nixpkgs"
-    shutil.copytree(traced.nixpkgs, drifted)
-    packages = drifted / "pkgs" / "all-packages.nix"
-    text = packages.read_text()
-    block = re.search(r"  prometheus = hostToolWith \{.*?\n  \};\n", text, re.DOTALL).group(0)
-    packages.write_text(
-        text.replace(block, '  prometheus = hostTool "prometheus" "3.9.1" [ "prometheus" "promtool" ];\n')
-    )
-    problems = drift(table(), facts_of(drifted))
+    packages = "pkgs/all-packages.nix"
+    block = re.search(r"  prometheus = hostToolWith \{.*?\n  \};\n", (traced.nixpkgs / packages).read_text(), re.DOTALL)
+    as_it_was = '  prometheus = hostTool "prometheus" "3.9.1" [ "prometheus" "promtool" ];\n'
+    drifted = standin_tables.drifted(traced, tmp_path, packages, block.group(0), as_it_was)
+    problems = drift(TABLE.rows(), TABLE.facts(drifted))
     assert [p for p in problems if p.startswith("prometheus ")] == [
         "prometheus (nixpkgs: pkgs/by-name/pr/prometheus/package.nix): outputs ['out'], nixpkgs has "
         "['out', 'doc', 'cli']",
@@ -254,13 +232,9 @@ def test_a_drifted_standin_fails_the_comparison(traced, tmp_path):
 def test_a_fetchurl_without_curl_fails_the_comparison(traced, tmp_path):
     """The stand-in's fetchurl as it was (only the caller's nativeBuildInputs, so its builder had no curl on a
     store that did not already hold the file): the comparison names the row and what nixpkgs puts first."""
-    drifted = tmp_path / "nixpkgs"
-    shutil.copytree(traced.nixpkgs, drifted)
-    fetchurl = drifted / "pkgs" / "fetchurl.nix"
-    text = fetchurl.read_text()
-    assert "nativeBuildInputs = [ curl ] ++ nativeBuildInputs;" in text
-    fetchurl.write_text(text.replace("[ curl ] ++ nativeBuildInputs;", "nativeBuildInputs;"))
-    problems = drift(table(), facts_of(drifted))
+    curl, without = "nativeBuildInputs = [ curl ] ++ nativeBuildInputs;", "nativeBuildInputs = nativeBuildInputs;"
+    drifted = standin_tables.drifted(traced, tmp_path, "pkgs/fetchurl.nix", curl, without)
+    problems = drift(TABLE.rows(), TABLE.facts(drifted))
     assert problems == [
         "fetchurl (nixpkgs: pkgs/build-support/fetchurl/default.nix): a call returns .nativeBuildInputs [], "
         'nixpkgs\' returns ["curl"]'
@@ -268,11 +242,11 @@ def test_a_fetchurl_without_curl_fails_the_comparison(traced, tmp_path):
 
 
 def test_a_use_the_table_lacks_fails_with_the_row_to_add(uses):
-    rows = table()
+    rows = TABLE.rows()
     del rows["prometheus"]
     missing, _ = coverage(uses, rows)
     assert any(m.startswith("pkgs.prometheus: no row; read the attribute's file in nixpkgs") for m in missing), missing
-    rows = table()
+    rows = TABLE.rows()
     rows["python312"]["reads"].pop("sitePackages")
     missing, _ = coverage(uses, rows)
     assert any("pkgs.python312.sitePackages: row 'python312' has no read 'sitePackages'" in m for m in missing), missing

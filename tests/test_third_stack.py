@@ -163,3 +163,18 @@ def test_every_flake_output_of_the_newest_stack_has_a_twin(repo, tmp_path):
         of_like = {n for n in names if n.endswith(suffix)}
         assert of_like, kind
         assert {n.replace(suffix, twin) for n in of_like} <= names, kind
+
+
+def test_a_package_without_its_pins_says_where_they_belong(tmp_path):
+    """The stack list's one source is pins.json; an install that lacks it (a package copied without the wheel's
+    force-include, as the stand-in image once was) names the file and where it belongs, not a bare KeyError."""
+    copy = tmp_path / "a" / "b" / "src"
+    shutil.copytree(REPO / "python" / "src" / "sglang_eagle3", copy / "sglang_eagle3",
+                    ignore=shutil.ignore_patterns("__pycache__", "pins.json"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    env.pop("SGLANG_EAGLE3_TRACEBACK", None)
+    done = subprocess.run([sys.executable, "-m", "sglang_eagle3", "patch", "list"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 70, done.stderr
+    assert "has no pins.json" in done.stderr and "force-include" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr, done.stderr

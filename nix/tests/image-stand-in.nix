@@ -47,11 +47,18 @@ let
           > $out/${site}/sglang/__init__.py
       '';
 
-  launcher = builtins.path {
-    name = "sglang-eagle3-src";
+  # The launcher's sources with the pins beside them, where a built wheel has them (pyproject.toml's
+  # force-include of ../nix/pins.json): sglang_eagle3/stacks.py reads the stack list from there.
+  launcherSrc = builtins.path {
+    name = "sglang-eagle3-python-src";
     path = ../../python/src;
     filter = path: _: baseNameOf path != "__pycache__";
   };
+  launcher = pkgs.runCommand "sglang-eagle3-src" { } ''
+    cp -r ${launcherSrc} $out
+    chmod -R u+w $out
+    cp ${../pins.json} $out/sglang_eagle3/pins.json
+  '';
 
   interpreter = python.withPackages (ps: [
     ps.click

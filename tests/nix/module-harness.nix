@@ -4,9 +4,9 @@
 # what they look at: the rendered settings, the failed assertions, the services and their
 # unit files as NixOS writes them, firewall ports, required mounts, monitoring, option docs.
 #
-# The host gets what a GPU host's hardware configuration gives (root file system, boot
-# loader, the NVIDIA driver);
-# the packages are stubs (evaluation only: the unit files name /nix/store/...-stub paths).
+# The host is the flake's module checks' GPU host (nix/gpu-host.nix: root file system, boot
+# loader, the NVIDIA driver); the packages are stubs (evaluation only: the unit files name
+# /nix/store/...-stub paths).
 # Used by tests/test_nix.py and the module tests that import its helpers.
 {
   libPath,
@@ -15,6 +15,7 @@
 }:
 let
   lib = import libPath;
+  gpuHost = import ../../nix/gpu-host.nix { inherit lib; };
   stub = name: program: {
     type = "derivation";
     inherit name;
@@ -23,14 +24,6 @@ let
   };
   host = {
     _file = "tests/nix/module-harness.nix";
-    fileSystems."/" = {
-      device = "/dev/disk/by-label/nixos";
-      fsType = "ext4";
-    };
-    boot.loader.grub.device = "nodev";
-    system.stateVersion = "25.11";
-    services.xserver.videoDrivers = [ "nvidia" ];
-    hardware.nvidia.open = true;
     services.sglang-eagle3.package = stub "sglang-eagle3" "sglang-eagle3";
     services.sglang-router.package = stub "sglang-router" "sglang-eagle3-router";
   };
@@ -39,6 +32,7 @@ let
     system = "x86_64-linux";
     modules = [
       module
+      gpuHost.hardware
       host
       config
     ];
@@ -52,17 +46,11 @@ in
   # exactly the file that content renders to.
   settings =
     if c.services.sglang-eagle3.enable then
-      let
-        rendered = import ../../modules/settings-file.nix c.services.sglang-eagle3;
-        file = (evaluated.pkgs.formats.json { }).generate "sglang-eagle3-settings.json" rendered;
-      in
-      assert lib.hasInfix (builtins.unsafeDiscardStringContext " --config ${file}") (
-        builtins.unsafeDiscardStringContext c.systemd.services.sglang-eagle3.serviceConfig.ExecStart
-      );
-      rendered
+      assert gpuHost.readsItsSettings evaluated;
+      gpuHost.settingsOf evaluated
     else
       null;
-  failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
+  failedAssertions = gpuHost.failedAssertions evaluated;
   services = lib.mapAttrs (
     _: s:
     {

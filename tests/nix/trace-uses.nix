@@ -16,13 +16,9 @@ let
     modules = [
       flake.nixosModules.default
       ../../modules/examples/8-gpu-host.nix
-      {
-        fileSystems."/".device = "/dev/disk/by-label/nixos";
-        boot.loader.grub.device = "nodev";
-        system.stateVersion = "25.11";
-        # A static user: the module's users.users/users.groups definitions have names then.
-        services.sglang-eagle3.user = "sglang-eagle3";
-      }
+      (import ../../nix/gpu-host.nix { inherit lib; }).hardware
+      # A static user: the module's users.users/users.groups definitions have names then.
+      { services.sglang-eagle3.user = "sglang-eagle3"; }
     ];
   };
   overlaid = import nixpkgs {

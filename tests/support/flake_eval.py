@@ -127,17 +127,6 @@ def input_tree(node: str) -> Path | None:
     return top
 
 
-def standin_facts(script: str, nixpkgs: Path, table: Path) -> dict:
-    """What an assembled nixpkgs stand-in has at each row of a table (tests/nix/<script>: the
-    stand-in checks of tests/test_nixpkgs_standin.py and tests/test_nixos_options_standin.py)."""
-    expr = f"import {REPO}/tests/nix/{script} {{ nixpkgs = {nixpkgs}; table = {table}; }}"
-    result = subprocess.run(
-        ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expr], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout)
-
-
 def _extract(tarball: Path, into: Path) -> Path:
     with tarfile.open(tarball) as archive:
         archive.extractall(into, filter="data")

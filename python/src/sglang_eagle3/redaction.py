@@ -84,10 +84,12 @@ def _prefixed_key(word: str) -> bool:
 
 
 def _random_looking(word: str) -> bool:
-    """20 characters or more, letters of both cases and digits, changing class at least every other character."""
+    """20 characters or more, letters of both cases and digits, changing class at least every other letter or digit
+    (the separators not counted: a name such as AQ-MedAI--Kimi-K25-eagle3 is words joined, not a random word)."""
     word = word.rstrip("=")
     if len(word) < 20:
         return False
+    word = "".join(c for c in word if c.isalnum())
     if sum(c.isupper() for c in word) < 2 or sum(c.islower() for c in word) < 2 or sum(c.isdigit() for c in word) < 2:
         return False
     kinds = [("u" if c.isupper() else "l" if c.islower() else "d" if c.isdigit() else "s") for c in word]

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .errors import Eagle3Error
+from .exit_status import ExitStatus
+
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -24,7 +27,15 @@ def pins_file() -> Path | None:
 @cache
 def pins() -> dict:
     found = pins_file()
-    return json.loads(found.read_text()) if found else {}
+    if found is None:
+        # A broken install, not bad input: say where the file belongs rather than fail on a missing key later.
+        raise Eagle3Error(
+            f"this sglang-eagle3 has no pins.json (looked for {PACKAGE / 'pins.json'} and "
+            f"{PACKAGE.parents[2] / 'nix' / 'pins.json'}): install it from a wheel built from python/ (it carries a "
+            "copy, pyproject.toml's force-include) or run it from a checkout, where nix/pins.json sits beside python/",
+            ExitStatus.UNEXPECTED,
+        )
+    return json.loads(found.read_text())
 
 
 @dataclass(frozen=True)
