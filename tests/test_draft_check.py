@@ -342,7 +342,7 @@ def test_bad_target_input_is_exit_2(tmp_path, patched_tree, run_cli, target_conf
 
 def preflight_checks(tmp_path, tree, **overrides):
     s = settings.ServerSettings(port=free_port(), **overrides)
-    report = preflight.run(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    report = preflight.preflight(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
     return report, {f.name: f for f in report.findings}
 
 

@@ -101,7 +101,7 @@ def smi(tmp_path_factory):
 
 
 def settings_finding(tree, smi, environment: dict):
-    report = preflight.run(ServerSettings(environment=environment), str(tree.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(ServerSettings(environment=environment), str(tree.root), nvidia_smi=smi, drafts=False)
     return next(f for f in report.findings if f.name == "settings")
 
 
@@ -126,7 +126,7 @@ def test_spec_v2_is_on_exactly_when_0_5_9s_own_envbool_reads_it_true(pristine_tr
     tree_settings = {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4}
 
     def judged(text):
-        report = preflight.run(ServerSettings(**tree_settings, environment={"SGLANG_ENABLE_SPEC_V2": text}),
+        report = preflight.preflight(ServerSettings(**tree_settings, environment={"SGLANG_ENABLE_SPEC_V2": text}),
                                str(tree.root), nvidia_smi=smi, drafts=False)  # fmt: skip
         return next(f for f in report.findings if f.name == "settings")
 

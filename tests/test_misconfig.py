@@ -113,7 +113,7 @@ SELF_DRAFTING = ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForC
 
 def preflight_checks(tmp_path, tree, **overrides):
     s = server_settings.ServerSettings(port=free_port(), **overrides)
-    report = preflight.run(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    report = preflight.preflight(s, str(tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
     return report, {f.name: f for f in report.findings}
 
 

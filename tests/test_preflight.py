@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import socket
@@ -26,7 +27,7 @@ def checks(report):
 
 def run(tmp_path, tree, recording, **overrides):
     s = settings.ServerSettings(port=free_port(), **overrides)
-    return preflight.run(
+    return preflight.preflight(
         s,
         str(tree),
         nvidia_smi=fake_nvidia_smi(tmp_path, recording) if recording != "absent" else str(missing_path(tmp_path)),
@@ -94,7 +95,7 @@ def test_port_in_use(tmp_path, patched_tree):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         s = settings.ServerSettings(port=busy.getsockname()[1])
-        report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+        report = preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
     assert checks(report)["port"].status == "fail" and "is in use" in checks(report)["port"].message
 
 
@@ -150,9 +151,14 @@ def test_credentials_directory_is_used_under_systemd(tmp_path):
     from sglang_eagle3.serving import credentials, launch_plan
 
     (tmp_path / "api-key").write_text("k")
+    (tmp_path / "api-key").chmod(0o600)
     plan = launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     assert plan.env[credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
     assert launch_plan.build(settings.ServerSettings(), environ={}).key_files == {}
+    # The plan is where the key files are checked, systemd's too: one that cannot be used is bad input.
+    (tmp_path / "api-key").chmod(0o644)
+    with pytest.raises(credentials.KeyFileError, match="can be read by other users"):
+        launch_plan.build(settings.ServerSettings(), environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
 
 
 def test_device_nodes_without_nvidia_smi_fail_since_sglang_runs_it_at_start(tmp_path, patched_tree, monkeypatch):
@@ -312,10 +318,10 @@ def test_pcie_ipc_all_reduce_across_nodes_is_a_warning_quoting_0523s_module(newe
 # -- the launch plan, built once (issue 36) ------------------------------------------------------------------
 
 
-def test_preflight_judges_the_launch_plan_it_is_handed_and_builds_none(tmp_path, patched_tree, monkeypatch):
-    """The caller builds the plan (SGLang's arguments and environment) once; every check judges that plan: the
+def test_preflight_builds_the_launch_plan_once_and_every_check_judges_it(tmp_path, patched_tree, monkeypatch):
+    """Preflight builds the plan (SGLang's arguments and environment) once; every check judges that plan: the
     restated rules and SGLang's own run, which gets the plan's arguments and the plan's environment (the key file's
-    path under systemd included). Nothing renders the settings again."""
+    path under systemd included), and the verdict carries it to the launcher. Nothing renders the settings again."""
     import subprocess
 
     from sglang_eagle3.judging import sglang_validation
@@ -324,10 +330,11 @@ def test_preflight_judges_the_launch_plan_it_is_handed_and_builds_none(tmp_path,
 
     model = kimi_target(tmp_path / "Kimi-K2.5")
     (tmp_path / "api-key").write_text("k\n")
+    (tmp_path / "api-key").chmod(0o600)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     s = settings.load(None, [f"model_path={model}", f"port={free_port()}"], profile="baseline", environ={})
-    plan = launch_plan.build(s, environ={"CREDENTIALS_DIRECTORY": str(tmp_path)})
-    rendered = []
-    monkeypatch.setattr(launch_plan, "sglang_args", lambda *args: rendered.append(args) or [])
+    rendered, render = [], launch_plan.sglang_args
+    monkeypatch.setattr(launch_plan, "sglang_args", lambda *args: rendered.append(args) or render(*args))
     seen, real_run = {}, subprocess.run
 
     def sglangs_own_run(command, *args, **kwargs):
@@ -337,32 +344,131 @@ def test_preflight_judges_the_launch_plan_it_is_handed_and_builds_none(tmp_path,
         return subprocess.CompletedProcess(command, 0, '{"stage": "done", "rewritten": []}\n', "")
 
     monkeypatch.setattr(sglang_validation.subprocess, "run", sglangs_own_run)
-    report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"), plan=plan)
-    assert rendered == []
-    assert checks(report)["sglang checks"].status is Status.OK and checks(report)["settings"].status is Status.OK
+    verdict = preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    plan = verdict.plan
+    assert len(rendered) == 1 and plan.args
+    assert checks(verdict)["sglang checks"].status is Status.OK and checks(verdict)["settings"].status is Status.OK
     assert seen["request"]["argv"] == plan.args and plan.args == plan.sglang_argv[3:]
     assert seen["env"][credentials.API_KEY_FILE_ENV] == str(tmp_path / "api-key")
     assert seen["env"].items() >= plan.env.items() and seen["env"]["HF_HUB_OFFLINE"] == "1"
+    assert checks(verdict)["api key"].message == f"{tmp_path / 'api-key'} (the key is not shown)"
+    assert plan.health_url == launch_plan.health_url(s)
 
 
 def test_preflight_is_its_list_of_checks(tmp_path, patched_tree, monkeypatch):
-    """preflight.run runs CHECKS, in order, on one launch; the checks that read SGLang's source are skipped when
-    there is none (the sglang check says why)."""
+    """judge runs CHECKS, in order, on one launch; the checks that read SGLang's source are skipped when there is
+    none (the sglang check says why)."""
     s = settings.ServerSettings(port=free_port())
     monkeypatch.setattr(preflight, "CHECKS", (preflight.check_port, preflight.check_sglang, preflight.check_settings))
-    report = preflight.run(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    report = preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
     assert [f.name for f in report.findings] == ["port", "settings"]
-    report = preflight.run(s, str(tmp_path / "no-sglang"), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
-    assert [(f.name, f.status) for f in report.findings] == [("port", Status.OK), ("sglang", Status.FAIL)]
+    plan = launch_plan.build(s)
+    report = preflight.judge(preflight.Launch(s, plan, None, "no SGLang here"))
+    assert [(f.name, f.status, f.message) for f in report.findings] == [
+        ("port", Status.OK, f"{s.host}:{s.port} is free"),
+        ("sglang", Status.FAIL, "no SGLang here"),
+    ]
 
 
-def test_serve_and_bench_sweep_refuse_in_one_step():
-    """`serve` and `bench sweep` judge and refuse through one function (commands/preflight_step.py): the
-    refusal is written once, and neither command runs preflight itself."""
+def test_a_named_sglang_that_is_not_there_is_bad_input(tmp_path):
+    """--sglang names the tree to judge: one that is not there is bad input (exit 2), not a finding."""
+    with pytest.raises(sglang_source.SGLangNotFound, match="is not a directory"):
+        preflight.preflight(settings.ServerSettings(), str(missing_path(tmp_path)))
+
+
+# The steps preflight.preflight takes, each once: (the module, the function) as the package names them.
+PREFLIGHT_STEPS = {("launch_plan", "build"), ("sglang_release", "find"), ("sglang_release", "resolve"),
+                   ("preflight", "judge"), ("preflight", "Launch"), ("credentials", "read_key")}  # fmt: skip
+
+
+def steps_called(path: Path) -> set[tuple[str, str]]:
+    """The preflight steps a module calls itself (``module.function(...)`` or a name imported from the module),
+    read with ast."""
+    imported = {}
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (node.module.rsplit(".", 1)[-1], alias.name)
+    called = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                called.add((func.value.id, func.attr))
+            elif isinstance(func, ast.Name) and func.id in imported:
+                called.add(imported[func.id])
+    return called & PREFLIGHT_STEPS
+
+
+def test_the_commands_take_one_path_through_preflight():
+    """`serve` and `bench sweep` go through preflight.preflight (plan, resolve, judge, report) and refuse through
+    its verdict: the refusal is written once, in judging/judged_plan.py, and no command builds the plan, resolves the
+    tree for preflight, reads a key file or judges itself (ast: a call by the module's name or an imported one)."""
     package = Path(preflight.__file__).parents[1]
     refusal = 'CheckFailed("preflight failed; nothing was started'
     written = [p.relative_to(package).as_posix() for p in package.rglob("*.py") if refusal in p.read_text()]
-    assert written == ["commands/preflight_step.py"]
+    assert written == ["judging/judged_plan.py"]
+    # What the audit looks for is there: preflight.preflight takes the steps.
+    assert steps_called(Path(preflight.__file__)) == {("launch_plan", "build"), ("sglang_release", "find")}
+    for command in sorted((package / "commands").glob("*.py")):
+        called = steps_called(command) - ({("sglang_release", "resolve")}
+                                          if command.name in ("patch.py", "probe.py") else set())  # fmt: skip
+        assert called == set(), f"{command.name} calls {sorted(called)}: preflight.preflight's steps"
     for command in ("serve.py", "bench.py"):
-        text = (package / "commands" / command).read_text()
-        assert "preflight.run(" not in text and "preflight_step.preflight_or_refuse(" in text, command
+        assert "preflight.preflight(" in (package / "commands" / command).read_text(), command
+
+
+def test_the_tree_is_resolved_once_and_each_key_file_read_once(tmp_path, patched_tree, monkeypatch):
+    """One path: preflight resolves the SGLang tree once (nothing below locates it again) and reads each key file
+    once, as it builds the plan; the verdict reports the file the plan holds."""
+    from sglang_eagle3.serving import credentials
+    from sglang_eagle3.source import sglang_release
+
+    located, read = [], []
+    real_locate, real_read = sglang_source.locate, credentials.read_key
+    monkeypatch.setattr(sglang_source, "locate", lambda *a, **k: located.append(a) or real_locate(*a, **k))
+    monkeypatch.setattr(sglang_release, "locate", sglang_source.locate)
+    monkeypatch.setattr(credentials, "read_key", lambda *a, **k: read.append(a) or real_read(*a, **k))
+    key = tmp_path / "api-key"
+    key.write_text("k\n")
+    key.chmod(0o600)
+    s = settings.ServerSettings(port=free_port(), api_key_file=key)
+    verdict = preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    assert len(located) == 1 and len(read) == 1, (located, read)
+    assert verdict.plan.key_files == {"api_key": key}
+    assert checks(verdict)["api key"].message == f"{key} (the key is not shown)"
+
+
+def test_a_key_file_that_cannot_be_used_stops_preflight_as_bad_input(tmp_path, patched_tree):
+    """An unusable key file is bad input before anything is judged (KeyFileError, exit 2), and the message never
+    holds the key."""
+    from sglang_eagle3.serving import credentials
+
+    key = tmp_path / "api-key"
+    key.write_text("sk-notshown0123456789\n")
+    key.chmod(0o644)
+    s = settings.ServerSettings(port=free_port(), api_key_file=key)
+    with pytest.raises(credentials.KeyFileError, match="can be read by other users") as raised:
+        preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    assert "sk-notshown" not in str(raised.value)
+
+
+def test_the_dry_runs_document_reads_back_as_the_judged_plan_it_was(tmp_path, patched_tree):
+    """`serve --dry-run --json` writes JudgedPlan.to_dict; bench ab reads another stack's with
+    JudgedPlan.from_dict: one definition of the document, both ways."""
+    from sglang_eagle3.judging.judged_plan import JudgedPlan
+
+    s = settings.ServerSettings(port=free_port(), environment={"HF_TOKEN": "hf_notshownatall1234"})
+    verdict = preflight.preflight(s, str(patched_tree), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    document = json.loads(json.dumps(verdict.to_dict()))
+    again = JudgedPlan.from_dict(document)
+    # What reads back is the document: its messages as shown (what looks secret hidden), every finding in place.
+    assert [(f.name, f.status) for f in again.findings] == [(f.name, f.status) for f in verdict.findings]
+    assert again.passed == verdict.passed and again.findings[0] == verdict.findings[0]
+    assert (again.judged, again.runs, again.note) == (verdict.judged, verdict.runs, verdict.note)
+    assert again.plan.argv == verdict.plan.argv and again.plan.args == verdict.plan.args
+    assert again.plan.env["HF_TOKEN"] == "***" and again.plan.health_url == launch_plan.health_url(s)
+    assert again.to_dict() == document
+    with pytest.raises(KeyError):
+        JudgedPlan.from_dict({**document, "preflight": {"verdict": "ok"}})

@@ -169,7 +169,7 @@ def test_each_restated_rule_fails_its_trigger_and_only_it_does(tree, rule, trigg
     restated = next((r for r in settings_rules.RULES if r.name == rule), None)
     site = restated.site(tree) if restated else None
     settings = ServerSettings(**trigger)
-    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     failed = [f for f in settings_findings(report) if f.status is Status.FAIL]
     own = next(f for f in report.findings if f.name == sglang_validation.NAME)
     assert own.status is Status.NOT_CHECKED  # a hub model not on this host, or a probe failure first
@@ -187,7 +187,7 @@ def test_each_restated_rule_fails_its_trigger_and_only_it_does(tree, rule, trigg
     else:
         monkeypatch.setattr(settings_rules, "PARSER_RULES", {k: v for k, v in settings_rules.PARSER_RULES.items()
                                                              if k != rule})  # fmt: skip
-    again = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    again = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     assert not any(f.status is Status.FAIL for f in settings_findings(again)), again.render_text()
 
 
@@ -211,7 +211,7 @@ def test_a_trtllm_mha_tree_is_judged_by_the_running_trees_own_rule(tree, smi):
     values = {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4, "attention_backend": "trtllm_mha"}
     settings = ServerSettings(**values)
     site = next(r for r in settings_rules.RULES if r.name == "spec-trtllm-mha").site(tree)
-    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     failed = [f for f in settings_findings(report) if f.status is Status.FAIL]
     assert len(failed) == 1, report.render_text()
     message = failed[0].message
@@ -219,7 +219,7 @@ def test_a_trtllm_mha_tree_is_judged_by_the_running_trees_own_rule(tree, smi):
     assert f"SGLang {tree.version} refuses it: ValueError at {site.where}" in message
     assert site.where.startswith("srt/server_args.py:" if tree.version == "0.5.9" else "srt/arg_groups/")
     chain = ServerSettings(**{**values, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4})
-    again = preflight.run(chain, str(tree.root), nvidia_smi=smi, drafts=False)
+    again = preflight.preflight(chain, str(tree.root), nvidia_smi=smi, drafts=False)
     assert not any(f.status is Status.FAIL for f in settings_findings(again)), again.render_text()
 
 
@@ -319,7 +319,7 @@ def test_sglangs_own_run_catches_what_no_rule_restates(own_env, tmp_path, smi, m
     The run FAILs naming the setting at SGLang's line; without the run, preflight passes the settings."""
     tree = own_env
     settings = local_settings(tmp_path, served_model_name="kimi:k2.5", enable_flashinfer_allreduce_fusion=False)
-    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     failed = [f for f in own_finding(report) if f.status is Status.FAIL]
     assert len(failed) == 1, report.render_text()
     assert (
@@ -329,7 +329,7 @@ def test_sglangs_own_run_catches_what_no_rule_restates(own_env, tmp_path, smi, m
     assert "check_server_args, before any weights load" in failed[0].message
     assert not any(f.status is Status.FAIL for f in settings_findings(report))  # no restated rule has it
     monkeypatch.setattr(sglang_validation, "check", lambda *args, **kwargs: None)
-    again = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    again = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     judged = [f for f in again.findings if f.name in ("settings", "extra_args", sglang_validation.NAME)]
     assert judged and not any(f.status is Status.FAIL for f in judged), again.render_text()
 
@@ -340,7 +340,7 @@ def test_sglangs_own_run_reports_a_value_it_changes(own_env, tmp_path, smi):
     tree = own_env
     settings = local_settings(tmp_path, attention_backend="flashmla", extra_args=["--page-size", "16"],
                               enable_flashinfer_allreduce_fusion=False)  # fmt: skip
-    report = preflight.run(settings, str(tree.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(tree.root), nvidia_smi=smi, drafts=False)
     warned = [f for f in own_finding(report) if f.status is Status.WARN]
     assert len(warned) == 1 and warned[0].message.startswith("extra_args --page-size: SGLang"), report.render_text()
     assert "from 16 to 64" in warned[0].message.replace("'", "")
@@ -357,7 +357,7 @@ def test_gpus_without_a_memory_total_leave_sglangs_own_run_to_say_so(own_env, tm
     recording.write_text("".join(row.rsplit(",", 1)[0] + ", [N/A]\n" for row in rows))
     smi = fake_nvidia_smi(tmp_path, str(recording), topology=(DATA_SMI / "8x-rtx-pro-6000.topo").read_text())
     settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
-    report = preflight.run(settings, str(own_env.root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(own_env.root), nvidia_smi=smi, drafts=False)
     own = own_finding(report)
     assert len(own) == 1 and own[0].status is Status.NOT_CHECKED, report.render_text()
     assert f"SGLang {own_env.version}'s own checks need nvidia-smi's memory.total (it reported none)" in own[0].message
@@ -388,7 +388,7 @@ def test_sglangs_own_run_reaches_the_whole_validation_without_weights_or_gpu(own
 
 
 def cudnn_findings(settings, patched_tree, smi) -> list:
-    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     return [f for f in own_finding(report) if f.status is Status.FAIL and "CuDNN" in f.message]
 
 
@@ -431,7 +431,7 @@ def test_without_sglang_importable_the_run_says_not_checked(tmp_path, smi, patch
     (broken / "torch" / "__init__.py").write_text("raise ImportError('no torch on this laptop')\n")
     monkeypatch.setenv("PYTHONPATH", str(broken))
     settings = local_settings(tmp_path, attention_backend="nope_backend")
-    report = preflight.run(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
+    report = preflight.preflight(settings, str(sglang_source.locate(patched_tree).root), nvidia_smi=smi, drafts=False)
     own = own_finding(report)[0]
     assert own.status is Status.NOT_CHECKED and "no torch on this laptop" in own.message
     assert "only the restated rules above judged the settings" in own.message

@@ -75,7 +75,7 @@ def test_a_settings_origin_is_where_it_says(pristine_tree, newest_tree):
 
 def run_preflight(tmp_path, tree, **values):
     s = settings.ServerSettings(**values)
-    return preflight.run(s, str(tree.root), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
+    return preflight.preflight(s, str(tree.root), nvidia_smi=fake_nvidia_smi(tmp_path, "8x-rtx-pro-6000.csv"))
 
 
 def finding(report, name):
@@ -234,7 +234,7 @@ def test_preflight_judges_pcie_ipc_on_the_hosts_topology(tmp_path, newest_tree):
     def run(recording, topology="recorded"):
         (tmp_path / recording).mkdir(exist_ok=True)
         smi = fake_nvidia_smi(tmp_path / recording, recording, topology)
-        report = preflight.run(s, str(tree.root), nvidia_smi=smi)
+        report = preflight.preflight(s, str(tree.root), nvidia_smi=smi)
         ipc = next(f for f in report.findings if f.name == "optimisations" and PCIE in f.message)
         return finding(report, "topology"), ipc
 

@@ -185,12 +185,13 @@ print(json.dumps({"step": mode, "ok": ok, "s": round(time.perf_counter() - t, 1)
 """
 
 PREFLIGHT = r"""
+from sglang_eagle3.host import gpus
 from sglang_eagle3.judging import preflight
 from sglang_eagle3.serving import settings
-for g in preflight.query_gpus():
+for g in gpus.query_gpus():
     print(f"gpu {g.index}: {g.name}, compute capability {g.compute_capability}, {g.memory}")
-checks = preflight.run(settings.load(None, ["tp_size=1"], profile="eagle3"))
-print("\n".join(f"preflight.run [{f.status}] {f.name}: {f.message}" for f in checks.findings if f.name == "gpus"))
+verdict = preflight.preflight(settings.load(None, ["tp_size=1"], profile="eagle3"))
+print("\n".join(f"preflight [{f.status}] {f.name}: {f.message}" for f in verdict.findings if f.name == "gpus"))
 """
 
 

@@ -14,7 +14,7 @@ import click
 from . import errors, redaction
 from .errors import BadInput, Eagle3Error, shown, shown_path
 from .exit_status import ExitStatus
-from .serving import credentials, settings
+from .serving import settings
 
 TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
 # ctx.meta keys (meta is shared by every context of one invocation): --json was given, so a failure is also a JSON
@@ -208,13 +208,3 @@ def writable_file(path: Path) -> Path:
 
 def load_settings(config, assignments, profile) -> settings.ServerSettings:
     return settings.load(config, list(assignments), profile=profile)  # SettingsError is BadInput
-
-
-def check_key_files(loaded: settings.ServerSettings) -> None:
-    """Every key file the settings name (or systemd hands over) is usable; else KeyFileError, bad input as a bad
-    --api-key-file is in `bench run`: a file named that cannot be used is bad input (exit 2) in every command,
-    reported before anything runs (never the key)."""
-    for secret in credentials.SECRET_ARGS:
-        path = credentials.key_file(secret, getattr(loaded, secret.setting), os.environ)
-        if path is not None:
-            credentials.read_key(path, secret.setting)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from ..errors import BadInput, CheckFailed, Eagle3Error, shown
 from ..exit_status import ExitStatus
+from ..judging.findings import Status
+from ..judging.judged_plan import JudgedPlan
 from ..serving import launch_plan, launcher
 from ..serving.settings import ServerSettings
 from . import BenchError, report
@@ -52,7 +54,8 @@ class Measured:
 
 
 def preflight(side: Side, serve_argv: list[str]) -> None:
-    """The side's own `serve --dry-run`: its SGLang and its preflight judge the settings before anything starts.
+    """The side's own `serve --dry-run --json`: its SGLang and its preflight judge the settings before anything
+    starts (its document read back with judging.judged_plan's own definition).
 
     CheckFailed with the findings marked FAIL, BadInput when its serve refuses the settings.
     """
@@ -66,11 +69,11 @@ def preflight(side: Side, serve_argv: list[str]) -> None:
     if done.returncode == ExitStatus.BAD_INPUT:
         raise BadInput(f"{side.label}: {_last_line(done.stderr or done.stdout)}")
     try:
-        found = json.loads(done.stdout)["preflight"]["findings"]
+        found = JudgedPlan.from_dict(json.loads(done.stdout)).findings
     except (ValueError, KeyError, TypeError):
         raise CheckFailed(f"{side.label}: its preflight ({shlex.join(argv)}) {launcher.describe_exit(done.returncode)}"
                           f": {_last_line(done.stderr or done.stdout)}") from None  # fmt: skip
-    failed = [f"  [FAIL] {f['name']}: {f['message']}" for f in found if f.get("status") == "fail"]
+    failed = [f"  [FAIL] {f.name}: {f.message}" for f in found if f.status is Status.FAIL]
     raise CheckFailed(f"{side.label}: preflight failed; nothing was started:\n" + "\n".join(failed))
 
 

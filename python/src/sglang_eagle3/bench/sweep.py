@@ -92,8 +92,8 @@ def sweep(points: list[Point], template: RunConfig, out_dir: Path, log=print, on
             log(f"{point.label}: starting the server")
             try:
                 s = point.settings
-                plan, health = launch_plan.build(s), launch_plan.health_url(s)
-                with launcher.running(plan, health, s.ready_timeout, s.stop_timeout, interval=0.5):
+                plan = launch_plan.build(s)
+                with launcher.running(plan, plan.health_url, s.ready_timeout, s.stop_timeout, interval=0.5):
                     outcome = run(config, on_result=on_result)
                 if outcome.interrupted:
                     log("interrupted: the points measured so far are kept")

@@ -11,14 +11,14 @@ from pathlib import Path
 import click
 
 from .. import errors, options
-from ..cli_common import check_key_files, load_settings, writable_file
+from ..cli_common import load_settings, writable_file
 from ..errors import CheckFailed, Interrupted, shown
 from ..exit_status import ExitStatus, for_signal
-from ..judging import draft_settings, preflight
+from ..judging import preflight
 from ..judging.findings import Status
 from ..models import draft_inputs
 from ..serving import credentials, settings
-from . import preflight_step
+from .serve import judged_or_refused
 
 
 @click.group("bench")
@@ -304,7 +304,6 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     from ..bench.runner import RunConfig
 
     base = load_settings(config, assignments, profile)
-    check_key_files(base)
     grid = (_int_list(steps, "--steps"), _int_list(topk, "--topk"),
             _int_list(draft_tokens, "--draft-tokens") if draft_tokens else None)  # fmt: skip
     writable_file(output_dir / "sweep.jsonl")
@@ -317,15 +316,16 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
                                      param_hint=where)  # fmt: skip
     # The host, SGLang and the target once (every point runs what this plan's Python imports); then each draft on
     # its own (a draft that fails is skipped).
-    judged = preflight_step.preflight_or_refuse(base, sglang, drafts=False)
+    judged = judged_or_refused(preflight.preflight(base, sglang, drafts=drafts))
     points = sweep.grid(base, *grid, drafts)
-    if not _check_drafts(points, base, drafts, judged.tree):  # preflight found it
+    if not _drafts_judged(points, drafts, judged.checks.drafts):
         raise CheckFailed("no draft passed its checks; nothing was started.")
     # Single stream always comes first: it is what the points are ranked by.
     levels = [1, 2, 4, 8, 16] if concurrency_sweep else [1, *[c for c in concurrencies if c != 1]]
+    key_file = judged.plan.key_files.get(credentials.API_KEY.field)  # the server's, as the plan holds it
     template = RunConfig(url="http://placeholder", output=output_dir / "sweep.jsonl", api=api,
                          concurrencies=levels, requests=requests, warmup=warmup, max_tokens=max_tokens,
-                         ignore_eos=ignore_eos, api_key_file=_key_file(base.api_key_file))  # fmt: skip
+                         ignore_eos=ignore_eos, api_key_file=key_file)  # fmt: skip
     sweep.sweep(points, template, output_dir, log=lambda m: click.echo(m, err=True))
     click.echo(sweep.render_table(points))
     if plot and any(p.median_tok_s for p in points):
@@ -343,19 +343,14 @@ def bench_sweep(config, assignments, profile, steps, topk, draft_tokens, drafts,
     click.echo(f"best: {top.label} at {top.median_tok_s:.1f} tok/s{gain_text}")
 
 
-def _check_drafts(points, base, drafts, tree) -> bool:
-    """Serve's draft checks for every draft; a draft that cannot work is not started (its points are skipped).
-
-    True if at least one draft passed.
-    """
+def _drafts_judged(points, drafts: list, judged: dict) -> bool:
+    """Each draft's findings (preflight judged each one on its own, ``judged``), printed; the points of a draft
+    that cannot work are skipped. True if at least one draft passed."""
     from ..bench.sweep import draft_names
 
-    names, passed = draft_names(drafts), False
+    names, passed = draft_names(drafts), False  # named as sweep.grid names the points
     for draft in drafts:
-        checks = preflight.Preflight()
-        preflight.check_model_dir(checks, "draft model", draft)
-        if checks.passed:
-            draft_settings.check_draft(checks, base.model_copy(update={"speculative_draft_model_path": draft}), tree)
+        checks = judged[draft]
         click.echo(f"-- draft {names[draft]}: {draft}")
         click.echo(checks.render_text())
         failed = [f"{f.name}: {f.message}" for f in checks.findings if f.status is Status.FAIL]

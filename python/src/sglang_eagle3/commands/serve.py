@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-import shlex
 import signal
 import sys
 
 import click
 
-from .. import options, redaction
-from ..cli_common import check_key_files, load_settings
-from ..errors import printable, shortened
+from .. import options
+from ..cli_common import load_settings
+from ..errors import printable
 from ..exit_status import ExitStatus
-from ..serving import launch_plan, launcher
-from . import preflight_step
+from ..judging import preflight
+from ..judging.judged_plan import JudgedPlan
+from ..serving import launcher
 
 
 def _stopped_before_start(_signum, _frame):
@@ -40,32 +40,29 @@ def serve_command(config, assignments, profile, dry_run, as_json, sglang) -> Non
     if not (dry_run or as_json):  # the launcher answers SIGTERM from the start on; before, this does, the same way
         signal.signal(signal.SIGTERM, _stopped_before_start)
     s = load_settings(config, assignments, profile)
-    check_key_files(s)
-    if not (dry_run or as_json):
-        plan = preflight_step.preflight_or_refuse(s, sglang).plan
-        click.echo(f"starting: {printable(plan.shell())}")
-        outcome = launcher.serve(
-            plan, launch_plan.health_url(s), s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
-        )
-        click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
-        sys.exit(outcome.status)
-    judged = preflight_step.judge(s, sglang)
-    plan, checks, note = judged.plan, judged.checks, judged.note
+    judged = preflight.preflight(s, sglang)
     if as_json:
-        click.echo(json.dumps(redaction.hide_values({
-            "profile": profile, "argv": plan.argv, "sglang_argv": plan.sglang_argv,
-            "env": redaction.masked_env(plan.env), "health_url": launch_plan.health_url(s),
-            "sglang": {"judged": str(judged.tree.package) if judged.tree else None,
-                       "runs": str(judged.runs) if judged.runs else None, "note": note},
-            "preflight": checks.to_dict(),
-        }), indent=2))  # fmt: skip
-    else:
-        click.echo(f"profile: {profile}")
-        # Each word shortened and its control characters escaped: a line to read; --json has the argv exactly.
-        click.echo(f"command: {shlex.join(shortened(word) for word in plan.argv)}")
-        for key, value in redaction.masked_env(plan.env).items():
-            click.echo(f"env:     {shortened(key)}={shortened(value)}")
-        if note:
-            click.echo(f"note:    {note}")
-        click.echo(checks.render_text())
-    sys.exit(ExitStatus.OK if checks.passed else ExitStatus.CHECK_FAILED)
+        click.echo(json.dumps({"profile": profile, **judged.to_dict()}, indent=2))
+    elif dry_run:
+        click.echo(judged.render_plan(profile))
+        click.echo(judged.render_text())
+    if dry_run or as_json:
+        sys.exit(ExitStatus.OK if judged.passed else ExitStatus.CHECK_FAILED)
+    plan = judged_or_refused(judged).plan
+    click.echo(f"starting: {printable(plan.shell())}")
+    outcome = launcher.serve(
+        plan, plan.health_url, s.ready_timeout, s.stop_timeout, log=lambda m: click.echo(m, err=True)
+    )
+    click.echo(f"sglang-eagle3 serve: {outcome.message}", err=True)
+    sys.exit(outcome.status)
+
+
+def judged_or_refused(judged: JudgedPlan) -> JudgedPlan:
+    """Preflight's findings printed (and on stderr a note when the command runs another SGLang than was judged);
+    then, unless it passed, CheckFailed before anything starts: `serve` and `bench sweep` refuse alike."""
+    click.echo(judged.render_text())
+    if judged.note:
+        click.echo(f"note: {judged.note}", err=True)
+    if refusal := judged.refusal():
+        raise refusal
+    return judged

@@ -51,6 +51,11 @@ class Finding:
     def to_dict(self) -> dict:
         return {"name": self.name, "status": self.status.value, "message": self.message, "where": self.where}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Finding:
+        """What to_dict wrote, read back (KeyError, ValueError: it is no finding)."""
+        return cls(data["name"], Status(data["status"]), data["message"], data.get("where"))
+
     def prefixed(self, prefix: str) -> Finding:
         """The same finding named as part of a larger check: ``draft layers`` for the draft checks' ``layers``."""
         return replace(self, name=f"{prefix} {self.name}")

@@ -1,12 +1,19 @@
 """Preflight: everything that can be checked in seconds before SGLang spends minutes loading.
 
+One way through it, ``preflight()``, for `serve` (and its dry run) and `bench sweep`; each step once, each call
+going down the layers:
+
+    plan      serving/launch_plan.build: the SGLang arguments and environment the server gets; the key files are
+              checked there (one that cannot be used is bad input, exit 2: said before a release is fetched)
+    resolve   source/sglang_release.find: the SGLang tree --sglang names, else the one this Python imports
+    judge     every check of CHECKS on one Launch (the settings, the plan, the tree; bench sweep's drafts)
+    report    judged_plan.JudgedPlan: the plan, the findings, the SGLang judged and the one the plan runs
+
 Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
 not be active) or FAIL (would not start, or would crash after the load). Failures say what
-is wrong and how to fix it. Every check judges one Launch, built once: the settings, the launch plan made of
-them (the SGLang arguments and environment the server gets) and the SGLang tree. CHECKS lists them in order;
-they live by concern: the host's GPUs and port (host/), the settings against the tree's own rules
-(settings_rules), the draft's settings (draft_settings), SGLang's own validation (sglang_validation); the
-models, the key files and the probe are judged here.
+is wrong and how to fix it. The checks live by concern: the host's GPUs and port (host/), the settings against
+the tree's own rules (settings_rules), the draft's settings (draft_settings), SGLang's own validation
+(sglang_validation); the models and the probe are judged here.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,13 +32,14 @@ from ..host import gpus as host_gpus
 from ..host.gpus import Gpu, Topology
 from ..host.ports import port_problem
 from ..models import draft_inputs, lockfile
-from ..serving import credentials, launch_plan
+from ..serving import launch_plan
 from ..serving.launch_plan import LaunchPlan
 from ..serving.settings import TUNED_COMPUTE_CAPABILITY, ServerSettings
 from ..source import sglang_release, sglang_source
 from ..source.source_index import SourceIndex, SourceLayoutError
 from . import draft_settings, findings, probe, settings_rules, sglang_validation
 from .findings import Report, Status
+from .judged_plan import JudgedPlan, not_the_one_run
 
 
 @dataclass
@@ -41,6 +49,7 @@ class Preflight(Report):
     gpus: list[Gpu] = field(default_factory=list)
     topology: Topology | None = None
     arch: str = probe.DEFAULT_ARCH  # the target's, from its config.json
+    drafts: dict[str | None, Report] = field(default_factory=dict)  # bench sweep: each draft's own findings
 
     @property
     def compute_capability(self) -> str:
@@ -158,25 +167,8 @@ class Launch:
     tree_problem: str | None = None
     explicit: bool = False  # the tree was named (--sglang), not the one this Python imports
     nvidia_smi: str | None = None  # a stand-in nvidia-smi (tests, a host without GPUs)
-    drafts: bool = True  # judge the draft too (bench sweep checks each draft on its own)
-
-
-def prepare(
-    settings: ServerSettings,
-    sglang_target: sglang_source.SGLangTree | str | None = None,
-    nvidia_smi: str | None = None,
-    drafts: bool = True,
-    plan: LaunchPlan | None = None,
-) -> Launch:
-    """The Launch preflight judges: the plan the caller built (or one built here), the tree named or importable."""
-    plan = plan or launch_plan.build(settings)
-    drafts = drafts and bool(settings.speculative_algorithm)
-    try:
-        given = isinstance(sglang_target, sglang_source.SGLangTree)
-        tree = sglang_target if given else sglang_source.locate(sglang_target)
-    except sglang_source.SGLangNotFound as err:
-        return Launch(settings, plan, None, str(err), sglang_target is not None, nvidia_smi, drafts)
-    return Launch(settings, plan, tree, None, sglang_target is not None, nvidia_smi, drafts)
+    drafts: bool = True  # judge the settings' draft too
+    each_draft: tuple[str | None, ...] = ()  # bench sweep's drafts, each judged on its own (Preflight.drafts)
 
 
 def check_gpus(result: Preflight, launch: Launch) -> None:
@@ -335,25 +327,35 @@ def check_port(result: Preflight, launch: Launch) -> None:
     result.add("port", Status.FAIL if problem else Status.OK, problem or f"{host}:{port} is free")
 
 
-def check_key_files(result: Preflight, launch: Launch) -> None:
-    """Each configured key file: there, a regular file, private (no group/other bits), one line, not empty."""
-    for secret in credentials.SECRET_ARGS:
-        path = credentials.key_file(secret, getattr(launch.settings, secret.setting), os.environ)
-        if path is None:
-            continue
-        problem = credentials.check_key_file(path, secret.setting)
-        name = secret.credential.replace("-", " ")  # "api key", "admin api key"
-        result.add(name, Status.FAIL if problem else Status.OK, problem or f"{path} (the key is not shown)")
+def report_key_files(result: Preflight, launch: Launch) -> None:
+    """The key files in the plan: launch_plan.build read each one (an unusable one stopped it, bad input); named."""
+    for secret, path in launch.plan.key_files.items():  # SGLang's field: "api key", "admin api key"
+        result.add(secret.replace("_", " "), Status.OK, f"{path} (the key is not shown)")
+
+
+def check_each_draft(result: Preflight, launch: Launch) -> None:
+    """Bench sweep's drafts, once the rest passed, each on its own (a draft that fails is skipped, not the sweep):
+    its directory, then its config and weights against the target and the tree."""
+    if not result.passed:
+        return
+    for draft in launch.each_draft:
+        own = result.drafts[draft] = Report()
+        check_model_dir(own, "draft model", draft)
+        if own.passed:
+            drafted = launch.settings.model_copy(update={"speculative_draft_model_path": draft})
+            draft_settings.check_draft(own, drafted, launch.tree)
 
 
 Check = Callable[[Preflight, Launch], None]
 # Every check before the load, in order; each adds its findings. The host first, then the models, then what reads
-# the SGLang tree (ON_TREE: skipped when there is none, which check_sglang reports), then the port and key files.
+# the SGLang tree (ON_TREE: skipped when there is none, which check_sglang reports), then the port and key files;
+# last, bench sweep's drafts on their own.
 CHECKS: tuple[Check, ...] = (
     check_gpus, check_models, check_topology, check_sglang, check_settings, check_probe, check_draft_source,
-    check_extra_args, check_draft, check_sglang_own, check_port, check_key_files,
+    check_extra_args, check_draft, check_sglang_own, check_port, report_key_files, check_each_draft,
 )  # fmt: skip
-ON_TREE = frozenset({check_settings, check_probe, check_draft_source, check_extra_args, check_draft, check_sglang_own})
+ON_TREE = frozenset({check_settings, check_probe, check_draft_source, check_extra_args, check_draft, check_sglang_own,
+                     check_each_draft})  # fmt: skip
 
 
 def judge(launch: Launch) -> Preflight:
@@ -365,14 +367,22 @@ def judge(launch: Launch) -> Preflight:
     return result
 
 
-def run(
+def preflight(
     settings: ServerSettings,
-    sglang_target: sglang_source.SGLangTree | str | None = None,
+    sglang: str | None = None,
+    *,
+    drafts: bool | Sequence[str | None] = True,
     nvidia_smi: str | None = None,
-    drafts: bool = True,
-    plan: LaunchPlan | None = None,
-) -> Preflight:
-    """Every check before the load, on the launch plan ``plan`` (built from the settings when not given).
-    ``drafts=False``: the host, SGLang and the target only, for a caller that checks each draft on its own
-    (bench sweep across drafts)."""
-    return judge(prepare(settings, sglang_target, nvidia_smi, drafts, plan))
+) -> JudgedPlan:
+    """Preflight on the launch ``settings`` make (see the module's docstring), reading the SGLang ``sglang`` names
+    (a directory, a wheel, a release version: bad input when it is none of them), else the importable one (a
+    FAIL when there is none). ``drafts``: True judges the settings' draft with the rest; False leaves it out; a
+    list (bench sweep's drafts) leaves it out too and, once the rest passed, judges each one on its own
+    (JudgedPlan.checks.drafts)."""
+    plan = launch_plan.build(settings)  # the key files: bad input here
+    tree, problem = sglang_release.find(sglang)
+    each = () if isinstance(drafts, bool) else tuple(drafts)
+    with_draft = drafts is True and bool(settings.speculative_algorithm)
+    checks = judge(Launch(settings, plan, tree, problem, sglang is not None, nvidia_smi, with_draft, each))
+    runs = launch_plan.imported_sglang(plan)
+    return JudgedPlan(plan, checks, tree.package if tree else None, runs, not_the_one_run(tree, runs, plan.argv[0]))

@@ -134,7 +134,8 @@ def key_file_problem(value: str | Path, what: str) -> str | None:
 
 
 def read_key(path: Path, what: str = "api_key_file") -> str:
-    """The key in ``path``, after the checks a secret's file must pass (see check_key_file)."""
+    """The key in ``path``, after the checks a secret's file must pass: there, a regular file, private (no group or
+    other bits), readable, one line of printable ASCII, not empty. Else KeyFileError, bad input (never the key)."""
     if problem := key_file_problem(path, what):
         raise KeyFileError(problem)
     path = Path(path)
@@ -172,15 +173,6 @@ def read_key(path: Path, what: str = "api_key_file") -> str:
         raise KeyFileError(f"{what} {path} must hold the key alone, on one line, without spaces")
     remember(key)  # hidden wherever it would show
     return key
-
-
-def check_key_file(path: Path, what: str = "api_key_file") -> str | None:
-    """What is wrong with a key file, or None when the server can use it."""
-    try:
-        read_key(path, what)
-    except KeyFileError as err:
-        return str(err)
-    return None
 
 
 def without_secrets(info):

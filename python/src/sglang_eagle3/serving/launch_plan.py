@@ -50,12 +50,16 @@ class LaunchPlan:
     key_files: dict[str, Path] = field(default_factory=dict)  # SGLang's secret field -> the file holding it
     sglang_argv: list[str] = field(default_factory=list)  # the equivalent python -m sglang.launch_server argv
     args: list[str] = field(default_factory=list)  # SGLang's arguments (sglang_args): what its parser gets
+    health_url: str = ""  # where the launcher asks whether the server is ready (health_url)
 
     def shell(self) -> str:
         return shlex.join(self.argv)
 
 
 def build(settings: ServerSettings, python: str | None = None, environ: dict[str, str] | None = None) -> LaunchPlan:
+    """The plan for ``settings``. The key files are checked here, the one place: each file the settings name (or
+    systemd hands over, ``environ``'s $CREDENTIALS_DIRECTORY) is read as the server will read it, and one that cannot
+    be used is credentials.KeyFileError, bad input (exit 2) in every command, before anything runs (never the key)."""
     python = python or sys.executable
     environ = os.environ if environ is None else environ
     args = sglang_args(settings)
@@ -65,11 +69,11 @@ def build(settings: ServerSettings, python: str | None = None, environ: dict[str
     for secret in credentials.SECRET_ARGS:
         path = credentials.key_file(secret, getattr(settings, secret.setting), environ)
         if path is not None:
+            credentials.read_key(path, secret.setting)  # KeyFileError: bad input
             key_files[secret.field] = path
             env[secret.env] = str(path)  # the path, never the key
-    if not key_files:
-        return LaunchPlan(sglang_argv, env, {}, sglang_argv, args)
-    return LaunchPlan([python, "-m", "sglang_eagle3.serving.sglang_main", *args], env, key_files, sglang_argv, args)
+    argv = [python, "-m", "sglang_eagle3.serving.sglang_main", *args] if key_files else sglang_argv
+    return LaunchPlan(argv, env, key_files, sglang_argv, args, health_url(settings))
 
 
 FIND_SGLANG = (

@@ -68,6 +68,18 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
     )
 
 
+def find(given: str | Path | None, cache: Path | None = None) -> tuple[SGLangTree | None, str | None]:
+    """The tree preflight reads, resolved once: (the tree ``given`` names, None), see resolve; with nothing named,
+    the one this Python imports, else (None, why there is none and how to name one), which preflight reports as a
+    finding. A tree named that is not there stays bad input (SGLangNotFound): the user asked for that one."""
+    try:
+        return resolve(given, cache), None
+    except SGLangNotFound as err:
+        if given is not None:
+            raise
+        return None, str(err)
+
+
 def layout_problem(tree: SGLangTree, err: Exception) -> str:
     """What to say of a tree whose source is not laid out as a release this tool reads: which releases those are,
     and for a copy unpacked in the cache (``--sglang VERSION``, a wheel), how to clear it."""
@@ -87,32 +99,6 @@ def layout_problem(tree: SGLangTree, err: Exception) -> str:
     return (
         f"{said}: {stacks.not_a_stack(tree.version)}. Install one of them (pip install sglang=={first}), or read a "
         f"release's pristine wheel with --sglang {first} (or {last})"
-    )
-
-
-def importable() -> SGLangTree | None:
-    """The sglang this Python imports, or None (preflight says so)."""
-    try:
-        return locate(None)
-    except SGLangNotFound:
-        return None
-
-
-def not_the_one_run(judged: SGLangTree | None, runs: Path | None, python: str) -> str | None:
-    """What to say when the SGLang preflight read (``judged``) is not the package a command runs (``runs``, as
-    ``python`` finds it); None when they are one."""
-    if judged is None or (runs is not None and runs == judged.package.resolve()):
-        return None
-    what = (
-        f"the pristine SGLang {judged.version} release ({judged.release}, read from the cache)"
-        if judged.release
-        else f"SGLang {judged.version or '(unknown version)'} at {judged.package}"
-    )
-    running = f"the sglang at {runs}" if runs else "no sglang: its Python finds none"
-    return (
-        f"preflight judged {what}, but the command runs {running} ({python} with the plan's environment). "
-        "To judge what runs, drop --sglang or name that directory; to run what was judged, serve from its "
-        "Python environment"
     )
 
 
