@@ -5,7 +5,7 @@ its parser takes (``choices=``, ``type=``), extra_args included, and every varia
 reads (source/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
 resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
 importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
-(sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
+(sglang_validation.py): it catches what nobody restated. The rule audit (sglang_eagle3_audits/sglang_rules.py,
 tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
 to the reason it cannot be checked before start-up.
 """
