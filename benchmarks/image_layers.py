@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shutil
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-_spec = importlib.util.spec_from_file_location("audit", REPO / "nix" / "scripts" / "audit-wheel-libraries.py")
-audit = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(audit)
+from sglang_eagle3 import stacks  # noqa: E402
+from sglang_eagle3_audits import closure as audit  # noqa: E402  (the audits' one reader of a stack's closure)
 
 
 def mib(n: int) -> str:
@@ -43,14 +40,11 @@ def mib(n: int) -> str:
 
 def server_wheels(version: str | None) -> dict[str, tuple[str, int]]:
     """name -> (the locked wheel's sha256, its size) for a stack's server environment."""
-    files = audit.stack_files(version)
-    lock = tomllib.loads(files["lock"].read_text())
-    policy = json.loads(files["policy"].read_text())
-    closure, _ = audit.resolve_closure(lock, policy["root"]["package"], ["server"],
-                                       audit.marker_environment(policy["python"]))  # fmt: skip
+    stack = audit.Closure(stacks.get(version) or stacks.default())
+    closure, _ = audit.resolve_closure(stack.lock, stack.policy["root"]["package"], ["server"], stack.environment)
     wheels = {}
     for name, package in closure.items():
-        if audit.dropped(name, policy) or not package.get("wheels"):
+        if stack.dropped(name) or not package.get("wheels"):
             continue  # replaced by nixpkgs' CUDA 13, or the project itself (built from source)
         wheel = audit.best_wheel(package, "cp312")
         wheels[name] = (wheel["hash"], wheel["size"])

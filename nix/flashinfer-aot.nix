@@ -1,6 +1,6 @@
 # FlashInfer's modules for SGLang's EAGLE-3 path, built ahead of time for chosen CUDA capabilities by
 # scripts/flashinfer-aot.py: the modules the stack's SGLang loads on those GPUs, as
-# scripts/audit-flashinfer-calls.py traced them (the stack's flashinfer-calls.json), plus the opt-in
+# the FlashInfer call audit (python -m sglang_eagle3_audits) traced them (the stack's flashinfer-calls.json), plus the opt-in
 # all-reduce modules of flashinfer-aot.json; nvcc and no GPU, FlashInfer's own generators and
 # builder, as nixpkgs' flashinfer-jit-cache builds its cache. stack.nix links the
 # result as the FlashInfer package's data/aot directory, where FlashInfer looks for a module

@@ -3,7 +3,7 @@
 # paths, beyond the libraries the dynamic linker loads (python-overrides.nix does those).
 # Rendered here for every consumer: the sglang-eagle3 wrapper (`nix run`, the NixOS units,
 # the GPU check), the dev shell and the server unit's `path`. A stack sees the shared entries
-# plus its own additions (the file's "stacks", as audit-runtime-lookups.py stack_env reads it).
+# plus its own additions (the file's "stacks", as sglang_eagle3_audits/runtime_lookups.py stack_env reads it).
 {
   pkgs,
   lib,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from sglang_eagle3.source.tree import locate
 from sglang_eagle3.trees import patchset
+from sglang_eagle3_audits.closure import DEFAULT_CACHE
 from support import flake_eval, harness_env, k8s_crds, pins
 from support.pinned_wheels import fetch_wheel, sha256_of, unpack
 
@@ -30,7 +31,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
-CACHE = Path(harness_env.get(harness_env.CACHE) or Path.home() / ".cache" / "sglang-eagle3-tests")
+# The pinned wheels, and the audits' scans of them: the audits' own cache root (one for the command and the tests).
+CACHE = Path(harness_env.get(harness_env.CACHE) or DEFAULT_CACHE)
 
 
 @pytest.fixture(scope="session")

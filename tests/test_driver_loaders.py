@@ -1,7 +1,7 @@
 """Which object finds the NVIDIA driver, path by path (nix/driver-loaders.json), and the fixes that make each
 find it on NixOS on its own.
 
-- every line of the real wheels (both stacks, nix/scripts/audit-driver-loaders.py) that names libcuda.so /
+- every line of the real wheels (every stack, sglang_eagle3_audits/driver_loaders.py) that names libcuda.so /
   libnvidia-ml.so, links -lcuda or asks cuda-pathfinder for the driver is covered by a path or excused
   with a reason; every evidence line is in the wheel; every mechanism a path relies on is in the Nix
   code; a new load in a wheel, a glob that covers nothing and a removed mechanism each fail;
@@ -26,8 +26,10 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
+from sglang_eagle3 import stacks
+from sglang_eagle3_audits import driver_loaders as audit
+from sglang_eagle3_audits.closure import Closure
 from support.flashinfer_site import flashinfer_site
-from support.scripts import load_script
 
 DATA = json.loads((REPO / "nix" / "driver-loaders.json").read_text())
 ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
@@ -35,13 +37,10 @@ FIGURES = json.loads((REPO / "docs" / "gpu-host-figures.json").read_text())
 DRIVER = "/run/opengl-driver/lib"
 
 
-audit = load_script("nix/scripts/audit-driver-loaders.py")
-
-
 @pytest.fixture(scope="module")
 def wheels():
-    stacks = sorted({s for p in DATA["paths"] for s in p["stacks"]})
-    return {s: audit.stack_wheels(s, DATA["scan"]["packages"] + ["torch"], CACHE) for s in stacks}
+    packages = [*DATA["scan"]["packages"], "torch"]
+    return {v: audit.stack_wheels(Closure(s, CACHE), packages) for v, s in stacks.stacks().items()}
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 
 - each stack's data is what a fresh trace of the real wheels gives: its SGLang (patched as Nix patches it) and its
   FlashInfer, on each GPU of nix/flashinfer-trace.json and each draft geometry, with the project's settings
-  (nix/scripts/audit-flashinfer-calls.py --check, which also fails on a step that failed, a module no FlashInfer
-  generator made, and a FlashInfer name the attention backends import that no step used and no reason explains);
+  (python -m sglang_eagle3_audits --check --only flashinfer-calls, which also fails on a step that failed, a module
+  no FlashInfer generator made, and a FlashInfer name the attention backends import that no step used and no reason
+  explains);
 - every step the tracer defines ran on every GPU and draft, and every module is loaded by one, made by a generator;
 - what the audit refuses, it refuses: each kind of unexplained finding, planted in data (problems()).
 The trace itself runs on the CPU (nix/scripts/flashinfer-trace.py says what it simulates and why).
@@ -18,16 +19,16 @@ import sys
 
 import pytest
 from conftest import CACHE, REPO
-from support.scripts import load_script
+from sglang_eagle3 import stacks
+from sglang_eagle3_audits import flashinfer_calls as audit
 
-AUDIT = REPO / "nix" / "scripts" / "audit-flashinfer-calls.py"
 TRACE = REPO / "nix" / "scripts" / "flashinfer-trace.py"
 INPUTS = json.loads((REPO / "nix" / "flashinfer-trace.json").read_text())
-STACKS = ("0.5.9", "0.5.23")
+STACKS = stacks.versions()
 
 
 def data(stack: str) -> dict:
-    return json.loads((REPO / "nix" / "stacks" / f"sglang-{stack}" / "flashinfer-calls.json").read_text())
+    return json.loads((REPO / stacks.stacks()[stack].data / audit.AUDIT.data).read_text())
 
 
 def traced_steps() -> list[str]:
@@ -49,8 +50,9 @@ def runs(step: str) -> set[str]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_data_is_a_fresh_trace_of_the_stack(stack):
-    result = subprocess.run([sys.executable, str(AUDIT), "--stack", stack, "--check", "--cache", str(CACHE)],
-                            capture_output=True, text=True, timeout=1800)  # fmt: skip
+    command = ["-m", "sglang_eagle3_audits", "--check", "--only", "flashinfer-calls", "--stack", stack]
+    result = subprocess.run([sys.executable, *command, "--cache", str(CACHE)], capture_output=True, text=True,
+                            timeout=1800)  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
 
 
@@ -82,7 +84,6 @@ def test_every_module_is_loaded_by_a_step_and_made_by_a_generator(stack):
 
 
 def test_the_audit_refuses_what_nothing_explains():
-    audit = load_script(AUDIT)
     planted = {
         "steps": {"draft.decode": {"outcomes": {"9.0/mha": {"ok": False, "error": "RuntimeError: planted"}},
                                    "calls": {}, "what": ""}},
@@ -101,7 +102,6 @@ def test_the_audit_refuses_what_nothing_explains():
 
 
 def test_a_name_is_used_when_a_call_went_through_it():
-    audit = load_script(AUDIT)
     calls = {
         "steps": {
             "s": {
@@ -118,9 +118,9 @@ def test_a_name_is_used_when_a_call_went_through_it():
 
 
 def test_docs_show_the_module_tables_of_the_data():
-    tables = subprocess.run([sys.executable, str(AUDIT), "--markdown"], capture_output=True, text=True,
-                            check=True).stdout.strip()  # fmt: skip
+    tables = subprocess.run([sys.executable, "-m", "sglang_eagle3_audits", "--markdown", "flashinfer-calls"],
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     doc = (REPO / "docs" / "nix.md").read_text()
     assert f"<!-- flashinfer-modules:start -->\n{tables}\n<!-- flashinfer-modules:end -->" in doc, (
-        "regenerate: replace the block with python nix/scripts/audit-flashinfer-calls.py --markdown"
+        "run python -m sglang_eagle3_audits --write --docs --only flashinfer-calls"
     )

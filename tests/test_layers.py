@@ -1,4 +1,4 @@
-"""The package's layers, every module in one, and no import cycle.
+"""The package's layers, every module in one, and no import cycle; the audits beside it, which it never imports.
 
     base          the package's constants, the exit statuses, the error every command raises, hiding secrets,
                   files read safely and written atomically, the pinned stacks, progress lines: sglang_eagle3
@@ -14,6 +14,8 @@
     cli support   what the command modules share: cli_common, options (the settings define their defaults)
     commands      the click commands: commands/ (one module per command group), cli (the top-level group that
                   holds them), __main__ (the program)
+    audits        the sibling package sglang_eagle3_audits (the audits of the stacks' real wheels, a maintainers'
+                  tool): it reads with the package's layers up to judging; no module of sglang_eagle3 imports it
 
 A module may import from its own layer and the layers below it (BELOW); the imports are read
 with ast, those inside functions too. A module no layer claims fails the test: give it one.
@@ -29,6 +31,8 @@ import pytest
 from conftest import REPO
 
 PKG = REPO / "python" / "src" / "sglang_eagle3"
+AUDITS = REPO / "python" / "src" / "sglang_eagle3_audits"
+PACKAGES = (PKG.name, AUDITS.name)
 # The modules that are not in a folder of their own, by layer.
 TOP_LEVEL = {
     "sglang_eagle3": "base",
@@ -55,6 +59,8 @@ BELOW = {
     "bench": {"base", "source", "trees", "host", "serving", "models", "judging"},
     "cli support": {"base", "serving"},
     "commands": {"base", "source", "trees", "host", "serving", "models", "judging", "bench", "cli support"},
+    # No layer of sglang_eagle3 has "audits" below it: the tool never imports them.
+    "audits": {"base", "source", "trees", "host", "serving", "models", "judging"},
 }
 
 
@@ -64,7 +70,7 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> set[str]:
-    """The sglang_eagle3 modules (or packages) a file imports, resolved to absolute names."""
+    """The sglang_eagle3 and sglang_eagle3_audits modules (or packages) a file imports, resolved to absolute names."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
@@ -78,12 +84,14 @@ def imports(path: Path) -> set[str]:
                 found.add(candidate if as_path.with_suffix(".py").exists() or as_path.is_dir() else target)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-    return {m for m in found if m.startswith("sglang_eagle3") and m != name}
+    return {m for m in found if m.split(".")[0] in PACKAGES and m != name}
 
 
 def layer(module: str) -> str:
     """The layer of a module: its folder's, TOP_LEVEL's for the others."""
     parts = module.split(".")
+    if parts[0] == AUDITS.name:
+        return "audits"
     if len(parts) > 1 and parts[1] in FOLDERS:
         return parts[1]
     if module not in TOP_LEVEL:
@@ -91,7 +99,7 @@ def layer(module: str) -> str:
     return TOP_LEVEL[module]
 
 
-GRAPH = {module_name(p): imports(p) for p in PKG.rglob("*.py")}
+GRAPH = {module_name(p): imports(p) for package in (PKG, AUDITS) for p in package.rglob("*.py")}
 
 
 def test_every_module_is_in_a_layer_and_every_layer_is_checked():
@@ -140,12 +148,32 @@ def test_no_import_cycle():
         ("sglang_eagle3.bench.ab", "sglang_eagle3.options"),  # a feature into the commands' plumbing
         ("sglang_eagle3.cli_common", "sglang_eagle3.cli"),
         ("sglang_eagle3.bench.sweep", "sglang_eagle3.commands.bench"),  # a feature into a command
+        ("sglang_eagle3.judging.patch_check", "sglang_eagle3_audits.secret_exits"),  # the tool into the audits
+        ("sglang_eagle3.commands.patch", "sglang_eagle3_audits"),
+        ("sglang_eagle3.stacks", "sglang_eagle3_audits.closure"),
+        ("sglang_eagle3_audits.closure", "sglang_eagle3.cli_common"),  # the audits into the commands' plumbing
+        ("sglang_eagle3_audits.registry", "sglang_eagle3.commands.patch"),
     ],
 )
 def test_the_layer_check_sees_a_breach(monkeypatch, module, imported):
     monkeypatch.setitem(GRAPH, module, GRAPH[module] | {imported})
     with pytest.raises(AssertionError):
         test_each_layer_imports_only_its_own_and_the_ones_below()
+
+
+def test_the_tool_never_imports_the_audits():
+    """The audits are a sibling package (their lines counted apart, their dependencies pyelftools and the network
+    the tool never needs): no module of sglang_eagle3 imports one of sglang_eagle3_audits, at any depth."""
+    assert {m for m in GRAPH if layer(m) == "audits"}, "the audits' modules are read"
+    wrong = [f"{m} imports {d}" for m, deps in GRAPH.items() if layer(m) != "audits" for d in deps
+             if layer(d) == "audits"]  # fmt: skip
+    assert wrong == []
+
+
+def test_the_audit_rule_sees_a_breach(monkeypatch):
+    monkeypatch.setitem(GRAPH, "sglang_eagle3.source.secret_exits", {"sglang_eagle3_audits.closure"})
+    with pytest.raises(AssertionError, match="sglang_eagle3.source.secret_exits imports sglang_eagle3_audits"):
+        test_the_tool_never_imports_the_audits()
 
 
 def test_a_module_in_no_layer_fails(monkeypatch):
@@ -174,9 +202,6 @@ READ_MODES = {"r", "rb", "rt"}
 FINDS_ONLY = "importlib.util.find_spec"
 # Breaches kept on purpose, each with why; the test fails once one is gone, so the entry goes with it.
 EXEMPT = {
-    # moves to sglang_eagle3_audits in issue 47 (an audit's gate judge: eval of a comparison on given versions, the
-    # standard library's objects it compares with imported by name)
-    "startup_gates.py": {"call compile()", "call eval()", "call __import__()"},
     # its scan cache moves to the audits' one scan cache in issue 47 (plan 1.3); the scan itself only reads
     "secret_exits.py": {"write_atomic()"},
 }

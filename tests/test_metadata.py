@@ -12,11 +12,11 @@ cuda-distribution-metadata, a dependency of torch. These tests prove, for both s
 - SGLang's own is_nvidia_cublas_version_ge_12_9 (each stack's real wheel) answers True from the closure's
   metadata, laid out by pyproject.nix's own virtual-environment builder as the wrapper's environment is, and
   False without it (what the issue found);
-- the differential view (nix/stacks/*/metadata.json, nix/scripts/audit-metadata.py) is what the wheels and the
+- the differential view (nix/stacks/*/metadata.json, sglang_eagle3_audits/metadata.py) is what the wheels and the
   locks give; every difference between the Nix closure, a pip install of the lock and SGLang's CUDA 13 image has
   a reason; every read of metadata in the closure's code is answered in each environment or listed unresolved.
 
-Refresh the data: python nix/scripts/audit-metadata.py
+Refresh the data: python -m sglang_eagle3_audits --write --only metadata
 """
 
 from __future__ import annotations
@@ -32,27 +32,31 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
+from sglang_eagle3 import stacks
+from sglang_eagle3_audits import environments
+from sglang_eagle3_audits import metadata as audit
+from sglang_eagle3_audits.closure import Closure
 from support import flake_eval
 from support.flake_eval import Workspace, needs_flake_eval
 from support.scripts import load_script
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
-SCRIPT = REPO / "nix" / "scripts" / "audit-metadata.py"
 DIST_INFO = REPO / "nix" / "scripts" / "cuda-dist-info.py"
-STACKS = ["0.5.9", "0.5.23"]
+STACKS = list(stacks.versions())
 PACKAGES = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 MEMBERS = json.loads((REPO / "nix" / "cuda-members.json").read_text())
 
-audit = load_script(SCRIPT)
 dist_info = load_script(DIST_INFO)
-DATA = {v: json.loads((audit.data_dir(v) / audit.DATA).read_text()) for v in STACKS}
+CLOSURES = {v: Closure(stacks.stacks()[v], CACHE) for v in STACKS}
+DATA = {v: json.loads((c.data / audit.AUDIT.data).read_text()) for v, c in CLOSURES.items()}
 
 
 @functools.cache
 def fresh(stack: str) -> tuple[dict, list[str]]:
     """The data as the real wheels and the lock give it now (wheels downloaded into the test cache, sha256 checked;
     a dropped wheel's file list read from PyPI once)."""
-    return audit.inventory(stack, CACHE)
+    data = audit.AUDIT.scan(CLOSURES[stack])
+    return data, audit.AUDIT.problems(data, CLOSURES[stack])
 
 
 def run_dist_info(site: Path, distributions) -> subprocess.CompletedProcess:
@@ -134,7 +138,7 @@ def built(ws: Workspace, stack: str) -> Path:
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_closure_answers_each_swapped_distribution_with_its_members_version(ws, stack):
     got = evaluated(ws, stack)
-    closure_policy = json.loads((audit.data_dir(stack) / "wheel-closure.json").read_text())
+    closure_policy = CLOSURES[stack].policy
     redist = {spec.partition("==")[0]: member for member, spec in closure_policy["cudaRedist"].items()
               if not member.startswith("_")}  # fmt: skip
     assert {d: e["member"] for d, e in got["distributions"].items()} == redist
@@ -207,7 +211,7 @@ def test_sglangs_own_cublas_check_is_true_in_the_closure(ws, stack, request, tmp
 def test_the_data_is_what_the_wheels_and_the_lock_give(stack):
     data, problems = fresh(stack)
     assert problems == []
-    assert data == DATA[stack], f"stale: run python nix/scripts/audit-metadata.py --stack {stack}"
+    assert data == DATA[stack], "stale: run python -m sglang_eagle3_audits --write --only metadata"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -215,23 +219,24 @@ def test_every_difference_has_a_reason_and_every_swapped_version_is_the_members(
     rows = DATA[stack]["distributions"]
     differing = {n: r for n, r in rows.items() if len({v for k, v in r.items() if k in ("nix", "pip", "image")}) > 1}
     assert differing and all(r.get("kind") in ("dropped", "swapped", "pinned") and r["why"] for r in differing.values())
-    env = audit.Stack(stack)
+    env = environments.of(CLOSURES[stack])
     swapped = {n for n, r in differing.items() if r["kind"] == "swapped"}
     assert swapped == {n for n in env.answered if rows[n]["nix"] != rows[n]["pip"] or "image" in rows[n]}
     for name, (member, version) in env.answered.items():
         assert rows[name]["nix"] == version == dist_info.library_version(member, MEMBERS[member])
     # pip's dropped CUDA distributions: each answered by metadata or given its own reason
     dropped = {n for n, r in differing.items() if r["kind"] == "dropped" and n.startswith("nvidia-")}
-    reasons = json.loads((audit.data_dir(stack) / "wheel-closure.json").read_text())["metadata"]["notAnswered"]
+    reasons = CLOSURES[stack].policy["metadata"]["notAnswered"]
     assert dropped == set(reasons) and all("not answered by metadata" in rows[n]["why"] for n in dropped)
 
 
 def test_a_difference_or_a_drop_without_a_reason_is_reported():
-    env = audit.Stack("0.5.23")
+    closure = Closure(stacks.stacks()["0.5.23"], CACHE)  # its own: the policy below is changed
+    env = environments.Environments(closure)
     env.nix["nvidia-fake"] = "1.0"
-    env.closure_policy = copy.deepcopy(env.closure_policy)
-    del env.closure_policy["metadata"]["notAnswered"]["nvidia-cuda-nvcc"]
-    env.closure_policy["metadata"]["notAnswered"]["nvidia-ml-py"] = "kept, not dropped"
+    closure.policy = copy.deepcopy(closure.policy)
+    del closure.policy["metadata"]["notAnswered"]["nvidia-cuda-nvcc"]
+    closure.policy["metadata"]["notAnswered"]["nvidia-ml-py"] = "kept, not dropped"
     _, problems = env.distributions()
     problems += env.answer_problems()
     assert any("nvidia-fake" in p and "without a reason" in p for p in problems)
@@ -268,4 +273,4 @@ def test_every_read_is_answered_or_listed_unresolved(stack):
 def test_docs_show_each_stacks_view():
     text = (REPO / "docs" / "nix.md").read_text()
     for stack in STACKS:
-        assert audit.table(stack, DATA[stack]) in text, "regenerate with audit-metadata.py --markdown"
+        assert audit.table(stack, DATA[stack]) in text, "run python -m sglang_eagle3_audits --write --docs"

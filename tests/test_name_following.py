@@ -4,10 +4,11 @@ A name read where an audit needs a constant (a distribution's name, a library's,
 ServerArgs field's) is followed through a loop over constants, a module-level constant, a default argument and a
 simple assignment (python/src/sglang_eagle3/source/constants.py, Constants). Each form is planted here in a
 synthetic module, with one the audits cannot resolve (an object's attribute, a parameter), for each audit: the
-start-up gates (startup_gates.py), the run-time lookups (nix/scripts/audit-runtime-lookups.py), SGLang's argument
-rules (validation_sites.py), the secret exits (secret_exits.py) and the metadata reads (metadata_reads.py). Each
-resolves every form or lists it as unresolved with its site; before this, a loop's name was dropped by each of them
-(SGLang's is_nvidia_cublas_version_ge_12_9, the issue's example, is the first case below).
+start-up gates (sglang_eagle3_audits/gate_scan.py), the run-time lookups (sglang_eagle3_audits/lookups.py),
+SGLang's argument rules (validation_sites.py), the secret exits (secret_exits.py) and the metadata reads
+(sglang_eagle3_audits/metadata_reads.py). Each resolves every form or lists it as unresolved with its site; before
+this, a loop's name was dropped by each of them (SGLang's is_nvidia_cublas_version_ge_12_9, the issue's example, is
+the first case below).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from sglang_eagle3.source import metadata_reads, secret_exits, startup_gates, validation_sites
+from sglang_eagle3.source import secret_exits, validation_sites
 from sglang_eagle3.source.constants import Constants
 from sglang_eagle3.source.tree import locate
-from support.scripts import load_script
-
-lookups_audit = load_script(REPO / "nix" / "scripts" / "audit-runtime-lookups.py")
+from sglang_eagle3_audits import gate_scan, gates, lookup_scan, metadata_reads, unresolved
+from sglang_eagle3_audits.base import closures
 
 
 def line_of(source: str, needle: str) -> int:
@@ -111,9 +111,9 @@ class Holder:
 
 
 def test_the_start_up_gate_reader_resolves_each_form_or_lists_it():
-    gates, unresolved = startup_gates.wheel_scan([("pkg/__init__.py", ""), ("pkg/gates.py", GATES)])
-    read = {(g.function, g.line): g.kinds for g in gates if not g.helper and g.function != "loop"}
-    loop = sorted((g.comparison, g.kinds) for g in gates if g.function == "loop")
+    found, unresolved = gate_scan.wheel_scan([("pkg/__init__.py", ""), ("pkg/gates.py", GATES)])
+    read = {(g.function, g.line): g.kinds for g in found if not g.helper and g.function != "loop"}
+    loop = sorted((g.comparison, g.kinds) for g in found if g.function == "loop")
     assert loop == [("check_at_least(pkg, '12.9') [pkg='pkg-loop-a']", ["package:pkg-loop-a"]),
                     ("check_at_least(pkg, '12.9') [pkg='pkg-loop-b']", ["package:pkg-loop-b"])]  # fmt: skip
     assert read[("module_constant", line_of(GATES, "version(PKG)"))] == ["package:pkg-module"]
@@ -122,8 +122,8 @@ def test_the_start_up_gate_reader_resolves_each_form_or_lists_it():
     assert unresolved == [{"file": "pkg/gates.py", "line": line_of(GATES, "version(spec.name)"),
                            "function": "Holder.unresolved", "comparison": "version(spec.name) < '2'",
                            "names": ["spec.name"]}]  # fmt: skip
-    values = startup_gates.Values("3.12.12", {"pkg-loop-a": "13.0", "pkg-module": "3"}, {}, "13.0")
-    verdicts = {g.comparison: g.verdict(values)[1] for g in gates if g.function in ("loop", "module_constant")}
+    values = gates.Values("3.12.12", {"pkg-loop-a": "13.0", "pkg-module": "3"}, {}, "13.0")
+    verdicts = {g.comparison: g.verdict(values)[1] for g in found if g.function in ("loop", "module_constant")}
     assert verdicts == {"check_at_least(pkg, '12.9') [pkg='pkg-loop-a']": "true",
                         "check_at_least(pkg, '12.9') [pkg='pkg-loop-b']": "not installed",
                         "version(PKG) < '2' [PKG='pkg-module']": "pass"}  # fmt: skip
@@ -166,13 +166,13 @@ def unresolved(path, key):
 
 
 def test_the_run_time_lookup_scan_resolves_each_form_or_lists_it():
-    lookups, unresolved = lookups_audit.scan_all([("pkg/load.py", LOOKUPS)])
-    assert set(lookups) == {
+    found, unresolved = lookup_scan.scan_all([("pkg/load.py", LOOKUPS)])
+    assert set(found) == {
         "library libloop-a.so.1", "library libloop-b.so.1", "library libmodule.so.1", "library libdefault.so.1",
         "library libassigned.so.1", "env CC", "env CXX", "env CUDA_HOME", "env NVCC",
         "library <dynamic> path",  # a library it cannot name: a lookup of its own, with a disposition in the policy
     }  # fmt: skip
-    assert lookups["library libloop-b.so.1"]["locations"] == [f"pkg/load.py:{line_of(LOOKUPS, 'ctypes.CDLL(lib)')}"]
+    assert found["library libloop-b.so.1"]["locations"] == [f"pkg/load.py:{line_of(LOOKUPS, 'ctypes.CDLL(lib)')}"]
     where = f"pkg/load.py:{line_of(LOOKUPS, 'os.environ.get(key)')}"
     assert unresolved == {"env key": {"kind": "env", "expression": "key", "locations": [where]}}
 
@@ -397,7 +397,13 @@ def unresolved_table() -> str:
     return "\n".join(lines)
 
 
-def test_docs_state_each_audits_unresolved_counts():
-    assert unresolved_table() in (REPO / "docs" / "nix.md").read_text(), (
-        "docs/nix.md, 'What the audits cannot resolve, listed': put in the table tests/test_name_following.py's "
-        "unresolved_table() prints")  # fmt: skip
+def test_docs_state_each_audits_unresolved_counts(tmp_path):
+    """The unresolved-counts audit writes the table these counts make (read its own way); the page has it."""
+    table = unresolved_table()
+    written = unresolved.AUDIT.markdown(
+        {c: unresolved.counts(c) for c in closures(["0.5.9", "0.5.23"], tmp_path).values()}
+    )
+    assert written == table
+    assert table in (REPO / "docs" / "nix.md").read_text(), (
+        "docs/nix.md, 'What the audits cannot resolve, listed' is stale: "
+        "run python -m sglang_eagle3_audits --write --docs --only unresolved-counts")  # fmt: skip

@@ -87,12 +87,14 @@ def test_cache_aware_keeps_each_conversation_on_one_worker(tmp_path, policy):
         async with aiohttp.ClientSession() as session:
             # The first turns overlap, each sent once the one before is being served: three new
             # prefixes (no match in the router's tree) and one more busy worker each time, so
-            # cache aware gives each to an idle worker. Waiting on the workers, not on a clock,
-            # keeps this true on a slow machine.
+            # cache aware gives each to an idle worker. Each is sent once the workers show the one
+            # before being served, and each lasts 4000 tokens (20 s at the stand-in's rate): the
+            # first must still be running when the third is sent, also when a busy machine
+            # schedules this test seconds late (3 s turns were outlasted by such a start).
             first = []
             for n, c in enumerate(conversations, start=1):
-                first.append(asyncio.create_task(generate(session, url, c + "turn 0", max_tokens=600)))
-                await asyncio.to_thread(wait_until, lambda n=n: busy(workers) >= n, 10, f"{n} workers serving")
+                first.append(asyncio.create_task(generate(session, url, c + "turn 0", max_tokens=4000)))
+                await asyncio.to_thread(wait_until, lambda n=n: busy(workers) >= n, 20, f"{n} workers serving")
             await asyncio.gather(*first)
             # Follow-up turns one request at a time, the conversations in a rotating order: round
             # robin then sends conversation c to a different worker every turn (its counter, not

@@ -10,7 +10,8 @@ nix/runtime-env.json is its one definition; nix/runtime-env.nix renders it for t
   that cannot load on a machine without the driver;
 - every entry of the definition reaches every consumer, in the evaluated flake (stand-in
   nixpkgs, real locked inputs; see tests/flake_eval.py), for each stack: the shared entries
-  plus the stack's own ("stacks"), merged in Nix as audit-runtime-lookups.py merges them;
+  plus the stack's own ("stacks"), merged in Nix as the run-time lookup audit merges them
+  (sglang_eagle3_audits/runtime_lookups.py);
 - the CUDA tree is built here (stand-in packages): lib64, cuda_crt, no static outputs.
 """
 
@@ -28,12 +29,12 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
+from sglang_eagle3_audits import runtime_lookups as audit
 from support.flake_eval import Workspace, unavailable
 from support.pinned_wheels import fetch_wheel
 from support.scripts import load_script
 
 SPEC = json.loads((REPO / "nix" / "runtime-env.json").read_text())
-audit = load_script("nix/scripts/audit-runtime-lookups.py")
 # Each stack's wrapper: the flake's package for it, and its view of the definition.
 STACKS = {"0.5.9": "default", "0.5.23": "sglang-eagle3-0_5_23"}
 HOST_DRIVER = REPO / "nix" / "scripts" / "host-driver.sh"

@@ -3,12 +3,12 @@
 nix/stacks/sglang-0.5.9/runtime-lookups.json lists, for every wheel of the server closure of python/uv.lock
 (resolved from the lock as nix/stacks/sglang-0.5.9/wheel-closure.json says, not from a list), every program,
 library, fixed path, toolchain and cache variable its Python code, its Cython sources and
-its compiled Cython modules look up (nix/scripts/audit-runtime-lookups.py). These tests prove,
+its compiled Cython modules look up (sglang_eagle3_audits/runtime_lookups.py). These tests prove,
 for both stacks:
 
 - the data scans exactly the closure the lock pins (a wheel of the closure that is not scanned
   fails), and each wheel's record is what the real wheel holds (downloaded into the test cache,
-  sha256 checked; a scan is kept in the cache under the wheel's name and the scanner's hash);
+  sha256 checked; a scan is kept in the audits' cache under the wheel's sha256 and the scanner's code);
 - every lookup is provided by an entry of nix/runtime-env.json (the shared entries plus the
   stack's own, "stacks") or is not needed, with a reason; a reason that holds because of an
   entry names it ("relies") and fails when the entry is gone, even with every mapping to it
@@ -18,7 +18,7 @@ for both stacks:
 - what a reason rests on: no wheel of either closure ships a CUDA library torch's import-time
   preload would pick up from site-packages.
 
-Refresh the data after changing a uv.lock: python nix/scripts/audit-runtime-lookups.py [--stack 0.5.23]
+Refresh the data after changing a uv.lock: python -m sglang_eagle3_audits --write --only runtime-lookups
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
-import hashlib
 import json
 import re
 import shutil
@@ -38,44 +37,27 @@ from pathlib import Path
 
 import pytest
 from conftest import CACHE, REPO
-from sglang_eagle3.source.constants import name_resolution_code
+from sglang_eagle3 import stacks
+from sglang_eagle3.errors import BadInput
+from sglang_eagle3_audits import lookup_scan, lookups, lookups_cython
+from sglang_eagle3_audits import runtime_lookups as audit
+from sglang_eagle3_audits.closure import Closure, Contents
 from support.scripts import load_script
 
-SCRIPT = REPO / "nix" / "scripts" / "audit-runtime-lookups.py"
 SHARED_ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
+REFRESH = "run python -m sglang_eagle3_audits --write --only runtime-lookups --stack"
 
-
-audit = load_script(SCRIPT)
-wheels = audit.wheel_audit()
-STACKS = [v for v in json.loads((REPO / "nix" / "pins.json").read_text())["stacks"] if not v.startswith("_")]
-FILES = {version: wheels.stack_files(version) for version in STACKS}
-DATA = {v: json.loads(f["lookups"].read_text()) for v, f in FILES.items()}
-POLICY = {v: json.loads(f["lookupPolicy"].read_text()) for v, f in FILES.items()}
+STACKS = list(stacks.versions())
+CLOSURES = {v: Closure(stacks.stacks()[v], CACHE) for v in STACKS}
+DATA = {v: json.loads((c.data / audit.AUDIT.data).read_text()) for v, c in CLOSURES.items()}
+POLICY = {v: json.loads((c.data / audit.AUDIT.policy).read_text()) for v, c in CLOSURES.items()}
 ENV = {v: audit.stack_env(SHARED_ENV, v) for v in STACKS}
-CLOSURE = {v: audit.server_closure(v) for v in STACKS}
+CLOSURE = {v: c.server for v, c in CLOSURES.items()}
 
 
 def wheel_path(version: str, name: str) -> Path:
-    package = CLOSURE[version][name]["package"]
-    wheel = wheels.best_wheel(package, "cp312")
-    return wheels.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
-
-
-def scanned(path: Path) -> dict:
-    """audit.scan_all of a wheel (its lookups, and the variables read by a name not resolved), kept in the test
-    cache under the wheel's name (download checked its sha256 against the lock) and the scanner's text: scanning
-    both closures takes minutes of CPU, and the result depends on nothing else."""
-    key = hashlib.sha256(path.name.encode() + SCRIPT.read_bytes() + name_resolution_code()).hexdigest()[:24]
-    kept = CACHE / "runtime-lookup-scans" / f"{path.stem}-{key}.json"
-    if kept.is_file():
-        return json.loads(kept.read_text())
-    lookups, unresolved = audit.scan_all(audit.wheel_sources(path))
-    result = {"lookups": lookups, "unresolved": unresolved}
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    partial = kept.with_suffix(f".{id(result)}.tmp")
-    partial.write_text(json.dumps(result))
-    partial.replace(kept)
-    return result
+    """The wheel of ``name`` in the stack's server closure (downloaded into the test cache, sha256 checked)."""
+    return CLOSURES[version].wheel(CLOSURE[version][name]["package"])
 
 
 # -- the data is the closure, as the real wheels hold it -------------------------------------------
@@ -107,9 +89,9 @@ def test_data_matches_the_real_wheel(version, name):
     record = DATA[version]["packages"][name]
     assert (record["version"], record["wheel"]) == (CLOSURE[version][name]["package"]["version"], path.name)
     assert record.get("proxy") == CLOSURE[version][name]["proxy"]
-    fresh = scanned(path)
-    assert record["lookups"] == fresh["lookups"], f"run {SCRIPT.relative_to(REPO)} --stack {version}"
-    assert record.get("unresolved", {}) == fresh["unresolved"], f"run {SCRIPT.relative_to(REPO)} --stack {version}"
+    fresh = CLOSURES[version].scanned(lookup_scan.SCANNER, path)  # kept in the test cache, by the scanner's code
+    assert record["lookups"] == fresh["lookups"], f"{REFRESH} {version}"
+    assert record.get("unresolved", {}) == fresh["unresolved"], f"{REFRESH} {version}"
 
 
 def test_the_known_lookups_are_found():
@@ -278,7 +260,7 @@ def test_numactl_is_every_stacks():
 def test_an_addition_that_redefines_a_shared_entry_is_refused():
     env = copy.deepcopy(SHARED_ENV)
     env["stacks"]["0.5.23"] = {"programs": {"ninja": {"from": "nixpkgs:ninja", "why": "a second definition"}}}
-    with pytest.raises(SystemExit, match=r"stacks\.0\.5\.23\.programs\.ninja: already defined for every stack"):
+    with pytest.raises(BadInput, match=r"stacks\.0\.5\.23\.programs\.ninja: already defined for every stack"):
         audit.stack_env(env, "0.5.23")
 
 
@@ -298,7 +280,7 @@ def test_no_wheel_ships_a_cuda_library_torch_would_preload(version):
     the closure keeps the one cuDNN wheel its ELF policy links torch against, and ships nothing else."""
     shipped = {name: [f for f in zipfile.ZipFile(wheel_path(version, name)).namelist() if PRELOADED.match(f)]
                for name in CLOSURE[version]}  # fmt: skip
-    closure_policy = json.loads(FILES[version]["policy"].read_text())
+    closure_policy = CLOSURES[version].policy
     (cudnn,) = [p.removeprefix("package:") for s, p in closure_policy["providers"].items() if s.startswith("libcudnn")]
     found = {name: files for name, files in shipped.items() if files}
     assert set(found) == {cudnn} and all("/libcudnn" in f for f in found[cudnn]), found
@@ -336,7 +318,7 @@ def test_deep_ep_stops_importing_before_its_lookups(tmp_path):
     directory."""
     assert not [name for name in CLOSURE["0.5.23"] if name.startswith("nvidia-nccl")]
     members = json.loads((REPO / "nix" / "cuda-members.json").read_text())
-    closure_policy = json.loads(FILES["0.5.23"]["policy"].read_text())
+    closure_policy = CLOSURES["0.5.23"].policy
     metadata = {spec.partition("==")[0]: {"version": members[m], "member": m}
                 for m, spec in closure_policy["cudaRedist"].items() if not m.startswith("_")}  # fmt: skip
     assert "nvidia-nccl-cu13" in metadata
@@ -556,7 +538,7 @@ exec numactl {args} "$@"'''
 
 
 def test_the_scanner_finds_each_kind_of_lookup(tmp_path):
-    assert set(audit.scan([("fake/build.py", FAKE_MODULE)])) == {
+    assert set(lookup_scan.scan([("fake/build.py", FAKE_MODULE)])) == {
         "program frobnicate",  # a list literal assigned to a name, through an import alias
         "program nvcc",
         "library libfoo.so.1",
@@ -598,7 +580,7 @@ def docs():
 
 
 def test_the_scanner_reads_cython_sources():
-    found = audit.scan([("cuda/bindings/_internal/fake_linux.pyx", FAKE_CYTHON)])
+    found = lookup_scan.scan([("cuda/bindings/_internal/fake_linux.pyx", FAKE_CYTHON)])
     assert set(found) == {
         "library cuda.pathfinder:nvrtc",
         "library libcuda.so.1",  # C's dlopen through a cimport alias, a bytes literal
@@ -609,8 +591,8 @@ def test_the_scanner_reads_cython_sources():
 
 
 def test_a_cython_source_python_cannot_tokenize_is_reported():
-    with pytest.raises(SystemExit, match=r"cannot read the Cython source bad\.pyx"):
-        list(audit.lookups_in_cython('x = """never closed\n', "bad.pyx"))
+    with pytest.raises(BadInput, match=r"cannot read the Cython source bad\.pyx"):
+        list(lookups_cython.lookups_in_cython('x = """never closed\n', "bad.pyx"))
 
 
 @pytest.fixture(scope="module")
@@ -636,7 +618,7 @@ def compiled_module(tmp_path_factory) -> bytes:
 
 
 def test_the_scanner_reads_a_compiled_modules_strings(compiled_module):
-    found = audit.scan([("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)])
+    found = lookup_scan.scan([("fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", compiled_module)])
     assert set(found) == {
         "library <compiled fake._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib",  # unpacked constants
         "library <compiled fake._internal.nvrtc> dlopen",  # an imported C function
@@ -656,7 +638,7 @@ def test_a_compiled_module_is_read_only_without_its_source(tmp_path, compiled_mo
         archive.writestr("fake/other.cpython-312-x86_64-linux-gnu.so", source + b"__pyx_")
         archive.writestr("fake/_internal/nvrtc.pyx", "")  # not this module's source: it embeds none
         archive.writestr("fake/c.cpython-312-x86_64-linux-gnu.so", b"\x7fELF not Cython")
-    names = [name for name, _ in audit.wheel_sources(wheel)]
+    names = [name for name, _ in lookups.wheel_sources(Contents(wheel))]
     # other.so embeds fake/_internal/nvrtc.pyx, which is shipped: read from source; c.so is not Cython
     assert names == ["fake/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so", "fake/_internal/nvrtc.pyx"]
 
@@ -667,13 +649,13 @@ def test_the_real_cuda_bindings_13_modules_are_read_from_their_strings():
     with zipfile.ZipFile(wheel_path("0.5.23", "cuda-bindings")) as archive:
         name = "cuda/bindings/_internal/nvrtc.cpython-312-x86_64-linux-gnu.so"
         assert not [n for n in archive.namelist() if n.endswith(".pyx")]
-        found = set(audit.scan([(name, archive.read(name))]))
+        found = set(lookup_scan.scan([(name, archive.read(name))]))
     assert "library <compiled cuda.bindings._internal.nvrtc> cuda.pathfinder.load_nvidia_dynamic_lib" in found
 
 
 def test_a_new_lookup_in_a_wheel_is_reported_undispositioned():
     data = copy.deepcopy(DATA["0.5.9"])
-    data["packages"]["triton"]["lookups"].update(audit.scan([("triton/new.py", FAKE_MODULE)]))
+    data["packages"]["triton"]["lookups"].update(lookup_scan.scan([("triton/new.py", FAKE_MODULE)]))
     found = audit.problems(data, POLICY["0.5.9"], ENV["0.5.9"])
     assert "triton program frobnicate (triton/new.py:11): no disposition" in found
     assert "triton library libfoo.so.1 (triton/new.py:13): no disposition" in found

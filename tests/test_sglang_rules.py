@@ -1,6 +1,6 @@
 """Every rule SGLang enforces on its arguments before it loads, as data, and preflight's answer to each.
 
-nix/scripts/audit-sglang-rules.py reads each stack's pinned wheel with ast (source/validation_sites.py) and writes
+sglang_eagle3_audits/sglang_rules.py reads each stack's pinned wheel with ast (source/validation_sites.py) and writes
 every raise, assert, silent rewrite and parser choices/type of SGLang's argument validation to the stack's
 sglang-rules.json; the hand-written sglang-rule-policy.json beside it gives each site to a preflight rule or a
 reason it cannot be checked before start-up. These tests prove, for both stacks:
@@ -28,6 +28,8 @@ from conftest import CACHE, REPO
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from sglang_eagle3 import stacks
+from sglang_eagle3.errors import BadInput
 from sglang_eagle3.judging import preflight, settings_rules, sglang_validation
 from sglang_eagle3.judging.findings import Status
 from sglang_eagle3.serving import launch_plan
@@ -35,18 +37,16 @@ from sglang_eagle3.serving.settings import ServerSettings, field_flag
 from sglang_eagle3.source import validation_sites
 from sglang_eagle3.source.server_args import server_flags
 from sglang_eagle3.source.tree import locate
+from sglang_eagle3_audits import sglang_rules as audit
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
 from support.pins import stack_dir
-from support.scripts import load_script
 from support.stack_libraries import NEWEST_LIBRARIES, stack_libraries, with_path
 
-audit = load_script("nix/scripts/audit-sglang-rules.py")
-
-DIRS = {v: stack_dir(v) for v in ("0.5.9", "0.5.23")}
-DATA = {v: json.loads((d / audit.DATA).read_text()) for v, d in DIRS.items()}
-POLICY = {v: json.loads((d / audit.POLICY).read_text()) for v, d in DIRS.items()}
+DIRS = {v: stack_dir(v) for v in stacks.versions()}
+DATA = {v: json.loads((d / audit.AUDIT.data).read_text()) for v, d in DIRS.items()}
+POLICY = {v: json.loads((d / audit.AUDIT.policy).read_text()) for v, d in DIRS.items()}
 RULES = audit.preflight_rules()
 
 
@@ -56,7 +56,9 @@ RULES = audit.preflight_rules()
 def test_the_data_is_what_the_pinned_wheel_holds(tree):
     data = DATA[tree.version]
     assert data["sglang"]["version"] == tree.version
-    assert {s.key: s.to_dict() for s in validation_sites.sites(tree)} == data["sites"], f"run {audit.__file__}"
+    assert {s.key: s.to_dict() for s in validation_sites.sites(tree)} == data["sites"], (
+        "run python -m sglang_eagle3_audits --write --only sglang-rules"
+    )
 
 
 def test_the_raise_and_assert_sites_of_the_validation_files():
@@ -492,18 +494,18 @@ def test_own_run_catches_an_issue_example_in_sglangs_words(own_env, tmp_path, ru
     assert "speculative_eagle_topk (4)" in line and f"attention_backend ({backend})" in line
 
 
-def test_the_audit_script_check_passes():
-    """--check: the data and docs/sglang-rules.md are what the generator writes, and every site accounted for."""
-    result = subprocess.run([sys.executable, str(REPO / "nix" / "scripts" / "audit-sglang-rules.py"), "--check",
+def test_the_audit_check_passes():
+    """--check: the data and docs/sglang-rules.md are what the audit writes, and every site accounted for."""
+    result = subprocess.run([sys.executable, "-m", "sglang_eagle3_audits", "--check", "--only", "sglang-rules",
                              "--cache", str(CACHE)], capture_output=True, text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_the_audit_script_refuses_a_stack_it_does_not_have():
-    result = subprocess.run([sys.executable, str(REPO / "nix" / "scripts" / "audit-sglang-rules.py"), "--stack",
-                             "0.4.0"], capture_output=True, text=True, timeout=60)  # fmt: skip
+def test_the_audit_refuses_a_stack_it_does_not_have():
+    result = subprocess.run([sys.executable, "-m", "sglang_eagle3_audits", "--check", "--only", "sglang-rules",
+                             "--stack", "0.4.0"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert "argument --stack: invalid choice: '0.4.0'" in result.stderr and "0.5.23" in result.stderr
+    assert "no stack 0.4.0 in nix/pins.json" in result.stderr and "0.5.23" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -513,17 +515,18 @@ def test_the_audit_script_refuses_a_stack_it_does_not_have():
      ('{"dispositions": {"*": 1}, "reasons": {}}', "must be an object")],
 )  # fmt: skip
 def test_a_policy_file_that_is_missing_or_malformed_is_named(tmp_path, text, said):
-    path = tmp_path / audit.POLICY
+    path = tmp_path / audit.AUDIT.policy
     if text is not None:
         path.write_text(text)
-    with pytest.raises(SystemExit) as exit_:
-        audit.read_policy(path)
-    assert str(exit_.value).startswith(f"audit-sglang-rules: {path} {said}"), exit_.value
+    with pytest.raises(BadInput) as exit_:
+        audit.AUDIT.read_policy(path)
+    assert str(exit_.value).startswith(f"{path} {said}"), exit_.value
 
 
 def test_each_stacks_policy_reads():
     for directory in DIRS.values():
-        assert audit.read_policy(directory / audit.POLICY) == json.loads((directory / audit.POLICY).read_text())
+        policy = directory / audit.AUDIT.policy
+        assert audit.AUDIT.read_policy(policy) == json.loads(policy.read_text())
 
 
 def test_the_docs_say_v2_is_the_only_path_on_0523(newest_tree):

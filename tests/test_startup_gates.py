@@ -3,7 +3,7 @@
 Each stack's startup-gates.json (nix/stacks/sglang-<version>/) lists, for every wheel of the server
 closure (resolved from the stack's uv.lock as the ELF audit resolves it), every place that compares a version
 or a capability with what is installed or present, with its verdict for the stack's composed versions
-(nix/scripts/audit-startup-gates.py; what counts: python/src/sglang_eagle3/source/startup_gates.py).
+(sglang_eagle3_audits/startup_gates.py; what counts: sglang_eagle3_audits/gates.py and gate_scan.py).
 These tests prove, for both stacks:
 
 - the data is what the real wheels hold, judged against the versions the stack composes (the lock, with
@@ -20,7 +20,7 @@ These tests prove, for both stacks:
 - the reader finds a gate in new code (a version compared at module level, through a name, through a
   helper's parameter) and what it decides; what it cannot resolve is listed per package (unresolved).
 
-Refresh the data after changing a uv.lock or nix/pins.json: python nix/scripts/audit-startup-gates.py
+Refresh the data after changing a uv.lock or nix/pins.json: python -m sglang_eagle3_audits --write --only startup-gates
 """
 
 from __future__ import annotations
@@ -32,22 +32,22 @@ import json
 
 import pytest
 from conftest import CACHE, REPO
-from sglang_eagle3.source import startup_gates
-from support.scripts import load_script
+from sglang_eagle3 import stacks
+from sglang_eagle3_audits import gate_scan, gates
+from sglang_eagle3_audits import startup_gates as audit
+from sglang_eagle3_audits.base import unique
+from sglang_eagle3_audits.closure import Closure
 
-SCRIPT = REPO / "nix" / "scripts" / "audit-startup-gates.py"
-STACKS = ["0.5.9", "0.5.23"]
-
-
-audit = load_script(SCRIPT)
-DATA = {v: json.loads((audit.data_dir(v) / audit.DATA).read_text()) for v in STACKS}
-POLICY = {v: json.loads((audit.data_dir(v) / audit.POLICY).read_text()) for v in STACKS}
+STACKS = list(stacks.versions())
+CLOSURES = {v: Closure(stacks.stacks()[v], CACHE) for v in STACKS}
+DATA = {v: json.loads((c.data / audit.AUDIT.data).read_text()) for v, c in CLOSURES.items()}
+POLICY = {v: json.loads((c.data / audit.AUDIT.policy).read_text()) for v, c in CLOSURES.items()}
 
 
 @functools.cache
 def fresh(stack: str) -> dict:
     """The data as the real wheels give it now (downloaded into the test cache, sha256 checked)."""
-    return audit.inventory(stack, CACHE)
+    return audit.AUDIT.scan(CLOSURES[stack])
 
 
 def gate(stack: str, package: str, key_start: str, data: dict | None = None) -> dict:
@@ -59,7 +59,7 @@ def gate(stack: str, package: str, key_start: str, data: dict | None = None) -> 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_data_is_what_the_wheels_hold_for_the_composed_versions(stack):
-    assert fresh(stack) == DATA[stack], f"stale: run python nix/scripts/audit-startup-gates.py --stack {stack}"
+    assert fresh(stack) == DATA[stack], "stale: run python -m sglang_eagle3_audits --write --only startup-gates"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -161,9 +161,9 @@ def test_sglangs_own_version_checks_pass_for_each_stack():
     assert (deep_ep["reads"], deep_ep["verdict"]) == (["cuda"], "pass")
 
 
-def values(stack: str, **change) -> startup_gates.Values:
+def values(stack: str, **change) -> gates.Values:
     composed = DATA[stack]["composed"]
-    base = startup_gates.Values(
+    base = gates.Values(
         python=composed["python"],
         packages=dict(composed["packages"]),
         modules=dict(composed["modules"]),
@@ -177,25 +177,21 @@ def values(stack: str, **change) -> startup_gates.Values:
     return dataclasses.replace(base, **change)
 
 
-def sglang_gates(stack: str) -> dict[str, startup_gates.Gate]:
+def sglang_gates(stack: str) -> dict[str, gates.Gate]:
     """SGLang's gates read from its wheel, as objects that can be judged again."""
-    lookups = audit.lookups_audit()
-    wheels = lookups.wheel_audit()
-    package = lookups.server_closure(stack)["sglang"]["package"]
-    wheel = wheels.best_wheel(package, "cp312")
-    path = wheels.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), CACHE)
-    records, _, _ = audit.scanned(path, CACHE)
+    closure = CLOSURES[stack]
+    path = closure.wheel(closure.server["sglang"]["package"])
     found = {}
-    for record in records:
-        found[audit.unique(found, startup_gates.Gate.from_record(record).key())] = record
-    return {k: startup_gates.Gate.from_record(r) for k, r in found.items()}
+    for record in closure.scanned(gate_scan.SCANNER, path)["gates"]:
+        found[unique(found, gates.Gate.from_record(record).key())] = record
+    return {k: gates.Gate.from_record(r) for k, r in found.items()}
 
 
 def test_the_gates_fail_when_the_stack_composes_the_wrong_versions():
-    gates = sglang_gates("0.5.9")
-    cudnn = next(g for k, g in gates.items() if "check_torch_2_9_1_cudnn_compatibility" in k and g.effect == "raise")
-    flashinfer = next(g for k, g in gates.items() if "assert_pkg_version('flashinfer_python'" in k)
-    kernel = next(g for k, g in gates.items() if "assert_pkg_version('sgl-kernel'" in k)
+    found = sglang_gates("0.5.9")
+    cudnn = next(g for k, g in found.items() if "check_torch_2_9_1_cudnn_compatibility" in k and g.effect == "raise")
+    flashinfer = next(g for k, g in found.items() if "assert_pkg_version('flashinfer_python'" in k)
+    kernel = next(g for k, g in found.items() if "assert_pkg_version('sgl-kernel'" in k)
     right = values("0.5.9")
     assert [g.verdict(right)[1] for g in (cudnn, flashinfer, kernel)] == ["pass"] * 3
     # nixpkgs' cudaPackages_13_0.cudnn (9.13.0), the one 0.5.9 refuses; and an older FlashInfer and kernel.
@@ -207,12 +203,12 @@ def test_the_gates_fail_when_the_stack_composes_the_wrong_versions():
 
 
 def test_a_gate_that_reads_the_gpu_is_judged_for_a_host():
-    gates = sglang_gates("0.5.9")
+    found = sglang_gates("0.5.9")
     fa3 = next(
-        g for k, g in gates.items() if k.startswith("sglang/srt/layers/attention/attention_registry.py") and g.host
+        g for k, g in found.items() if k.startswith("sglang/srt/layers/attention/attention_registry.py") and g.host
     )
     assert fa3.verdict(values("0.5.9"))[1] == "fail"  # FlashAttention 3 wants SM90; the tuned host is SM120
-    hopper = startup_gates.Device(major=9, minor=0, name="NVIDIA H200")
+    hopper = gates.Device(major=9, minor=0, name="NVIDIA H200")
     assert fa3.verdict(values("0.5.9", device=hopper))[1] == "pass"
     assert fa3.verdict(values("0.5.9", device=None))[1] == "unevaluated"  # no GPU, no verdict
 
@@ -235,9 +231,9 @@ NEW_CODE = {
 
 
 def test_the_reader_finds_gates_in_new_code():
-    gates = {(g.file, g.line): g for g in startup_gates.wheel_gates(list(NEW_CODE.items()))}
+    found = {(g.file, g.line): g for g in gate_scan.wheel_gates(list(NEW_CODE.items()))}
     stack = values("0.5.9", packages={"numpy": "1.26.4"})
-    judged = {where: (g.effect, g.kinds, g.verdict(stack)[1]) for where, g in gates.items()}
+    judged = {where: (g.effect, g.kinds, g.verdict(stack)[1]) for where, g in found.items()}
     assert judged[("pkg/server.py", 6)] == (
         "raise",
         ["torch"],
@@ -248,19 +244,19 @@ def test_the_reader_finds_gates_in_new_code():
     assert judged[("pkg/server.py", 14)] == ("warn", ["python"], "warns")
     assert judged[("pkg/check.py", 4)][2] == "helper"  # judged at each call, not on its own
     # numpy 2 passes the helper's gate; a distribution the closure lacks is "not installed", not a failure.
-    assert gates[("pkg/server.py", 8)].verdict(values("0.5.9", packages={"numpy": "2.1.0"}))[1] == "pass"
+    assert found[("pkg/server.py", 8)].verdict(values("0.5.9", packages={"numpy": "2.1.0"}))[1] == "pass"
     without = values("0.5.9")
     without.packages.pop("numpy", None)
-    assert gates[("pkg/server.py", 8)].verdict(without)[1] == "not installed"
+    assert found[("pkg/server.py", 8)].verdict(without)[1] == "not installed"
 
 
 def test_a_gate_inside_the_package_tests_is_not_read():
     code = {"pkg/tests/test_x.py": "import sys\nassert sys.version_info < (3, 0)\n"}
-    assert startup_gates.wheel_gates(list(code.items())) == []
-    assert startup_gates.wheel_gates([("pkg/x.py", code["pkg/tests/test_x.py"])]) != []
+    assert gate_scan.wheel_gates(list(code.items())) == []
+    assert gate_scan.wheel_gates([("pkg/x.py", code["pkg/tests/test_x.py"])]) != []
 
 
 def test_docs_show_the_gate_tables_of_the_data():
     text = (REPO / "docs" / "nix.md").read_text()
     for stack in STACKS:
-        assert audit.table(stack, DATA[stack]) in text, "regenerate with audit-startup-gates.py --markdown"
+        assert audit.table(stack, DATA[stack]) in text, "run python -m sglang_eagle3_audits --write --docs"

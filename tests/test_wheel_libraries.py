@@ -2,7 +2,7 @@
 
 nix/stacks/sglang-0.5.9/wheel-libraries.json records, for each wheel of the Nix closure (the server and the
 router host), the sonames
-its ELF files provide and need (nix/scripts/audit-wheel-libraries.py read them from the
+its ELF files provide and need (sglang_eagle3_audits/wheel_libraries.py read them from the
 wheels; the three cu130 wheels through their closest PyPI build, named as a proxy).
 nix/stacks/sglang-0.5.9/wheel-closure.json says where each kind of library comes from. These tests prove:
 
@@ -14,7 +14,7 @@ nix/stacks/sglang-0.5.9/wheel-closure.json says where each kind of library comes
 - the Nix overlay does what the data says, for every wheel (buildInputs, autoPatchelf's
   search path, ignored sonames, the driver's runpath).
 
-Refresh the data after changing uv.lock or the pins: python nix/scripts/audit-wheel-libraries.py
+Refresh the data after changing uv.lock or the pins: python -m sglang_eagle3_audits --write --only wheel-libraries
 (it downloads every wheel of the closure, about 3 GB, from PyPI).
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from sglang_eagle3_audits import closure as audit
 from support.flake_eval import Workspace, unavailable
 from support.pins import stack_dir
-from support.scripts import load_script
 
 DATA = json.loads((stack_dir("0.5.9") / "wheel-libraries.json").read_text())
 POLICY = json.loads((stack_dir("0.5.9") / "wheel-closure.json").read_text())
@@ -37,10 +37,6 @@ PINS = json.loads((REPO / "nix" / "pins.json").read_text())
 CUDA = {soname: member for member, sonames in DATA["cudaPackages_13_0"].items() for soname in sonames}
 RULES = {pattern: kind for pattern, kind in POLICY["providers"].items() if not pattern.startswith("_")}
 IGNORED = {name: sonames for name, sonames in POLICY["ignoreMissing"].items() if not name.startswith("_")}
-
-
-def generator():
-    return load_script("nix/scripts/audit-wheel-libraries.py")
 
 
 def resolve(name: str, soname: str) -> tuple[str, str | None]:
@@ -63,7 +59,6 @@ def external_needs(record: dict) -> list[str]:
 
 
 def test_data_covers_the_closure_uv_lock_pins():
-    audit = generator()
     lock = tomllib.loads((REPO / "python" / "uv.lock").read_text())
     environment = audit.marker_environment(POLICY["python"])
     closure, _ = audit.resolve_closure(lock, POLICY["root"]["package"], POLICY["root"]["extras"], environment)
@@ -215,7 +210,6 @@ def resolve_in(data: dict, policy: dict, name: str, soname: str) -> tuple[str, s
 
 
 def test_0_5_23_data_covers_the_closure_its_uv_lock_pins():
-    audit = generator()
     lock = tomllib.loads((NEWEST_DIR / "uv.lock").read_text())
     environment = audit.marker_environment(NEWEST_POLICY["python"])
     root = NEWEST_POLICY["root"]

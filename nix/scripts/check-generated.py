@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check every generated file against its generator, as the register generated.json lists them.
+"""Check every generated file against its generator, as the register generated.json lists them (and the audits'
+registry, python -m sglang_eagle3_audits --list --json, lists theirs).
 
     python nix/scripts/check-generated.py            run every check
     python nix/scripts/check-generated.py --write    run every writer, then every check
@@ -25,12 +26,22 @@ REGISTER = REPO / "generated.json"
 
 
 def load(path: Path) -> dict[str, dict]:
-    """The register's entries (name -> entry), "_comment" left out."""
+    """The register's entries (name -> entry), "_comment" left out; the repository's own register also holds the
+    audits' entries, which their one list gives (python -m sglang_eagle3_audits --list --json), not the file."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read the register {path}: {err}") from None
-    return {name: entry for name, entry in data.items() if not name.startswith("_")}
+    entries = {name: entry for name, entry in data.items() if not name.startswith("_")}
+    return entries | audit_entries() if path.resolve() == REGISTER else entries
+
+
+def audit_entries() -> dict[str, dict]:
+    """The register's entries of the audits of the stacks' real wheels, from the audits' registry."""
+    listed = run(["python", "-m", "sglang_eagle3_audits", "--list", "--json"])
+    if listed.returncode != 0:
+        raise ValueError(f"cannot list the audits (python -m sglang_eagle3_audits --list --json):\n{listed.stderr}")
+    return json.loads(listed.stdout)
 
 
 def argv(command: list[str]) -> list[str]:

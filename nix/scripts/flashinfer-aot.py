@@ -5,11 +5,12 @@
                       [--calls FILE] [--plan nix/flashinfer-aot.json] [--build-dir DIR] [--jobs N] [--list]
                       [--runpath DIR] [--drop-runpath PREFIX]
 
-The modules are those the stack's SGLang loads on the GPUs given, as nix/scripts/audit-flashinfer-calls.py traced
-them (nix/stacks/sglang-<stack>/flashinfer-calls.json, --calls): each made by the FlashInfer generator, with the
-arguments, the trace recorded, so its name is the one FlashInfer looks up at run time; the all-reduce modules of
-nix/flashinfer-aot.json only for the --opt-in settings. FlashInfer's own parallel builder (build_jit_specs) builds
-them for the capabilities given (FLASHINFER_CUDA_ARCH_LIST) with CUDA_VISIBLE_DEVICES empty: nothing asks a GPU.
+The modules are those the stack's SGLang loads on the GPUs given, as the FlashInfer call audit traced them (python
+-m sglang_eagle3_audits --only flashinfer-calls; nix/stacks/sglang-<stack>/flashinfer-calls.json, --calls): each
+made by the FlashInfer generator, with the arguments the trace recorded, so its name is the one FlashInfer looks up
+at run time; the all-reduce modules of nix/flashinfer-aot.json only for the --opt-in settings. FlashInfer's own
+parallel builder (build_jit_specs) builds them for the capabilities given (FLASHINFER_CUDA_ARCH_LIST) with
+CUDA_VISIBLE_DEVICES empty: nothing asks a GPU.
 A module must hold code for every capability given that needs it (FlashInfer finds a prebuilt module by name
 alone): one whose generator makes none is an error, unless nix/flashinfer-aot.json gives the reason. DIR gets
 FlashInfer's AOT layout, <name>/<name>.so, which FlashInfer loads instead of compiling when it is the package's
@@ -57,7 +58,7 @@ def parse_capabilities(text: str, traced: list[str]) -> list[str]:
             raise BadInput(
                 f"--capabilities: {cap} was not traced: which modules SGLang loads depends on the GPU (fa2 or fa3), "
                 f"and nix/flashinfer-trace.json traces {', '.join(traced)}. Add the GPU there and run "
-                "nix/scripts/audit-flashinfer-calls.py"
+                "python -m sglang_eagle3_audits --write --only flashinfer-calls"
             )
     return sorted(set(caps), key=lambda c: tuple(int(p) for p in c.split(".")))
 
@@ -140,7 +141,7 @@ def specs_for(modules: list[dict], caps: list[str], plan: dict, stack: str, jit,
             if module["name"] is not None and spec.name != module["name"]:
                 errors.append(
                     f"{module['generator']} makes {spec.name} for the recorded arguments, not {module['name']}: "
-                    "the trace is stale; run nix/scripts/audit-flashinfer-calls.py"
+                    "the trace is stale; run python -m sglang_eagle3_audits --write --only flashinfer-calls"
                 )
                 continue
             missing = [c for c in module["needs"] if not has_code_for(spec, c, jit)]

@@ -5,14 +5,14 @@
                          [--allow-jit] [--timeout S]
 
 The steps, and the modules each step loads, are the stack's trace (nix/stacks/sglang-<stack>/flashinfer-calls.json,
-made on the CPU by nix/scripts/audit-flashinfer-calls.py): every step that makes a FlashInfer call on the GPU's
-capability is replayed, once a draft geometry (mha: one KV head a query head, decode without tensor cores; gqa: a
-group of 8, decode on tensor cores), each in a fresh process. A replay makes the calls SGLang's backends make in that
-step (flashinfer_backend.py, flashinfer_mla_backend.py, sampler.py): the same wrappers and backends (ragged prefill
-`auto`, paged prefill and decode `fa2`, MLA `auto`), the same plan arguments, the MLA cache read through the
-`[:, :, :512]` / `[:, :, 512:]` views of one 576-wide buffer, page size 1 with scattered slots, and for the
-CUDA-graph steps a capture, a new plan into the captured buffers and a replay. Each output is compared with the
-same attention computed in float32 by torch; a step's log-sum-exp too, where SGLang asks for it.
+made on the CPU by python -m sglang_eagle3_audits --only flashinfer-calls): every step that makes a FlashInfer call on
+the GPU's capability is replayed, once a draft geometry (mha: one KV head a query head, decode without tensor cores;
+gqa: a group of 8, decode on tensor cores), each in a fresh process. A replay makes the calls SGLang's backends make in
+that step (flashinfer_backend.py, flashinfer_mla_backend.py, sampler.py): the same wrappers and backends (ragged
+prefill `auto`, paged prefill and decode `fa2`, MLA `auto`), the same plan arguments, the MLA cache read through the
+`[:, :, :512]` / `[:, :, 512:]` views of one 576-wide buffer, page size 1 with scattered slots, and for the CUDA-graph
+steps a capture, a new plan into the captured buffers and a replay. Each output is compared with the same attention
+computed in float32 by torch; a step's log-sum-exp too, where SGLang asks for it.
 
 A step passes when its outputs match and the process mapped exactly the modules the trace names for it, each from
 FlashInfer's AOT directory. By default a child runs as the prebuilt server would with JIT off:
@@ -428,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             trace = json.loads(calls.read_text())
             trace["steps"]
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise BadInput(f"{calls}: not a FlashInfer call trace ({err}); "
-                           "nix/scripts/audit-flashinfer-calls.py --write makes one") from None  # fmt: skip
+            raise BadInput(f"{calls}: not a FlashInfer call trace ({err}); python -m sglang_eagle3_audits "
+                           "--write --only flashinfer-calls makes one") from None  # fmt: skip
         capability = args.capability or detect_capability()
         entries = plan(trace, capability, [s for s in args.steps.split(",") if s])
     except BadInput as err:

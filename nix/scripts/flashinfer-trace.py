@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which FlashInfer modules SGLang's EAGLE-3 path loads: SGLang's own code, run on the CPU for a simulated GPU.
 
-    flashinfer-trace.py REQUEST.json      (run by nix/scripts/audit-flashinfer-calls.py, one GPU and one draft each)
+    flashinfer-trace.py REQUEST.json      (run by sglang_eagle3_audits/flashinfer_calls.py, one GPU and one draft each)
 
 The stack's SGLang builds its server as it does on the GPU host: its own argument parser and resolution over the
 settings the project renders, its own ModelConfig, memory pools, attention backends (ModelRunner's choice, the
@@ -42,7 +42,7 @@ import traceback
 import types
 
 if len(sys.argv) != 2 or not os.path.isfile(sys.argv[1]):
-    sys.exit("usage: flashinfer-trace.py REQUEST.json (nix/scripts/audit-flashinfer-calls.py writes it)")
+    sys.exit("usage: flashinfer-trace.py REQUEST.json (sglang_eagle3_audits/flashinfer_calls.py writes it)")
 REQUEST = json.loads(open(sys.argv[1]).read())
 CAP = tuple(REQUEST["capability"])
 GPU = REQUEST["gpu"]

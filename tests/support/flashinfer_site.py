@@ -13,18 +13,18 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+from sglang_eagle3_audits import closure
+
 from support.pinned_wheels import fetch_wheel
-from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def tvm_ffi_wheel(cache: Path) -> Path:
-    audit = load_script("nix/scripts/audit-wheel-libraries.py")
     lock = tomllib.loads((REPO / "python" / "uv.lock").read_text())
     package = next(p for p in lock["package"] if p["name"] == "apache-tvm-ffi")
-    wheel = audit.best_wheel(package, f"cp{sys.version_info.major}{sys.version_info.minor}")
-    return audit.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), cache)
+    wheel = closure.best_wheel(package, f"cp{sys.version_info.major}{sys.version_info.minor}")
+    return closure.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), cache)
 
 
 def flashinfer_site(cache: Path) -> Path:

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def load_script(path: str | Path) -> ModuleType:
     """A fresh module of the script at ``path`` (relative to the repository, or absolute), named after the file
-    ("audit-sglang-rules.py": ``audit_sglang_rules``) and registered in sys.modules as an import would be (dataclasses
+    ("cuda-dist-info.py": ``cuda_dist_info``) and registered in sys.modules as an import would be (dataclasses
     look their module up there)."""
     path = REPO / path
     name = path.stem.replace("-", "_")

@@ -108,6 +108,18 @@ def _has_content(api: str, event: dict) -> bool:
     return any((c.get("delta") or {}).get("content") for c in event.get("choices") or [])
 
 
+def _tokens_so_far(api: str, payload: str, counts: list[int]) -> tuple[int | None, bool]:
+    """An event's cumulative token count, and whether it is a guess: a server that gives no counts gets one token
+    per content chunk after the counts so far (None: an event without content)."""
+    so_far = _completion_tokens(payload)
+    if so_far is not None:
+        return so_far, False
+    event = loads_json(payload)
+    if "error" in event:
+        raise BenchError(f"server error mid-stream: {event['error']}")
+    return ((counts[-1] if counts else 0) + 1, True) if _has_content(api, event) else (None, False)
+
+
 async def _sse_lines(response: aiohttp.ClientResponse):
     """(arrival time, line) for each line of the stream, timed when its bytes were read.
 
@@ -155,16 +167,10 @@ async def stream_one(
                 payload = line[5:].strip().decode()
                 if payload == "[DONE]":
                     break
-                so_far = _completion_tokens(payload)
+                so_far, guessed = _tokens_so_far(api, payload, counts)
                 if so_far is None:
-                    event = loads_json(payload)
-                    if "error" in event:
-                        raise BenchError(f"server error mid-stream: {event['error']}")
-                    if not _has_content(api, event):
-                        continue
-                    estimated = True  # no counts from this server: one token per content chunk
-                    so_far = (counts[-1] if counts else 0) + 1
-                last_payload = payload
+                    continue
+                estimated, last_payload = estimated | guessed, payload
                 if counts and so_far <= counts[-1]:
                     continue  # a usage-only or final chunk with no new tokens
                 times.append(now)

@@ -268,40 +268,13 @@ def plot(records: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     records = labelled(records)
-    groups = summarize(records)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label in sorted({g.label for g in groups}):
-        gs = [g for g in groups if g.label == label and "decode_tok_s" in g.stats]
-        if not gs:
-            continue
-        xs = [g.concurrency for g in gs]
-        med = [g.stats["decode_tok_s"][1] for g in gs]
-        low = [m - g.stats["decode_tok_s"][0] for m, g in zip(med, gs, strict=True)]
-        high = [g.stats["decode_tok_s"][2] - m for m, g in zip(med, gs, strict=True)]
-        left.errorbar(xs, med, yerr=[low, high], marker="o", capsize=4, label=label)
-        itl = [
-            x
-            for r in records
-            if r["type"] == "request" and r["label"] == label and r.get("ok")
-            for x in inter_token_latencies_ms(r["chunk_times_us"], r["chunk_tokens"])
-        ]
+    labels = _decode_throughput(left, summarize(records))
+    for label in labels:
+        itl = [x for r in records if r["type"] == "request" and r["label"] == label and r.get("ok")
+               for x in inter_token_latencies_ms(r["chunk_times_us"], r["chunk_tokens"])]  # fmt: skip
         if itl:
             right.hist(itl, bins=50, alpha=0.6, label=label)
-    for ref, style in zip(reference()["runs"], [":", "--", "-.", (0, (1, 3))], strict=False):
-        left.axhline(ref["tok_s"], linestyle=style, linewidth=0.8, color="grey",
-                     label=f"users: {ref['tok_s']} ({ref['configuration'][:34]})")  # fmt: skip
-    left.set(xlabel="concurrency", ylabel="decode tok/s per request (median, p10-p90)", title="Decode throughput")
-    left.set_xscale("log", base=2)
-    left.legend(fontsize=7)
-    aggregate = [g for g in groups if g.aggregate_tok_s]
-    if aggregate:  # what all requests together got, e.g. from several servers behind a router
-        total = left.twinx()
-        for label in sorted({g.label for g in aggregate}):
-            gs = [g for g in aggregate if g.label == label]
-            total.plot([g.concurrency for g in gs], [g.aggregate_tok_s for g in gs], "s--", alpha=0.7,
-                       label=f"{label}: aggregate")  # fmt: skip
-        total.set_ylabel("aggregate tok/s (dashed)")
-        total.legend(fontsize=7, loc="lower right")
     right.set(xlabel="inter-token latency (ms)", ylabel="tokens", title="Inter-token latency")
     if right.has_data():
         right.legend()
@@ -309,6 +282,36 @@ def plot(records: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _decode_throughput(ax, groups: list[Group]) -> list[str]:
+    """Each label's median decode tok/s with p10-p90 bars, the users' figures and, on a second axis, the aggregate
+    tok/s; the labels drawn (those with a decode rate)."""
+    decoded = _by_label([g for g in groups if "decode_tok_s" in g.stats])
+    for label, gs in decoded.items():
+        stats = [g.stats["decode_tok_s"] for g in gs]
+        low, high = [m - p10 for p10, m, _ in stats], [p90 - m for _, m, p90 in stats]
+        ax.errorbar([g.concurrency for g in gs], [m for _, m, _ in stats], yerr=[low, high], marker="o", capsize=4,
+                    label=label)  # fmt: skip
+    for ref, style in zip(reference()["runs"], [":", "--", "-.", (0, (1, 3))], strict=False):
+        ax.axhline(ref["tok_s"], linestyle=style, linewidth=0.8, color="grey",
+                   label=f"users: {ref['tok_s']} ({ref['configuration'][:34]})")  # fmt: skip
+    ax.set(xlabel="concurrency", ylabel="decode tok/s per request (median, p10-p90)", title="Decode throughput")
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize=7)
+    aggregate = _by_label([g for g in groups if g.aggregate_tok_s])
+    if aggregate:  # what all requests together got, e.g. from several servers behind a router
+        total = ax.twinx()
+        for label, gs in aggregate.items():
+            total.plot([g.concurrency for g in gs], [g.aggregate_tok_s for g in gs], "s--", alpha=0.7,
+                       label=f"{label}: aggregate")  # fmt: skip
+        total.set_ylabel("aggregate tok/s (dashed)")
+        total.legend(fontsize=7, loc="lower right")
+    return list(decoded)
+
+
+def _by_label(groups: list[Group]) -> dict[str, list[Group]]:
+    return {label: [g for g in groups if g.label == label] for label in sorted({g.label for g in groups})}
 
 
 GATE_LABELS = ("baseline", "EAGLE-3")  # the default A/B: speculation off, then on

@@ -167,10 +167,10 @@ def plot(points: list[Point], path: Path) -> Path:
     width = 0.8 / max(1, len(drafts))
     fig, (speed, accept) = plt.subplots(2, 1, figsize=(max(7, 1.3 * len(shapes) * max(1, len(drafts))), 7.5))
     for i, draft in enumerate(drafts):
-        mine = {p.shape: p for p in points if p.draft == draft}
         xs = [j + (i - (len(drafts) - 1) / 2) * width for j in range(len(shapes))]
-        speed.bar(xs, [(mine[s].median_tok_s or 0) if s in mine else 0 for s in shapes], width, label=draft)
-        accept.bar(xs, [(mine[s].accept_length or 0) if s in mine else 0 for s in shapes], width, label=draft)
+        tok_s, accept_length = _bar_heights(points, draft, shapes)
+        speed.bar(xs, tok_s, width, label=draft)
+        accept.bar(xs, accept_length, width, label=draft)
     baseline = next((p for p in points if p.label == "baseline" and p.median_tok_s), None)
     if baseline:
         speed.axhline(
@@ -186,3 +186,10 @@ def plot(points: list[Point], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _bar_heights(points: list[Point], draft: str, shapes: list[tuple[int, int, int]]) -> tuple[list, list]:
+    """A draft's median decode tok/s and accept length at each shape; 0 where it has no figure there."""
+    mine = {p.shape: p for p in points if p.draft == draft}
+    at = [mine.get(s) for s in shapes]
+    return [(p.median_tok_s or 0) if p else 0 for p in at], [(p.accept_length or 0) if p else 0 for p in at]

@@ -60,28 +60,32 @@ def read_topology(text: str, count: int) -> Topology | None:
     """NVLink when every pair of GPU0..GPU<count-1> is NV# in ``nvidia-smi topo -m``'s matrix, else PCIe when each
     pair is NV# or a PCIe path (SGLang's custom all-reduce wants all pairs on NVLink); None when the matrix does not
     have those GPUs or a pair's link is none of the legend's."""
-    lines = [ANSI.sub("", line) for line in text.splitlines()]
-    header = next((line.split() for line in lines if line.split()[:1] == ["GPU0"]), None)
-    if header is None or count < 2:
+    links = _pair_links(text, count)
+    if links is None:
         return None
-    columns = [name for name in header if re.fullmatch(r"(GPU|NIC)\d+", name)]
-    rows = {
-        cells[0]: dict(zip(columns, cells[1:], strict=False)) for cells in (line.split() for line in lines) if cells
-    }
-    gpus = [f"GPU{i}" for i in range(count)]
-    if any(g not in rows or g not in columns for g in gpus):
-        return None
-    links = {(a, b): rows[a].get(b, "") for i, a in enumerate(gpus) for b in gpus[i + 1 :]}
-    if any(not (re.fullmatch(r"NV\d+", link) or link in PCIE_PATHS) for link in links.values()):
-        return None
-    span = f"{gpus[0]}-{gpus[-1]}"
-    kinds = sorted(set(links.values()))
+    span, kinds = f"GPU0-GPU{count - 1}", sorted(set(links.values()))
     if all(link.startswith("NV") for link in kinds):
         return Topology("nvlink", f"nvidia-smi topo -m: every pair of {span} is {', '.join(kinds)}")
     if not any(link.startswith("NV") for link in kinds):
         return Topology("pcie", f"nvidia-smi topo -m: {span} over PCIe only ({', '.join(kinds)})")
     pcie = next(f"{a}-{b} {link}" for (a, b), link in links.items() if not link.startswith("NV"))
     return Topology("pcie", f"nvidia-smi topo -m: {span} over {', '.join(kinds)}, not all NVLink ({pcie})")
+
+
+def _pair_links(text: str, count: int) -> dict[tuple[str, str], str] | None:
+    """The matrix's link for each pair of GPU0..GPU<count-1>; None when a GPU is missing or a link is not known."""
+    lines = [ANSI.sub("", line).split() for line in text.splitlines()]
+    header = next((cells for cells in lines if cells[:1] == ["GPU0"]), None)
+    if header is None or count < 2:
+        return None
+    columns = [name for name in header if re.fullmatch(r"(GPU|NIC)\d+", name)]
+    rows = {cells[0]: dict(zip(columns, cells[1:], strict=False)) for cells in lines if cells}
+    gpus = [f"GPU{i}" for i in range(count)]
+    if any(g not in rows or g not in columns for g in gpus):
+        return None
+    links = {(a, b): rows[a].get(b, "") for i, a in enumerate(gpus) for b in gpus[i + 1 :]}
+    known = all(re.fullmatch(r"NV\d+", link) or link in PCIE_PATHS for link in links.values())
+    return links if known else None
 
 
 def query_topology(nvidia_smi: str | None, count: int) -> Topology | None:

@@ -434,12 +434,7 @@ def check_draft_chunked_prefix(
             name, Status.OK, f"extra_args sets {flag}: the target is built with the chunked prefix cache off, so the "
             f"draft's runner turning it off ({rule.turn_off}) changes nothing", rule.turn_off,
         )  # fmt: skip
-    elif target_arch not in mla[0] or draft_arch in mla[0] or backend not in rule.supported:
-        why = (
-            f"the target {target_arch} is not MLA" if target_arch not in mla[0]
-            else f"attention_backend {backend} is not one of {', '.join(rule.supported)}"
-            if backend not in rule.supported else f"the draft {draft_arch} is MLA, as the target is"
-        )  # fmt: skip
+    elif why := _unchanged_by_the_draft(rule, mla[0], backend, draft_arch, target_arch):
         result.add(name, Status.OK, f"{why}: the draft's runner turns the chunked prefix cache off ({rule.turn_off}) "
                    "only where the target's own runner already has", rule.turn_off)  # fmt: skip
     elif split or backend not in rule.reads:
@@ -468,3 +463,12 @@ def check_draft_chunked_prefix(
             f"{flag} to extra_args" + (f", or set attention_backend {calm[0]}" if calm else ""),
             per_request[0],
         )  # fmt: skip
+
+
+def _unchanged_by_the_draft(rule, mla: set[str], backend: str, draft_arch: str, target_arch: str) -> str | None:
+    """Why the draft's runner turning the chunked prefix cache off leaves the target as it was; None: it does not."""
+    if target_arch not in mla:
+        return f"the target {target_arch} is not MLA"
+    if backend not in rule.supported:
+        return f"attention_backend {backend} is not one of {', '.join(rule.supported)}"
+    return f"the draft {draft_arch} is MLA, as the target is" if draft_arch in mla else None

@@ -5,7 +5,7 @@ its parser takes (``choices=``, ``type=``), extra_args included, and every varia
 reads (judging/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
 resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
 importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
-(sglang_validation.py): it catches what nobody restated. The rule audit (nix/scripts/audit-sglang-rules.py,
+(sglang_validation.py): it catches what nobody restated. The rule audit (sglang_eagle3_audits/sglang_rules.py,
 tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
 to the reason it cannot be checked before start-up.
 """
@@ -365,18 +365,13 @@ def _fusion_across_nodes(settings, given, tree, site, major: int | None = None) 
 
 
 SPEC_ALGORITHM = {name: server_settings.default(name) for name in ("speculative_algorithm", "speculative_num_steps")}
+DRAFT_TREE = {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}  # top-k > 1
 RULES = (
     Rule(
         "spec-page-tree",
         "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
         ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
-        {
-            **SPEC_ALGORITHM,
-            "speculative_eagle_topk": 4,
-            "speculative_num_draft_tokens": 8,
-            "attention_backend": "flashmla",
-            "extra_args": ["--page-size", "64"],
-        },  # fmt: skip
+        {**DRAFT_TREE, "attention_backend": "flashmla", "extra_args": ["--page-size", "64"]},
         _page_tree,
     ),
     Rule(
@@ -402,24 +397,14 @@ RULES = (
         "spec-v2-topk",
         "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
         ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
-        {
-            **SPEC_ALGORITHM,
-            "speculative_eagle_topk": 4,
-            "speculative_num_draft_tokens": 8,
-            "environment": {SPEC_V2: "1"},
-        },  # fmt: skip
+        {**DRAFT_TREE, "environment": {SPEC_V2: "1"}},
         _spec_v2,
     ),
     Rule(
         "spec-rejection-sampling",
         "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
         ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
-        {
-            **SPEC_ALGORITHM,
-            "speculative_eagle_topk": 4,
-            "speculative_num_draft_tokens": 8,
-            "extra_args": ["--speculative-use-rejection-sampling"],
-        },  # fmt: skip
+        {**DRAFT_TREE, "extra_args": ["--speculative-use-rejection-sampling"]},
         _rejection_sampling,
     ),
     Rule(
@@ -576,40 +561,35 @@ def check_extra_args(result: Report, settings: ServerSettings, args: list[str], 
     except SGLangNotFound as err:
         result.add("extra_args", Status.FAIL, str(err))
         return
-    owned = {field_flag(name) for name in ServerSettings.model_fields} - {None}
-    owned_spellings = {spelling: flag for flag in owned if flag in known for spelling in known[flag][0]}
-    args = list(settings.extra_args)
+    problem = _unknown_or_owned_flag(settings.extra_args, tree, known) or "; ".join(
+        p for g, p in value_problems(given_flags(settings, args, known), tree, known)
+        if g.setting.startswith("extra_args")
+    )  # fmt: skip
+    if problem:
+        result.add("extra_args", Status.FAIL, problem)
+    else:
+        result.add("extra_args", Status.OK, " ".join(settings.extra_args))
+
+
+def _unknown_or_owned_flag(extra_args: list[str], tree: SGLangTree, known: Flags) -> str | None:
+    """The first of extra_args that is not a flag this SGLang has, is a setting's flag, or lacks its value."""
+    owner = {spelling: name for name in ServerSettings.model_fields
+             if (flag := field_flag(name)) in known for spelling in known[flag][0]}  # fmt: skip
+    args = list(extra_args)
     while args:
         token = args.pop(0)
-        name, has_inline_value = token.split("=", 1)[0], "=" in token
+        name = token.split("=", 1)[0]
         if not name.startswith("--"):
-            result.add(
-                "extra_args", Status.FAIL, f"{shown(token)} is not a flag; extra_args are SGLang flags and their values"
-            )
-            return
+            return f"{shown(token)} is not a flag; extra_args are SGLang flags and their values"
         if name not in known:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            result.add(
-                "extra_args", Status.FAIL,
-                f"SGLang {tree.version} has no flag {name}{hint} ({PARSER}; flags differ between SGLang versions: "
-                "use one that this SGLang's `python -m sglang.launch_server --help` lists)",
-            )  # fmt: skip
-            return
-        if name in owned_spellings:
-            setting = next(n for n in ServerSettings.model_fields if field_flag(n) == owned_spellings[name])
-            result.add(
-                "extra_args", Status.FAIL, f"{name} is the setting {shown(setting)}; set it there, not in extra_args"
-            )
-            return
-        if known[name][1] and not has_inline_value:
+            return (f"SGLang {tree.version} has no flag {name}{hint} ({PARSER}; flags differ between SGLang versions: "
+                    "use one that this SGLang's `python -m sglang.launch_server --help` lists)")  # fmt: skip
+        if name in owner:
+            return f"{name} is the setting {shown(owner[name])}; set it there, not in extra_args"
+        if known[name][1] and "=" not in token:
             if not args or args[0].startswith("--"):
-                result.add("extra_args", Status.FAIL, f"{name} needs a value")
-                return
+                return f"{name} needs a value"
             args.pop(0)
-    refused = [p for g, p in value_problems(given_flags(settings, args, known), tree, known)
-               if g.setting.startswith("extra_args")]  # fmt: skip
-    if refused:
-        result.add("extra_args", Status.FAIL, "; ".join(refused))
-        return
-    result.add("extra_args", Status.OK, " ".join(settings.extra_args))
+    return None

@@ -284,23 +284,13 @@ def render_text(result: ProbeResult) -> str:
     for m in result.methods:
         lines.append(f"  {by_name[m.method].render()}")
         for s in m.call_sites:
-            guard = f"if {s.condition}" if s.condition != "always" else "always"
-            lines.append(f"      {s.location} in {s.function}: {guard}")
-            if s.via:
-                lines.append(f"        reached from {' -> '.join(s.via)}")
-            if s.worker:
-                lines.append(f"        runs when the worker is {s.worker}, chosen if {s.worker_chosen_if}")
+            lines += _call_site_lines(s)
     effects = result.allreduce
     flags = [by_name[flag.flag] for flag in effects.flags]
-    topology = "PCIe" if effects.topology == "pcie" else "NVLink"
-    if effects.topology_assumed:
-        topology += " (assumed: the tuned host's; --topology, or nvidia-smi topo -m on the GPU host, says otherwise)"
-    elif effects.topology_how:
-        topology += f" ({effects.topology_how})"
     lines += [
         "",
         f"All-reduce optimisations on compute capability {effects.compute_capability}, tp {effects.tp_size}, "
-        f"{topology}:",
+        f"{_topology_words(effects)}:",
         *(f"  {f.render()}" for f in flags),
         "",
     ]
@@ -311,3 +301,22 @@ def render_text(result: ProbeResult) -> str:
     if result.class_location is not None and (result.missing or any(f.status is FAIL for f in flags)):
         lines.append(f"  Fix: apply this project's patch set ({result.apply_command}), then probe again.")
     return "\n".join(lines)
+
+
+def _call_site_lines(site: CallSite) -> list[str]:
+    """Where a call site is, under what condition, and the way there (the calls, the worker) when it is not direct."""
+    guard = f"if {site.condition}" if site.condition != "always" else "always"
+    lines = [f"      {site.location} in {site.function}: {guard}"]
+    if site.via:
+        lines.append(f"        reached from {' -> '.join(site.via)}")
+    if site.worker:
+        lines.append(f"        runs when the worker is {site.worker}, chosen if {site.worker_chosen_if}")
+    return lines
+
+
+def _topology_words(effects: allreduce_gates.AllReduceEffects) -> str:
+    """The link the all-reduce judgement assumed or read, and how it was known."""
+    link = "PCIe" if effects.topology == "pcie" else "NVLink"
+    if effects.topology_assumed:
+        return f"{link} (assumed: the tuned host's; --topology, or nvidia-smi topo -m on the GPU host, says otherwise)"
+    return f"{link} ({effects.topology_how})" if effects.topology_how else link

@@ -287,26 +287,26 @@ class Fetcher:
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     f = running.pop(future)
-                    err = future.exception()
-                    if err is None:
-                        finished_bytes += f.size
-                        self.result.downloaded_bytes += f.size - partial[staging_key(f)]
-                        self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.DOWNLOADED))
-                        continue
-                    error = err if isinstance(err, ModelsError) else hub.translate(
-                        err, repo=self.lock.repo, revision=self.lock.commit, path=f.path, token=self.token
-                    )  # fmt: skip
-                    self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.FAILED, error))
-                    if error.kind in hub.FATAL and self.result.error is None:
-                        self.result.error = error  # start nothing more: every other file would fail the same way
+                    finished_bytes += self._finished(f, future.exception(), partial[staging_key(f)])
                 in_flight = sum(hub.partial_bytes(self.staging / staging_key(f)) for f in running.values())
                 waiting = sum(partial[staging_key(f)] for f in queue)
                 progress.set(finished_bytes + in_flight + waiting)
-            for f in queue:
-                self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.NOT_STARTED))
+            self.result.outcomes += [Outcome(f.path, f.size, FileStatus.NOT_STARTED) for f in queue]
         finally:
             progress.close()
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _finished(self, f: LockedFile, err: BaseException | None, resumed: int) -> int:
+        """Records how one download ended; the bytes it finished."""
+        if err is None:
+            self.result.downloaded_bytes += f.size - resumed
+            self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.DOWNLOADED))
+            return f.size
+        error = hub.translate(err, repo=self.lock.repo, revision=self.lock.commit, path=f.path, token=self.token)
+        self.result.outcomes.append(Outcome(f.path, f.size, FileStatus.FAILED, error))
+        if error.kind in hub.FATAL and self.result.error is None:
+            self.result.error = error  # start nothing more: every other file would fail the same way
+        return 0
 
 
 def fetch(

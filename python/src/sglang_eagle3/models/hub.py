@@ -214,10 +214,42 @@ def translate(
     """A huggingface_hub / httpx / requests / OS error as a ModelsError that says what to do."""
     from huggingface_hub import errors as hf
 
-    where = endpoint()
-    what = f"{path} of {repo}" if path else repo
     if isinstance(err, ModelsError):
         return err
+    if isinstance(err, hf.LocalEntryNotFoundError):  # before EntryNotFoundError: it is a subclass
+        # hf_hub_download's request for the file's metadata got no answer: its error is the cause.
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, (hf.OfflineModeIsEnabled, hf.HfHubHTTPError)):
+            return translate(cause, repo=repo, revision=revision, path=path, token=token)
+        return unreachable(cause or err, token)
+    if isinstance(err, (hf.HfHubHTTPError, hf.EntryNotFoundError, hf.OfflineModeIsEnabled)):
+        return _hub_answer(err, repo, revision, path, token)
+    what = f"{path} of {repo}" if path else repo
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ModelsError(
+            "disk_full", f"disk full while writing {err.filename or what}: free space (or move --dir); {run_again()}"
+        )
+    if _not_connected(err):  # before the interrupted downloads: nothing was downloading
+        return unreachable(err, token)
+    if isinstance(err, _transfer_errors()[1]):
+        return ModelsError(
+            "interrupted",
+            f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); "
+            f"{run_again()}",
+        )
+    if isinstance(err, OSError):
+        if "Consistency check failed" in str(err):  # huggingface_hub: received size != announced size
+            return ModelsError("interrupted", f"download of {what} ended early; {run_again()}")
+        target = f" {err.filename}" if err.filename else ""
+        return ModelsError("io_error", f"cannot write{target}: {err.strerror or err}")
+    return ModelsError("hub_error", f"{type(err).__name__} while fetching {what}: {redact(str(err), token)[:300]}")
+
+
+def _hub_answer(err: BaseException, repo: str, revision: str, path: str | None, token: str | None) -> ModelsError:
+    """What the hub's answer (or the client's offline mode) means: an HTTP error, a file the commit lacks."""
+    from huggingface_hub import errors as hf
+
+    where = endpoint()
     if isinstance(err, hf.GatedRepoError):  # before RepositoryNotFoundError: it is a subclass
         return gated(repo, token)
     if isinstance(err, hf.RevisionNotFoundError):
@@ -234,41 +266,16 @@ def translate(
             f"repository {repo} not found on {where}: check the name; if it is private, {access}",
             ExitStatus.BAD_INPUT,
         )
-    if isinstance(err, hf.LocalEntryNotFoundError):  # before EntryNotFoundError: it is a subclass
-        # hf_hub_download's request for the file's metadata got no answer: its error is the cause.
-        cause = err.__cause__ or err.__context__
-        if isinstance(cause, (hf.OfflineModeIsEnabled, hf.HfHubHTTPError)):
-            return translate(cause, repo=repo, revision=revision, path=path, token=token)
-        return unreachable(cause or err, token)
     if isinstance(err, hf.EntryNotFoundError):
         return ModelsError("file_not_found", f"{repo} has no file {path} at {revision}; lock it again")
     if isinstance(err, hf.OfflineModeIsEnabled):
         return ModelsError(
             "offline", "HF_HUB_OFFLINE is set in the environment: unset it to reach the hub", ExitStatus.BAD_INPUT
         )
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ModelsError(
-            "disk_full",
-            f"disk full while writing {err.filename or what}: free space (or move --dir); {run_again()}",
-        )
-    if _not_connected(err):  # before the interrupted downloads: nothing was downloading
-        return unreachable(err, token)
-    if isinstance(err, _transfer_errors()[1]):
-        return ModelsError(
-            "interrupted",
-            f"download of {what} was interrupted ({type(err).__name__}: {redact(str(err), token)[:300]}); "
-            f"{run_again()}",
-        )
-    if isinstance(err, hf.HfHubHTTPError):
-        status = err.response.status_code if err.response is not None else "?"
-        detail = err.server_message or str(err).splitlines()[0]
-        return ModelsError("hub_error", f"{where} answered HTTP {status} for {what}: {redact(detail, token)[:300]}")
-    if isinstance(err, OSError):
-        if "Consistency check failed" in str(err):  # huggingface_hub: received size != announced size
-            return ModelsError("interrupted", f"download of {what} ended early; {run_again()}")
-        target = f" {err.filename}" if err.filename else ""
-        return ModelsError("io_error", f"cannot write{target}: {err.strerror or err}")
-    return ModelsError("hub_error", f"{type(err).__name__} while fetching {what}: {redact(str(err), token)[:300]}")
+    status = err.response.status_code if err.response is not None else "?"
+    detail = err.server_message or str(err).splitlines()[0]
+    what = f"{path} of {repo}" if path else repo
+    return ModelsError("hub_error", f"{where} answered HTTP {status} for {what}: {redact(detail, token)[:300]}")
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -308,50 +315,50 @@ def resolve(repo: str, revision: str, token: str | None, workdir: Path, jobs: in
         info = HfApi().model_info(repo, revision=revision, files_metadata=True, token=token or False)
     except Exception as err:
         raise translate(err, repo=repo, revision=revision, token=token) from None
-    commit, siblings = info.sha, info.siblings
-    if not commit or not re.fullmatch(r"[0-9a-f]{40}", commit) or siblings is None:
-        raise ModelsError("hub_error", f"{endpoint()} returned no commit or file list for {repo}@{revision}")
-    if re.fullmatch(r"[0-9a-f]{40}", revision) and commit != revision:
-        raise ModelsError("hub_error", f"{endpoint()} resolved commit {revision} of {repo} to {commit}")
-    if (info.gated or info.private) and token is None:
-        raise gated(repo, token)
-    for s in siblings:
-        if s.size is None or s.blob_id is None:
-            raise ModelsError("hub_error", f"{endpoint()} gave no size or blob id for {s.rfilename} of {repo}")
+    commit = _check_answer(info, repo, revision, token)
 
-    def small_file(sibling) -> tuple[str, str, int]:
+    def small_file(sibling) -> dict:
         try:
-            local = download_file(repo, commit, sibling.rfilename, workdir, token)
+            local = Path(download_file(repo, commit, sibling.rfilename, workdir, token))
         except Exception as err:
             raise translate(err, repo=repo, revision=commit, path=sibling.rfilename, token=token) from None
-        sha256, blob_id = hashing.sha256_and_git_blob_id(Path(local))
-        size = Path(local).stat().st_size
+        sha256, blob_id = hashing.sha256_and_git_blob_id(local)
+        size = local.stat().st_size
         if blob_id != sibling.blob_id or size != sibling.size:
             raise ModelsError(
                 "mismatch",
                 f"{sibling.rfilename} of {repo}@{commit}: downloaded {size} bytes with git blob id {blob_id}, "
                 f"the hub lists {sibling.size} bytes and {sibling.blob_id}; try again",
             )
-        return sha256, blob_id, size
+        return dict(path=sibling.rfilename, size=size, sha256=sha256, git_blob_id=blob_id, lfs=False)
 
-    in_git = [s for s in siblings if s.lfs is None]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        hashed = dict(zip([s.rfilename for s in in_git], pool.map(small_file, in_git), strict=True))
-    files = []
-    for s in sorted(siblings, key=lambda s: s.rfilename):
-        if s.lfs is not None:
-            files.append(dict(path=s.rfilename, size=s.lfs.size, sha256=s.lfs.sha256, git_blob_id=s.blob_id, lfs=True))
-        else:
-            sha256, blob_id, size = hashed[s.rfilename]
-            files.append(dict(path=s.rfilename, size=size, sha256=sha256, git_blob_id=blob_id, lfs=False))
+        files = list(pool.map(small_file, [s for s in info.siblings if s.lfs is None]))
+    files += [dict(path=s.rfilename, size=s.lfs.size, sha256=s.lfs.sha256, git_blob_id=s.blob_id, lfs=True)
+              for s in info.siblings if s.lfs is not None]  # fmt: skip
     try:
         return ModelLock(
             repo=repo, revision=revision, commit=commit, gated=bool(info.gated), private=bool(info.private),
             locked_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-            total_size=sum(f["size"] for f in files), files=files,
+            total_size=sum(f["size"] for f in files), files=sorted(files, key=lambda f: f["path"]),
         )  # fmt: skip
     except ValidationError as err:  # e.g. a file name that would escape the model directory
         raise ModelsError("hub_error", f"{repo}@{commit} cannot be locked: {describe(err)}") from None
+
+
+def _check_answer(info, repo: str, revision: str, token: str | None) -> str:
+    """The commit of the hub's model_info, checked: the one asked for (if one was), sizes and blob ids, access."""
+    commit = info.sha
+    if not commit or not re.fullmatch(r"[0-9a-f]{40}", commit) or info.siblings is None:
+        raise ModelsError("hub_error", f"{endpoint()} returned no commit or file list for {repo}@{revision}")
+    if re.fullmatch(r"[0-9a-f]{40}", revision) and commit != revision:
+        raise ModelsError("hub_error", f"{endpoint()} resolved commit {revision} of {repo} to {commit}")
+    if (info.gated or info.private) and token is None:
+        raise gated(repo, token)
+    for s in info.siblings:
+        if s.size is None or s.blob_id is None:
+            raise ModelsError("hub_error", f"{endpoint()} gave no size or blob id for {s.rfilename} of {repo}")
+    return commit
 
 
 def _client_dir(local_dir: Path) -> Path:

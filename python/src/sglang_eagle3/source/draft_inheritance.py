@@ -29,8 +29,43 @@ def _where(index: SourceIndex, path: Path, node: ast.AST) -> str:
     return f"{index.rel(path)}:{node.lineno}"
 
 
-def _function(module: ast.Module, name: str) -> ast.FunctionDef | None:
-    return next((n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == name), None)
+def _sources(index: SourceIndex, *rels: str) -> list[Path] | None:
+    """The tree's srt/ files ``rels``; None when one is missing (then the rule is not read)."""
+    paths = [index.tree.srt / rel for rel in rels]
+    return paths if all(path.is_file() for path in paths) else None
+
+
+def _walk(node: ast.AST | None):
+    return ast.walk(node) if node else ()
+
+
+def _function(node: ast.AST | None, name: str) -> ast.FunctionDef | None:
+    return next((n for n in _walk(node) if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _class(nodes, name: str) -> ast.ClassDef | None:
+    return next((n for n in nodes if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _statement(nodes, code: str) -> ast.Assign | None:
+    """The first assignment of ``nodes`` that reads ``code``."""
+    return next((n for n in nodes if isinstance(n, ast.Assign) and ast.unparse(n) == code), None)
+
+
+def _assignment(nodes, target: str) -> ast.Assign | None:
+    return next((n for n in nodes if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == target), None)
+
+
+def _strings_assigned(nodes, target: str) -> list[str] | None:
+    """The strings of the first ``target = [...]`` of ``nodes``."""
+    assigned = _assignment(nodes, target)
+    return _list_of_strings(assigned.value) if assigned else None
+
+
+def _if(node: ast.AST | None, test: str, body: list[str]) -> ast.If | None:
+    """The first ``if test:`` under ``node`` whose body is ``body``."""
+    return next((n for n in _walk(node) if isinstance(n, ast.If) and ast.unparse(n.test) == test
+                 and [ast.unparse(s) for s in n.body] == body), None)  # fmt: skip
 
 
 def _list_of_strings(node: ast.expr | None) -> list[str] | None:
@@ -45,7 +80,7 @@ def inherited_keyword(index: SourceIndex, keyword: str, value: str) -> str | Non
     """file:line where ModelConfig.from_server_args passes ``keyword=value`` to target and draft alike."""
     path = index.tree.srt / "configs" / "model_config.py"
     func = _function(index.module(path), "from_server_args") if path.is_file() else None
-    for node in ast.walk(func) if func else ():
+    for node in _walk(func):
         if isinstance(node, ast.keyword) and node.arg == keyword and ast.unparse(node.value) == value:
             return _where(index, path, node.value)
     return None
@@ -67,23 +102,16 @@ class ContextRule:
 
 def _envs_read(test: ast.expr) -> list[str]:
     """Names X in ``envs.X.get()`` calls of a condition."""
-    return [
-        n.func.value.attr
-        for n in ast.walk(test)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and n.func.attr == "get"
-        and isinstance(n.func.value, ast.Attribute)
-        and ast.unparse(n.func.value.value) == "envs"
-    ]
+    return [n.func.value.attr for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "get" and isinstance(n.func.value, ast.Attribute)
+            and ast.unparse(n.func.value.value) == "envs"]  # fmt: skip
 
 
 def _env_true_values(index: SourceIndex) -> list[str] | None:
     """EnvBool.parse's ``if value in [...]: return True`` (srt/environ.py)."""
     path = index.tree.srt / "environ.py"
-    cls = next((n for n in ast.walk(index.module(path)) if isinstance(n, ast.ClassDef) and n.name == "EnvBool"), None)
-    parse = _function(cls, "parse") if cls else None  # type: ignore[arg-type]
-    for node in ast.walk(parse) if parse else ():
+    parse = _function(_class(ast.walk(index.module(path)), "EnvBool"), "parse")
+    for node in _walk(parse):
         if (
             isinstance(node, ast.If)
             and isinstance(node.test, ast.Compare)
@@ -95,15 +123,11 @@ def _env_true_values(index: SourceIndex) -> list[str] | None:
 
 
 def context_rule(index: SourceIndex) -> ContextRule | None:
-    srt = index.tree.srt
-    worker, config, utils = (srt / "speculative" / "eagle_worker.py", srt / "configs" / "model_config.py",
-                             srt / "utils" / "hf_transformers_utils.py")  # fmt: skip
-    if not (worker.is_file() and config.is_file() and utils.is_file()):
+    files = _sources(index, "speculative/eagle_worker.py", "configs/model_config.py", "utils/hf_transformers_utils.py")
+    if files is None:
         return None
-    override = next(
-        (n for n in ast.walk(index.module(worker)) if isinstance(n, ast.Assign) and ast.unparse(n) == TARGET_CONTEXT),
-        None,
-    )
+    worker, config, utils = files
+    override = _statement(ast.walk(index.module(worker)), TARGET_CONTEXT)
     derive_context = _function(index.module(config), "_derive_context_length")
     refuse, allow_env = None, []
     for stmt, conditions in statements_with_conditions(derive_context.body if derive_context else []):
@@ -113,14 +137,7 @@ def context_rule(index: SourceIndex) -> ContextRule | None:
             allow_env = [name for c in conditions if not c.polarity for name in _envs_read(c.test)]
     module = index.module(utils)
     function = _function(module, "get_context_length")
-    keys = next(
-        (
-            _list_of_strings(n.value)
-            for n in module.body
-            if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "CONTEXT_LENGTH_KEYS"
-        ),
-        None,
-    )
+    keys = _strings_assigned(module.body, "CONTEXT_LENGTH_KEYS")
     if override is None or refuse is None or function is None or not keys:
         return None
     return ContextRule(
@@ -146,12 +163,7 @@ def model_impl_rule(index: SourceIndex) -> ModelImplRule | None:
     config, loader = index.tree.srt / "configs" / "model_config.py", index.tree.srt / "model_loader" / "utils.py"
     if inherit is None or not loader.is_file():
         return None
-    enum = next(n for n in ast.walk(index.module(config)) if isinstance(n, ast.ClassDef) and n.name == "ModelImpl")
-    values = {
-        ast.unparse(s.targets[0]): s.value.value
-        for s in enum.body
-        if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
-    }
+    values = _enum_values(index.module(config), "ModelImpl")
     func = _function(index.module(loader), "get_model_architecture")
     replaced = {}
     for node in ast.walk(func) if func else ():
@@ -179,30 +191,23 @@ class LoadFormatRule:
 def load_format_rule(index: SourceIndex) -> LoadFormatRule | None:
     """The draft's override in the scheduler, and DefaultModelLoader._prepare_weights's
     ``if load_format == LoadFormat.X: allow_patterns = [...]`` chain."""
-    srt = index.tree.srt
-    scheduler, loader, config = (srt / "managers" / "scheduler.py", srt / "model_loader" / "loader.py",
-                                 srt / "configs" / "load_config.py")  # fmt: skip
-    if not (scheduler.is_file() and loader.is_file() and config.is_file()):
+    files = _sources(index, "managers/scheduler.py", "model_loader/loader.py", "configs/load_config.py")
+    if files is None:
         return None
-    override = next(
-        (
-            n
-            for n in ast.walk(index.module(scheduler))
-            if isinstance(n, ast.If)
-            and ast.unparse(n.test) == "self.server_args.speculative_draft_load_format is not None"
-            and any(ast.unparse(s).startswith("self.server_args.load_format = ") for s in n.body)
-        ),
-        None,
-    )
-    patterns, fallback = _allow_patterns(index, loader, _load_formats(index.module(config)))
+    scheduler, loader, config = files
+    override = next((n for n in ast.walk(index.module(scheduler)) if isinstance(n, ast.If)
+                     and ast.unparse(n.test) == "self.server_args.speculative_draft_load_format is not None"
+                     and any(ast.unparse(s).startswith("self.server_args.load_format = ") for s in n.body)),
+                    None)  # fmt: skip
+    patterns, fallback = _allow_patterns(index, loader, _enum_values(index.module(config), "LoadFormat"))
     if override is None or not patterns:
         return None
     return LoadFormatRule(_where(index, scheduler, override), patterns, fallback)
 
 
-def _load_formats(config: ast.Module) -> dict[str, str]:
-    """LoadFormat's members: ``SAFETENSORS`` -> ``"safetensors"``."""
-    enum = next(n for n in ast.walk(config) if isinstance(n, ast.ClassDef) and n.name == "LoadFormat")
+def _enum_values(module: ast.Module, name: str) -> dict[str, str]:
+    """An enum's members: LoadFormat's ``SAFETENSORS`` -> ``"safetensors"``."""
+    enum = next(n for n in ast.walk(module) if isinstance(n, ast.ClassDef) and n.name == name)
     return {
         ast.unparse(s.targets[0]): s.value.value
         for s in enum.body
@@ -215,17 +220,12 @@ def _allow_patterns(
 ) -> tuple[dict[str, tuple[list[str], str]], list[str]]:
     """DefaultModelLoader._prepare_weights: each load format's allow_patterns (with where), and the patterns
     ``if fall_back_to_pt:`` adds."""
-    cls = next((n for n in index.module(loader).body if isinstance(n, ast.ClassDef) and n.name == "DefaultModelLoader"),
-               None)  # fmt: skip
-    prepare = _function(cls, "_prepare_weights") if cls else None  # type: ignore[arg-type]
+    prepare = _function(_class(index.module(loader).body, "DefaultModelLoader"), "_prepare_weights")
     patterns, fallback = {}, []
-    for node in ast.walk(prepare) if prepare else ():
+    for node in _walk(prepare):
         if not isinstance(node, ast.If):
             continue
-        assigned = next(
-            (_list_of_strings(s.value) for s in node.body
-             if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "allow_patterns"), None,
-        )  # fmt: skip
+        assigned = _strings_assigned(node.body, "allow_patterns")
         for test in _or_terms(node.test):
             text = ast.unparse(test)
             if assigned and text.startswith("load_format == LoadFormat.") and text.rsplit(".", 1)[1] in values:
@@ -255,26 +255,15 @@ class OverrideRule:
 
 def override_rule(index: SourceIndex) -> OverrideRule | None:
     inherit = inherited_keyword(index, "model_override_args", "server_args.json_model_override_args")
-    srt = index.tree.srt
-    config, utils, worker = (srt / "configs" / "model_config.py", srt / "utils" / "hf_transformers_utils.py",
-                             srt / "speculative" / "eagle_worker.py")  # fmt: skip
-    if inherit is None or not (utils.is_file() and worker.is_file()):
+    files = _sources(index, "configs/model_config.py", "utils/hf_transformers_utils.py", "speculative/eagle_worker.py")
+    if inherit is None or files is None:
         return None
-    cls = next((n for n in index.module(config).body if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
-    init = _function(cls, "__init__") if cls else None  # type: ignore[arg-type]
-    parse = next(
-        (n for n in ast.walk(init) if isinstance(n, ast.Assign)
-         and ast.unparse(n) == "self.model_override_args = json.loads(model_override_args)"), None,
-    ) if init else None  # fmt: skip
+    config, utils, worker = files
+    init = _function(_class(index.module(config).body, "ModelConfig"), "__init__")
+    parse = _statement(_walk(init), "self.model_override_args = json.loads(model_override_args)")
     get_config = _function(index.module(utils), "get_config")
-    apply = next(
-        (n for n in ast.walk(get_config) if isinstance(n, ast.If) and ast.unparse(n.test) == "model_override_args"
-         and [ast.unparse(s) for s in n.body] == ["config.update(model_override_args)"]), None,
-    ) if get_config else None  # fmt: skip
-    replaced = next(
-        (n for n in ast.walk(index.module(worker)) if isinstance(n, ast.Assign)
-         and ast.unparse(n.targets[0]) == "server_args.json_model_override_args"), None,
-    )  # fmt: skip
+    apply = _if(get_config, "model_override_args", ["config.update(model_override_args)"])
+    replaced = _assignment(ast.walk(index.module(worker)), "server_args.json_model_override_args")
     if parse is None or apply is None:
         return None
     return OverrideRule(
@@ -302,21 +291,15 @@ class ChunkedPrefixRule:
 
 
 def chunked_prefix_rule(index: SourceIndex) -> ChunkedPrefixRule | None:
-    srt = index.tree.srt
-    runner, scheduler = srt / "model_executor" / "model_runner.py", srt / "managers" / "scheduler.py"
-    if not (runner.is_file() and scheduler.is_file()):
+    files = _sources(index, "model_executor/model_runner.py", "managers/scheduler.py")
+    if files is None:
         return None
+    runner, scheduler = files
     module = index.module(runner)
-    supported = next(
-        (_list_of_strings(n.value) for n in module.body if isinstance(n, ast.Assign)
-         and ast.unparse(n.targets[0]) == "CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS"), None,
-    )  # fmt: skip
-    cls = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner"), None)
-    adjust, init = (_function(cls, "model_specific_adjustment"), _function(cls, "__init__")) if cls else (None, None)
-    turn_off = next(
-        (n for n in ast.walk(adjust) if isinstance(n, ast.If) and ast.unparse(n.test) == TURN_OFF_TEST
-         and [ast.unparse(s) for s in n.body] == ["server_args.disable_chunked_prefix_cache = True"]), None,
-    ) if adjust else None  # fmt: skip
+    supported = _strings_assigned(module.body, "CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS")
+    cls = _class(module.body, "ModelRunner")
+    adjust, init = _function(cls, "model_specific_adjustment"), _function(cls, "__init__")
+    turn_off = _if(adjust, TURN_OFF_TEST, ["server_args.disable_chunked_prefix_cache = True"])
     every = next(
         (s for s, conditions in statements_with_conditions(init.body if init else [])
          if not conditions and ast.unparse(s) == "self.model_specific_adjustment()"), None,
@@ -337,9 +320,8 @@ def chunked_prefix_rule(index: SourceIndex) -> ChunkedPrefixRule | None:
 def _model_keeps(index: SourceIndex) -> str | None:
     """Where DeepSeek's MLA attention (Kimi-K2.5's text model) copies the flag into itself when it is built."""
     for path in sorted((index.tree.srt / "models" / "deepseek_common").rglob("*.py")):
-        for node in ast.walk(index.module(path)):
-            if isinstance(node, ast.Assign) and ast.unparse(node) == f"self.disable_chunked_prefix_cache = {FLAG}":
-                return _where(index, path, node)
+        if node := _statement(ast.walk(index.module(path)), f"self.disable_chunked_prefix_cache = {FLAG}"):
+            return _where(index, path, node)
     return None
 
 
@@ -347,35 +329,32 @@ def _backend_reads(index: SourceIndex) -> dict[str, list[tuple[str, bool]]]:
     """Each registered backend's reads of the flag in the classes its factory builds (and their SGLang bases):
     in ``__init__`` (when the backend is built) or in another method (on each forward)."""
     registry = index.tree.srt / "layers" / "attention" / "attention_registry.py"
-    if not registry.is_file():
-        return {}
     found = {}
-    for factory in index.module(registry).body:
+    for factory in index.module(registry).body if registry.is_file() else []:
         name = next(
             (d.args[0].value for d in getattr(factory, "decorator_list", []) if isinstance(d, ast.Call)
              and ast.unparse(d.func) == "register_attention_backend" and d.args
              and isinstance(d.args[0], ast.Constant)), None,
         )  # fmt: skip
-        if name is None:
-            continue
-        imported = {
-            alias.asname or alias.name: node.module
-            for node in ast.walk(factory)
-            if isinstance(node, ast.ImportFrom) and node.module
-            for alias in node.names
-        }
-        classes = []
-        for node in ast.walk(factory):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported:
-                path = index.module_path(imported[node.func.id])
-                resolved = index.resolve_name(path, node.func.id) if path else None
-                if resolved is None:
-                    classes = None  # a class this reader cannot follow: what the backend reads is not known
-                    break
-                classes.append(resolved)
-        if classes:
+        if name is not None and (classes := _built_classes(index, factory)):
             found[name] = sorted(set(_class_reads(index, classes)))
     return found
+
+
+def _built_classes(index: SourceIndex, factory: ast.stmt) -> list[tuple[Path, ast.ClassDef]] | None:
+    """The classes a backend's factory builds (those it imports); None when one cannot be followed: what the
+    backend reads is not known."""
+    imported = {alias.asname or alias.name: node.module for node in ast.walk(factory)
+                if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}  # fmt: skip
+    classes = []
+    for node in ast.walk(factory):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported:
+            path = index.module_path(imported[node.func.id])
+            resolved = index.resolve_name(path, node.func.id) if path else None
+            if resolved is None:
+                return None
+            classes.append(resolved)
+    return classes
 
 
 def _class_reads(index: SourceIndex, classes: list[tuple[Path, ast.ClassDef]], depth: int = 0):

@@ -5,8 +5,8 @@ EAGLE-3 path call on the target model?", "does this class provide them?") by
 reading its source, so it needs no GPU, no torch import and no weights, and it
 stays right when SGLang's code moves. The audits read it the same way: the
 validation sites (validation_sites.py), the secret exits (secret_exits.py), the
-start-up gates of any wheel (startup_gates.py) and the run-time lookups
-(nix/scripts/audit-runtime-lookups.py). What they share lives here, once:
+start-up gates of any wheel and the run-time lookups (the sibling package
+sglang_eagle3_audits). What they share lives here, once:
 
 - parse_source (source/tree.py's): a file parsed, with
   the error its caller names (and no warnings about the tree's own invalid escapes);

@@ -100,46 +100,34 @@ def _local_names(func: ast.FunctionDef, stores: dict[str, int], names: dict[str,
 
 def is_optional(conds: tuple[Condition, ...], receiver: str, method: str) -> bool:
     """A call guarded by ``hasattr(receiver, "method")`` is not a requirement."""
-    for cond in conds:
-        for node in ast.walk(cond.test):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr")
-                and len(node.args) >= 2
-                and ast.unparse(node.args[0]) == receiver
-                and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == method
-            ):
-                return True
-    return False
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+               and len(node.args) >= 2 and ast.unparse(node.args[0]) == receiver
+               and isinstance(node.args[1], ast.Constant) and node.args[1].value == method
+               for cond in conds for node in ast.walk(cond.test))  # fmt: skip
 
 
 def _callee(index: SourceIndex, path: Path, func_node: ast.expr, cls: str | None):
     """The SGLang function a call reaches: a function of this module, one it imports, or ``self.m``."""
     module = index.module(path)
     if isinstance(func_node, ast.Attribute) and isinstance(func_node.value, ast.Name) and func_node.value.id == "self":
-        if cls is None:
-            return None
-        for qualname, func in functions(module):
-            if qualname == f"{cls}.{func_node.attr}":
-                return path, qualname, func, True
-        return None
+        found = _defined(module, f"{cls}.{func_node.attr}") if cls is not None else None
+        return (path, f"{cls}.{func_node.attr}", found, True) if found else None
     if not isinstance(func_node, ast.Name):
         return None
-    for qualname, func in functions(module):
-        if qualname == func_node.id:
-            return path, qualname, func, False
+    if found := _defined(module, func_node.id):
+        return path, func_node.id, found, False
     for node in ast.walk(module):  # imports inside functions too (SGLang defers many)
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
                 if (alias.asname or alias.name) == func_node.id:
                     target = index.module_path(node.module)
-                    if target is None:
-                        return None
-                    found = next((f for q, f in functions(index.module(target)) if q == alias.name), None)
-                    return (target, alias.name, found, False) if found is not None else None
+                    found = _defined(index.module(target), alias.name) if target else None
+                    return (target, alias.name, found, False) if found else None
     return None
+
+
+def _defined(module: ast.Module, qualname: str) -> ast.FunctionDef | None:
+    return next((func for name, func in functions(module) if name == qualname), None)
 
 
 def _bind(func: ast.FunctionDef, call: ast.Call, method: bool, names: dict[str, ast.expr]) -> dict[str, ast.expr]:
@@ -156,6 +144,21 @@ def _bind(func: ast.FunctionDef, call: ast.Call, method: bool, names: dict[str, 
         if kw.arg in keywords:
             bound[kw.arg] = substitute(kw.value, names)
     return bound
+
+
+def _required_when(here, conds, raise_guards: set[int], receiver: str, method: str) -> tuple[Condition, ...]:
+    """The conditions ``here`` of a call the model must answer, but a raise's ``if not hasattr(model, m)``: it turns
+    the AttributeError into another error, it is no condition."""
+    return tuple(new for new, old in zip(here, conds, strict=True)
+                 if id(old.test) not in raise_guards or not is_optional((new,), receiver, method))  # fmt: skip
+
+
+def _handed_to(index: SourceIndex, path: Path, call: ast.Call, names, cls: str | None, is_model, seen: frozenset):
+    """The SGLang function ``call`` hands the model to (as an argument), unless it is on the way already."""
+    if not any(is_model(ast.unparse(substitute(a, names))) for a in [*call.args, *(k.value for k in call.keywords)]):
+        return None
+    found = _callee(index, path, call.func, cls)
+    return None if found is None or (found[0], found[1]) in seen else found
 
 
 def model_calls(
@@ -196,21 +199,11 @@ def model_calls(
                 if is_model(receiver):
                     method = node.func.attr
                     if not is_optional(guards, receiver, method):
-                        # "if not hasattr(model, m): raise" turns the AttributeError into another error: no condition
-                        kept = tuple(
-                            new
-                            for new, old in zip(here, conds, strict=True)
-                            if id(old.test) not in raise_guards or not is_optional((new,), receiver, method)
-                        )
+                        kept = _required_when(here, conds, raise_guards, receiver, method)
                         yield ModelCall(method, path, node.lineno, qualname, _conds + kept, _via)
                     continue
-            if len(_via) >= MAX_DEPTH:
-                continue
-            arguments = [*node.args, *(kw.value for kw in node.keywords)]
-            if not any(is_model(ast.unparse(substitute(a, names))) for a in arguments):
-                continue
-            found = _callee(index, path, node.func, cls)
-            if found is None or (found[0], found[1]) in _seen:
+            found = _handed_to(index, path, node, names, cls, is_model, _seen) if len(_via) < MAX_DEPTH else None
+            if found is None:
                 continue
             callee_path, callee_name, callee, is_method = found
             yield from model_calls(

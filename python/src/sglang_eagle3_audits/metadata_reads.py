@@ -13,7 +13,7 @@ question can get another answer there than where the code was tested. This reads
 The name is followed as constants.Constants follows it (a loop over constants, a module constant, a default
 argument, a simple assignment), and a parameter of a module-level function through every call of that function in
 the wheel (SGLang's ``check_pkg_version_at_least(pkg, ...)`` asks for each ``pkg`` its callers pass). What is not
-resolved is a read with no values: nix/scripts/audit-metadata.py lists it as unresolved.
+resolved is a read with no values: the metadata audit (metadata.py) lists it as unresolved.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import warnings
 from dataclasses import dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
+from sglang_eagle3.source.constants import Constants, import_aliases, resolved_name
 
-from .constants import Constants, import_aliases, resolved_name
+from .closure import Contents, Scanner
 
 DISTRIBUTION_CALLS = {
     f"{module}.{name}": name
@@ -274,3 +275,37 @@ def _default(function: ast.FunctionDef, parameter: str) -> ast.AST | None:
                         strict=True))  # fmt: skip
     defaults.update({a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True) if d})
     return defaults.get(parameter)
+
+
+def provided_modules(names: list[str]) -> list[str]:
+    """The importable modules and packages a wheel's files make (a/b/c.py, a/b/__init__.py, a/b/c.*.so: a, a.b,
+    a.b.c), its metadata directories left out."""
+    found = set()
+    for name in names:
+        parts = name.split("/")
+        if parts[0].endswith((".dist-info", ".data")) or len(parts) == 0:
+            continue
+        last = parts[-1]
+        if last.endswith(".py"):
+            parts[-1] = last.removesuffix(".py")
+        elif last.endswith(".so") and "." in last.removesuffix(".so"):
+            parts[-1] = last.split(".")[0]
+        else:
+            parts = parts[:-1]  # a data file: its directories are (namespace) packages
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        for i in range(1, len(parts) + 1):
+            if all(p.isidentifier() for p in parts[:i]):
+                found.add(".".join(parts[:i]))
+    return sorted(found)
+
+
+def _scan_wheel(contents: Contents) -> dict:
+    """A wheel's reads as records, and the modules it provides."""
+    sources = [(n, contents.text(n)) for n in contents.names if n.endswith(".py")]
+    reads = [{"file": r.file, "line": r.line, "function": r.function, "kind": r.kind, "argument": r.argument,
+              "values": r.values, "via": r.via} for r in wheel_reads(sources)]  # fmt: skip
+    return {"reads": reads, "modules": provided_modules(contents.names)}
+
+
+SCANNER = Scanner("metadata-reads", (__name__,), _scan_wheel)

@@ -1,100 +1,65 @@
-#!/usr/bin/env python3
-"""Record each FlashInfer module SGLang's EAGLE-3 path loads, per forward mode and GPU (flashinfer-calls.json).
+"""Each FlashInfer module SGLang's EAGLE-3 path loads, per forward mode and GPU: flashinfer-calls.json.
 
 For each stack, its own SGLang (the pinned wheel with the stack's patch series applied, as Nix builds it) and its own
-FlashInfer trace the path (nix/scripts/flashinfer-trace.py): once per GPU of nix/flashinfer-trace.json and per draft
-geometry (a draft whose decode runs on tensor cores, one whose decode does not), with the project's own server
-settings. The data says, for each step (prefill, cached prefix, long cached prefix, target verify and its CUDA graph,
-sampling, draft extend, draft decode and their CUDA graphs), which FlashInfer API SGLang called from which line, and
-which module each call loaded; and, for each module, the FlashInfer generator and arguments that make it (what
-nix/scripts/flashinfer-aot.py builds ahead of time) and the GPUs that need it. It also lists each FlashInfer name
-the two attention backends import, and whether a traced step used it (a name no step uses needs a reason in
-nix/stacks/<stack>/flashinfer-call-policy.json).
-
-    python nix/scripts/audit-flashinfer-calls.py [--stack VERSION] [--cache DIR] [--check] [--markdown]
-
-Without --stack, every stack of nix/pins.json; --check compares instead of writing and exits 1 on a difference, a
-step that failed, a module no generator made, or an imported name neither used nor explained.
-Needs: the test environment (torch, triton, SGLang's pure-Python dependencies), GNU patch, and PyPI for a wheel not
-in the cache. Takes a few minutes (each trace builds SGLang's server pieces on the CPU).
+FlashInfer trace the path (nix/scripts/flashinfer-trace.py, a program run in that foreign environment): once per GPU
+of nix/flashinfer-trace.json and per draft geometry (a draft whose decode runs on tensor cores, one whose decode does
+not), with the project's own server settings. The data says, for each step (prefill, cached prefix, long cached
+prefix, target verify and its CUDA graph, sampling, draft extend, draft decode and their CUDA graphs), which
+FlashInfer API SGLang called from which line, and which module each call loaded; and, for each module, the
+FlashInfer generator and arguments that make it (what nix/scripts/flashinfer-aot.py builds ahead of time) and the
+GPUs that need it. It also lists each FlashInfer name the two attention backends import, and whether a traced step
+used it. The stack's flashinfer-call-policy.json names what the trace imports from the stack's lock beside the
+test environment ("libraries"), and the reason for a name no step uses or a step that fails. Needs the test
+environment (torch, triton, SGLang's pure-Python dependencies) and GNU patch; takes a few minutes.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import concurrent.futures
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
-import urllib.error
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python" / "src"))
+from sglang_eagle3 import stacks
+from sglang_eagle3.errors import CheckFailed
+from sglang_eagle3.serving.launch_plan import sglang_args
+from sglang_eagle3.serving.settings import ServerSettings
+from sglang_eagle3.source.tree import SGLangTree, locate
+from sglang_eagle3.trees import patchset
 
-from sglang_eagle3 import stacks  # noqa: E402 - the repository's package, found above
-from sglang_eagle3.serving.launch_plan import sglang_args  # noqa: E402
-from sglang_eagle3.serving.settings import ServerSettings  # noqa: E402
-from sglang_eagle3.source.tree import SGLangTree, locate  # noqa: E402
-from sglang_eagle3.trees import patchset, release  # noqa: E402
+from .base import Audit, Docs
+from .closure import REPO, Closure, progress, read_json
 
-PINS = REPO / "nix" / "pins.json"
 INPUTS = REPO / "nix" / "flashinfer-trace.json"
-TRACE = Path(__file__).with_name("flashinfer-trace.py")
-DATA, POLICY = "flashinfer-calls.json", "flashinfer-call-policy.json"
+TRACE = REPO / "nix" / "scripts" / "flashinfer-trace.py"
+POLICY = "flashinfer-call-policy.json"
 BACKENDS = ("srt/layers/attention/flashinfer_backend.py", "srt/layers/attention/flashinfer_mla_backend.py")
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def stack_versions() -> list[str]:
-    return list(stacks.versions())
-
-
-def data_dir(stack: str) -> Path:
-    return REPO / stacks.stacks()[stack].data
-
-
-# -- the environment of a trace --------------------------------------------------------------------------------
-def patched_tree(stack: str, cache: Path, work: Path) -> Path:
+def patched_tree(closure: Closure, work: Path) -> Path:
     """The stack's SGLang as Nix builds it: the pinned wheel, unpacked, with the stack's series applied."""
-    tree = release.resolve(stack, cache)
-    root = work / f"sglang-{stack}"
+    tree = closure.sglang_tree()
+    root = work / f"sglang-{closure.version}"
     shutil.copytree(tree.package, root / "sglang")
     for dist_info in tree.root.glob("sglang-*.dist-info"):
         shutil.copytree(dist_info, root / dist_info.name)
-    patchset.apply(patchset.PatchSeries.load(version=stack), locate(root))
+    patchset.apply(patchset.PatchSeries.load(version=closure.version), locate(root))
     return root
 
 
-def libraries(stack: str, names: list[str], cache: Path) -> Path:
+def libraries(closure: Closure, names: list[str]) -> Path:
     """`names` from the stack's uv.lock, the wheels for this interpreter, unpacked into one directory (once)."""
-    audit = load_script("audit-wheel-libraries")
-    pins = json.loads(PINS.read_text())["stacks"][stack]
-    lock = tomllib.loads((REPO / pins["workspace"] / "uv.lock").read_text())
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    wheels = []
-    for name in names:
-        package = next((p for p in lock["package"] if p["name"] == name), None)
-        if package is None:
-            raise SystemExit(f"{pins['workspace']}/uv.lock has no {name} (nix/flashinfer-trace.json libraries)")
-        wheel = audit.best_wheel(package, tag)
-        wheels.append(audit.download(wheel["url"], wheel["hash"].removeprefix("sha256:"), cache))
-    target = cache / ("trace-" + "-".join(sorted(w.name.split("-")[0] + w.name.split("-")[1] for w in wheels)))
+    wheels = [closure.wheel(closure.locked(name), tag) for name in names]
+    target = closure.cache / ("trace-" + "-".join(sorted(w.name.split("-")[0] + w.name.split("-")[1] for w in wheels)))
     if not (target / ".complete").is_file():
-        staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=cache))
+        staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=closure.cache))
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(staging)
@@ -133,16 +98,16 @@ def model_configs(inputs: dict, tp: int) -> tuple[dict, dict[str, dict]]:
     return wrapper, drafts
 
 
-def trace(stack: str, cache: Path) -> dict:
-    """Every trace of the stack (GPU x draft), merged into the data."""
-    inputs = json.loads(INPUTS.read_text())
+def trace(closure: Closure, names: list[str]) -> dict:
+    """Every trace of the stack (GPU x draft), merged into the data; ``names``: what it imports from the lock."""
+    inputs = read_json(INPUTS, "what the FlashInfer trace runs on")
     argv, tp = settings_argv(inputs)
     target, drafts = model_configs(inputs, tp)
-    cuda = json.loads(PINS.read_text())["stack"]["cuda"]  # the CUDA every stack is built with
+    cuda = stacks.pins()["stack"]["cuda"]  # the CUDA every stack is built with
     with tempfile.TemporaryDirectory(prefix="flashinfer-calls-") as work:
         work = Path(work)
-        tree = patched_tree(stack, cache, work)
-        site = libraries(stack, inputs["libraries"][stack], cache)
+        tree = patched_tree(closure, work)
+        site = libraries(closure, names)
         jobs = []
         for capability, gpu in inputs["gpus"].items():
             request = {
@@ -162,19 +127,19 @@ def trace(stack: str, cache: Path) -> dict:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
             traced = pool.map(lambda job: run_trace(job[1], env), jobs)
             runs = dict(zip([capability for capability, _ in jobs], traced, strict=True))
-    data = merge(stack, argv, runs)
+    data = merge(closure.version, argv, runs)
     data["traced_on"] = {capability: gpu["name"] for capability, gpu in inputs["gpus"].items()}
     return data
 
 
 def run_trace(request: Path, env: dict) -> dict:
-    print(f"  tracing {request.stem.removeprefix('request-')}", file=sys.stderr, flush=True)
+    progress(f"tracing {request.stem.removeprefix('request-')}")
     result = subprocess.run(
         [sys.executable, str(TRACE), str(request)], capture_output=True, text=True, env=env, timeout=1800
     )
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        raise SystemExit(f"the trace {request.name} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
+        raise CheckFailed(f"the trace {request.name} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
     return json.loads(lines[-1])
 
 
@@ -213,7 +178,8 @@ def merge(stack: str, argv: list[str], runs: dict[str, dict]) -> dict:
             module["needed_on"].add(capability)
             module["steps"].add(step)
     return {
-        "_comment": "Generated by nix/scripts/audit-flashinfer-calls.py (do not edit): the FlashInfer calls of this "
+        "_comment": "Generated by python -m sglang_eagle3_audits --only flashinfer-calls (do not edit): the FlashInfer "
+        "calls of this "
         "stack's SGLang (patched) on the EAGLE-3 path, traced on the CPU for each GPU of nix/flashinfer-trace.json "
         "(a target step once a GPU; a draft step a GPU and draft: mha decodes without tensor cores, gqa with). "
         "calls: 'module | function | FlashInfer API | SGLang line' -> the runs it happened in; '(loaded)' is "
@@ -291,62 +257,39 @@ def problems(data: dict, policy: dict) -> list[str]:
     return found
 
 
-def markdown() -> str:
-    """docs/nix.md's tables of each stack's modules (its flashinfer-modules block)."""
-    out = []
-    for stack in stack_versions():
-        data = json.loads((data_dir(stack) / DATA).read_text())
-        out += [f"SGLang {stack} (FlashInfer {data['flashinfer']}):", "",
-                "| module | GPUs | generator | steps that load it |", "|---|---|---|---|"]  # fmt: skip
-        for name, module in data["modules"].items():
-            generator = module["generator"].split(":")[1]
-            out.append(
-                f"| `{name}` | {', '.join(module['needed_on'])} | `{generator}` | {', '.join(module['steps'])} |"
-            )
-        out.append("")
-    return "\n".join(out).rstrip()
+def table(stack: str, data: dict) -> list[str]:
+    """docs/nix.md's table of a stack's modules (its flashinfer-modules block)."""
+    out = [f"SGLang {stack} (FlashInfer {data['flashinfer']}):", "",
+           "| module | GPUs | generator | steps that load it |", "|---|---|---|---|"]  # fmt: skip
+    for name, module in data["modules"].items():
+        generator = module["generator"].split(":")[1]
+        out.append(f"| `{name}` | {', '.join(module['needed_on'])} | `{generator}` | {', '.join(module['steps'])} |")
+    return [*out, ""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", help="a stack of nix/pins.json (default: every stack)")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sglang-eagle3-wheel-audit")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the data differs or something is unexplained")
-    parser.add_argument("--markdown", action="store_true", help="print docs/nix.md's tables of the data")
-    args = parser.parse_args()
-    if args.markdown:
-        print(markdown())
-        return
-    if args.stack is not None and args.stack not in stack_versions():
-        parser.error(f"no stack {args.stack!r} in nix/pins.json (stacks: {', '.join(stack_versions())})")
-    failed = []
-    for stack in [args.stack] if args.stack else stack_versions():
-        print(f"stack {stack}:", file=sys.stderr)
-        data = trace(stack, args.cache)
-        data["imports"] = {
-            file: {name: used(name, data) for name in names}
-            for file, names in imported_names(release.resolve(stack, args.cache)).items()
-        }
-        output, policy_file = data_dir(stack) / DATA, data_dir(stack) / POLICY
-        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-        if args.check and (not output.is_file() or output.read_text() != text):
-            failed.append(
-                f"{output.relative_to(REPO)} is stale: run {Path(__file__).relative_to(REPO)} --stack {stack}"
-            )
-        elif not args.check:
-            output.write_text(text)
-            print(f"wrote {output.relative_to(REPO)}", file=sys.stderr)
-        policy = json.loads(policy_file.read_text()) if policy_file.is_file() else {}
-        failed += [f"{stack}: {p}" for p in problems(data, policy)]
-        print(
-            f"{output.relative_to(REPO)}: {len(data['steps'])} steps, {len(data['modules'])} modules", file=sys.stderr
-        )
-    if failed:
-        raise SystemExit("not accounted for:\n  " + "\n  ".join(failed))
+class FlashInferCalls(Audit):
+    name = "flashinfer-calls"
+    data = "flashinfer-calls.json"
+    policy = POLICY
+    policy_shape = {"libraries": (list, None), "unused_imports": (dict, str), "failing_steps": (dict, str)}
+    inputs = ("each stack's pinned SGLang wheel with its patch series",
+              "each stack's uv.lock (its FlashInfer, and what the trace imports: flashinfer-call-policy.json)",
+              "nix/flashinfer-trace.json", "the project's server settings", "nix/scripts/flashinfer-trace.py",
+              "each stack's flashinfer-call-policy.json")  # fmt: skip
+    docs = Docs("docs/nix.md", "flashinfer-modules")
+
+    def scan(self, closure: Closure) -> dict:
+        data = trace(closure, self.policy_of(closure)["libraries"])
+        data["imports"] = {file: {name: used(name, data) for name in names}
+                           for file, names in imported_names(closure.sglang_tree()).items()}  # fmt: skip
+        progress(f"{len(data['steps'])} steps, {len(data['modules'])} modules")
+        return data
+
+    def problems(self, data: dict, closure: Closure) -> list[str]:
+        return problems(data, self.policy_of(closure))
+
+    def markdown(self, results: dict[Closure, dict]) -> str:
+        return "\n".join(line for closure, data in results.items() for line in table(closure.version, data)).rstrip()
 
 
-if __name__ == "__main__":
-    try:
-        main()
-    except (OSError, urllib.error.URLError) as err:
-        raise SystemExit(f"audit-flashinfer-calls: {err}") from None
+AUDIT = FlashInferCalls()

@@ -1,0 +1,162 @@
+"""Every rule SGLang enforces on its arguments before it loads: sglang-rules.json of each stack, and
+docs/sglang-rules.md.
+
+SGLang refuses or silently changes settings in three steps before any weights load: its parser, the resolution of
+the parsed arguments, and check_server_args. The pinned wheel of each stack is read with `ast`
+(sglang_eagle3/source/validation_sites.py says exactly what counts, and preflight uses the same reader): every
+`raise` and `assert`, every silent rewrite of a ServerArgs field and every parser `choices=`/`type=` of the
+validation path, keyed by file, function and what it checks (not by line, so a new release's new sites show up as
+new keys; lines are information), with whether the call graph from the validation's entry points reaches it.
+
+The dispositions are hand-written, in each stack's sglang-rule-policy.json: each site is implemented by a preflight
+rule (judging/settings_rules.py's restated rules, or `sglang-own-checks`: SGLang's own validation run by preflight,
+judging/sglang_validation.py), or is not checkable before start-up, for a reason. tests/test_sglang_rules.py proves
+every rule named exists and catches its trigger, and that a site given to SGLang's own run is one that run reaches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sglang_eagle3.judging import settings_rules, sglang_validation
+from sglang_eagle3.source import validation_sites
+from sglang_eagle3.source.validation_sites import key_matches
+
+from .base import COMMAND, Audit, Docs
+from .closure import Closure, progress
+
+RULE, REASON = "rule:", "reason:"
+
+
+def disposition(key: str, policy: dict) -> tuple[str, str] | None:
+    """(pattern, "rule:NAME" or "reason:ID") of a site: the first pattern of the policy that matches its key (as
+    preflight's rules match their sites)."""
+    return next(((p, d) for p, d in policy["dispositions"].items() if key_matches(p, key)), None)
+
+
+def preflight_rules() -> dict[str, tuple[str, ...] | None]:
+    """The rules a disposition may name -> the site patterns each restates (None: SGLang's own run, any site)."""
+    rules: dict[str, tuple[str, ...] | None] = {r.name: r.sites for r in settings_rules.RULES}
+    rules.update({name: sites for name, (_, sites, _) in settings_rules.PARSER_RULES.items()})
+    rules[sglang_validation.RULE] = None
+    return rules
+
+
+def problems(data: dict, policy: dict, rules: dict[str, tuple[str, ...] | None]) -> list[str]:
+    """Everything that keeps the sites from being accounted for; empty when they are."""
+    found, used = [], set()
+    for key, site in data["sites"].items():
+        answer = disposition(key, policy)
+        if answer is None:
+            found.append(f"{key} ({site['where']}): no disposition")
+            continue
+        pattern, value = answer
+        used.add(pattern)
+        if value.startswith(RULE):
+            name = value.removeprefix(RULE)
+            if name not in rules:
+                found.append(f"{key}: rule {name} does not exist (preflight has {', '.join(sorted(rules))})")
+            elif rules[name] is None and site.get("reached") is False:
+                found.append(f"{key} ({site['where']}): given to SGLang's own run, which does not reach it")
+            elif rules[name] is not None and not any(key_matches(p, key) for p in rules[name]):
+                found.append(f"{key}: rule {name} does not restate this site (its sites: {', '.join(rules[name])})")
+        elif not value.startswith(REASON) or value.removeprefix(REASON) not in policy["reasons"]:
+            found.append(f"{key}: disposition {value!r} is neither rule:NAME nor reason:ID of the policy's reasons")
+    found += [f"pattern {p!r} disposes of no site" for p in policy["dispositions"] if p not in used]
+    named = {v.removeprefix(REASON) for v in policy["dispositions"].values() if v.startswith(REASON)}
+    found += [f"reason {r} is not used" for r in policy["reasons"] if r not in named]
+    found += [f"reason {r} too short to say why: {t!r}" for r, t in policy["reasons"].items() if len(t) <= 60]
+    return found
+
+
+def counts(data: dict, policy: dict) -> Counter:
+    """(kind, disposition) -> number of sites."""
+    return Counter((s["kind"], (disposition(k, policy) or (None, "none"))[1]) for k, s in data["sites"].items())
+
+
+class SGLangRules(Audit):
+    name = "sglang-rules"
+    data = "sglang-rules.json"
+    policy = "sglang-rule-policy.json"
+    policy_shape = {"dispositions": (dict, str), "reasons": (dict, str)}
+    inputs = ("each stack's pinned SGLang wheel", "each stack's sglang-rule-policy.json")
+    docs = Docs("docs/sglang-rules.md")
+
+    def scan(self, closure: Closure) -> dict:
+        pin = closure.stack.pin
+        tree = closure.sglang_tree()
+        found = validation_sites.sites(tree)
+        progress(f"{len(found)} sites")
+        return {
+            "_comment": " ".join(
+                [
+                    "GENERATED by python -m sglang_eagle3_audits --only sglang-rules",
+                    "from the pinned SGLang wheel; do not edit. Every",
+                    "raise, assert, silent rewrite (set FIELD) and parser choices/type of SGLang's argument",
+                    "validation,",
+                    "keyed file::function::what (lines are information); reached: false where the call graph from the",
+                    "validation's entry points does not reach it. The dispositions are in sglang-rule-policy.json.",
+                    "unresolved: where the functions read set something named by an expression the reader cannot",
+                    "resolve to constants (loops over constants, module constants, default arguments and simple",
+                    "assignments are followed): listed, never left out.",
+                ]
+            ),
+            "sglang": {"version": pin["version"], "wheel": pin["wheel"], "sha256": pin["sha256"]},
+            "sites": {s.key: s.to_dict() for s in found},
+            "unresolved": validation_sites.unresolved(tree),
+        }
+
+    def problems(self, data: dict, closure: Closure) -> list[str]:
+        return problems(data, self.policy_of(closure), preflight_rules())
+
+    def markdown(self, results: dict[Closure, dict]) -> str:
+        """docs/sglang-rules.md: the counts per stack and disposition, and every site not checkable, by reason."""
+        lines = [
+            "# SGLang's argument rules, and which preflight checks",
+            "",
+            f"GENERATED by `{COMMAND} --only sglang-rules` from each stack's `sglang-rules.json` (the sites,",
+            "read from the pinned wheel) and `sglang-rule-policy.json` (the dispositions); do not edit.",
+            "`tests/test_sglang_rules.py` fails when a site has no disposition, when a rule named does not exist or",
+            "no longer catches its trigger, and when a release adds a site. How preflight uses the rules:",
+            '[serve.md, "SGLang\'s own rules"](serve.md#sglangs-own-rules).',
+            "",
+            "Dispositions: `rule:sglang-own-checks` is SGLang's own parser, resolution and `check_server_args`, run by",
+            "preflight on the server's argv (needs SGLang importable and the model's config.json on the host);",
+            "`rule:choices`, `rule:types` and the other `rule:` names are restated in",
+            "`python/src/sglang_eagle3/judging/settings_rules.py` and run without SGLang; `reason:` sites are not",
+            "checkable before start-up, for the reason given.",
+            "",
+        ]
+        for closure, data in results.items():
+            policy = self.policy_of(closure)
+            tally = counts(data, policy)
+            kinds = sorted({k for k, _ in tally})
+            columns = sorted({d for _, d in tally})
+            lines += [
+                f"## SGLang {closure.version}",
+                "",
+                f"{len(data['sites'])} sites in `{data['sglang']['wheel']}`.",
+                "",
+            ]
+            lines += ["| disposition | " + " | ".join(kinds) + " | all |", "|---|" + "---|" * (len(kinds) + 1)]
+            for column in columns:
+                row = [tally[(k, column)] for k in kinds]
+                lines.append(f"| `{column}` | " + " | ".join(str(n) for n in row) + f" | {sum(row)} |")
+            lines += [
+                "",
+                f"{len(data.get('unresolved', []))} places set something named by an expression the audit cannot "
+                "resolve (`unresolved` in the data).",
+                "",
+                "Not checkable before start-up:",
+                "",
+            ]
+            for reason, text in policy["reasons"].items():
+                keys = [k for k in data["sites"] if (disposition(k, policy) or (None, ""))[1] == REASON + reason]
+                where = sorted({data["sites"][k]["where"].split(":")[0] + "::" + data["sites"][k]["function"]
+                                for k in keys})  # fmt: skip
+                lines += [f"- `{reason}` ({len(keys)} sites): {text}", f"  In: {', '.join(f'`{w}`' for w in where)}"]
+            lines.append("")
+        return "\n".join(lines)
+
+
+AUDIT = SGLangRules()
