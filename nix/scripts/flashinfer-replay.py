@@ -192,12 +192,18 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
         check("MLA paged ckv 512 kpe 64, causal", mla_run(w, k_buf, q, q_rope),
               mla_reference(k_buf, slots, q, q_rope, q_lens, kv_lens, mla_scale))  # fmt: skip
     elif step == "target.prefill.long_cached_prefix":
-        # The MLA wrapper is planned as for any extend; the chunked-prefix path then runs the ragged kernel with LSE.
+        # The MLA wrapper is planned as for any extend; the chunked-prefix (MHA) path then runs the ragged kernel
+        # over the whole sequence, the cached prefix and the new tokens (the trace's one-shot forward, no chunk
+        # wrappers, no merge), with LSE only where the trace has forward_return_lse.
         q_lens, kv_lens = [5, 17], [42, 147]
         k_buf, slots, q, q_rope = mla_inputs(q_lens, kv_lens)
         mla_plan(mla_wrapper(), q_lens, kv_lens, slots)
-        (got, lse), want, want_lse = ragged_target([5, 17], [5, 17], True, True)
-        check("ragged prefill with LSE, causal", got, want, lse, want_lse)
+        if "BatchPrefillWithRaggedKVCacheWrapper.forward_return_lse" in apis:
+            (got, lse), want, want_lse = ragged_target(q_lens, kv_lens, True, True)
+            check("ragged prefill over prefix and new tokens with LSE, causal", got, want, lse, want_lse)
+        else:
+            got, want, _ = ragged_target(q_lens, kv_lens, True, False)
+            check("ragged prefill over prefix and new tokens, causal", got, want)
     elif step == "target.verify.cuda_graph":
         q_lens = [4, 4]
         k_buf, slots, q, q_rope = mla_inputs(q_lens, [61, 203])
@@ -216,12 +222,17 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
         check("MLA paged, CUDA graph replayed with a new plan", out,
               mla_reference(k_buf, slots, q, q_rope, q_lens, kv_lens, mla_scale))  # fmt: skip
     elif step == "target.sample":
+        # As sampler.py calls it: per-request int32 top-k and float32 top-p tensors, filter_apply_order="joint"
+        # (the default "top_k_first" runs other kernels: top_k_renorm_probs then top_p sampling, or top-k's own
+        # module for a scalar k over a large vocabulary).
         probs = torch.softmax(torch.randn(4, 1000, device=dev) * 3, -1)
         ones = torch.ones(4, dtype=torch.int32, device=dev)
-        greedy = flashinfer.sampling.top_k_top_p_sampling_from_probs(probs, ones, ones.float())
+        sample = flashinfer.sampling.top_k_top_p_sampling_from_probs
+        greedy = sample(probs, ones, ones.float(), filter_apply_order="joint")
         checks.append({"check": "top-k 1 samples the argmax", "ok": bool((greedy.long() == probs.argmax(-1)).all())})
         top_k, top_p = 20, 0.8
-        drawn = flashinfer.sampling.top_k_top_p_sampling_from_probs(probs, top_k, top_p)
+        top_ks, top_ps = torch.full_like(ones, top_k), torch.full_like(ones.float(), top_p)
+        drawn = sample(probs, top_ks, top_ps, filter_apply_order="joint")
         order = probs.sort(-1, descending=True)
         keep = (order.values.cumsum(-1) - order.values) < top_p
         keep[:, top_k:] = False
