@@ -85,6 +85,16 @@ def test_cache_aware_keeps_each_conversation_on_one_worker(tmp_path, policy):
 
     async def traffic(url, workers):
         async with aiohttp.ClientSession() as session:
+            # The router lists a worker as healthy (the fixture waits for that) a moment before its
+            # cache-aware tree routes to it: in a fresh-clone CI run one worker of three got none of 27
+            # requests. Short distinct prompts, one at a time, until every worker has answered one (30 of
+            # them weigh less in a tree than one conversation, so the first turns below still spread).
+            for n in range(30):
+                if {name for name in served_by(workers).values()} == {w.name for w in workers}:
+                    break
+                assert (await generate(session, url, f"{n:02d} warm-up"))[1] is None  # no shared prefix
+            else:
+                raise AssertionError(f"30 new prefixes reached only {sorted(set(served_by(workers).values()))}")
             # The first turns overlap, each sent once the one before is being served: three new
             # prefixes (no match in the router's tree) and one more busy worker each time, so
             # cache aware gives each to an idle worker. Each is sent once the workers show the one
