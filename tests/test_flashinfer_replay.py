@@ -4,7 +4,9 @@
   holds a FlashInfer call for, each with the modules the trace names, and each has a replay;
 - a step the trace grows with no replay fails the run (exit 1) naming it; bad input exits 2 with the fix;
 - a step passes only when its outputs match and it mapped exactly the traced modules, all prebuilt.
-The replays themselves need a CUDA GPU and the stack's FlashInfer; docs/gpu-host.md (k) has what they printed.
+The replays themselves need a CUDA GPU and the stack's FlashInfer; docs/gpu-host.md (j) has what they printed, and
+docs/gpu-host-figures.json `flashinfer_replay_sm90` each run's result: it must still be the trace's plan, so a trace
+that changes (a new SGLang, a new geometry) fails here until the GPU proof is run again.
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ def test_the_plan_is_every_traced_run_with_its_modules(stack):
         assert listed == expected
         # the draft runs on both geometries, the target once
         assert {g for (s, g) in listed if s.startswith("draft.")} == {"mha", "gqa"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_recorded_gpu_replay_is_the_current_traces_plan_and_passed(stack):
+    recorded = json.loads((REPO / "docs" / "gpu-host-figures.json").read_text())["flashinfer_replay_sm90"][stack]
+    assert recorded["capability"] == "9.0" and recorded["jit"] is False
+    assert recorded["flashinfer"] == trace(stack)["flashinfer"]
+    runs = traced_runs(trace(stack), "9.0")
+    expected = {f"{step} [{geometry}]": modules for (step, geometry), modules in runs.items()}
+    assert set(recorded["runs"]) == set(expected), "the trace moved on: run nix/scripts/flashinfer-gpu-proof.sh again"
+    for run, result in recorded["runs"].items():
+        assert result["ok"], run
+        # every module came from the prebuilt set, and they are exactly the ones the trace names
+        assert all(m.endswith(" (aot)") for m in result["mapped"]), run
+        assert {m.removesuffix(" (aot)") for m in result["mapped"]} == expected[run], run
+    assert len({m for r in recorded["runs"].values() for m in r["mapped"]}) == recorded["modules_built"]
 
 
 def test_a_traced_step_without_a_replay_fails_and_is_named(tmp_path):

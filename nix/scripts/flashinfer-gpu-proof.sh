@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU half of the prebuilt FlashInfer set (docs/gpu-host.md (k)), on a GPU host with nvcc, ninja and torch:
+# The GPU half of the prebuilt FlashInfer set (docs/gpu-host.md (j)), on a GPU host with nvcc, ninja and torch:
 #
 #   nix/scripts/flashinfer-gpu-proof.sh STACK SITE OUT [PHASES] [BUDGET_SECONDS]
 #
