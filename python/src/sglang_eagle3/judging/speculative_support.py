@@ -2,19 +2,12 @@
 target, whether its class provides them, and the all-reduce requests on this GPU. ``sglang-eagle3 probe``
 (commands/probe.py) prints it; preflight judges it as its ``probe`` finding.
 
-It answers in well under a second, with no GPU and no weights, by reading SGLang's
-source:
-
-1. Call sites. Every call that the speculative path makes on the *target* model
-   (``...target_worker.model_runner.model.m()`` in srt/speculative/, and
-   ``self.model.m()`` / ``self.model_runner.model.m()`` in srt/model_executor/ when
-   guarded by a speculative condition), with file:line and the condition under which
-   it runs, for the chosen algorithm.
-2. The target class. Whether the architecture's class provides each method: defined
-   in the class, inherited, or forwarded to an inner model that has it.
-3. All-reduce optimisations on the given compute capability (see allreduce_gates).
-4. With a draft model: the draft checks (see draft_check), which the caller adds to the result (draft_check
-   reads patch check's outcomes, and patch check this module's defaults).
+It answers in well under a second, with no GPU and no weights, by reading SGLang's source: every call the
+speculative path makes on the *target* model (in srt/speculative/, and in srt/model_executor/ when guarded by a
+speculative condition) with the condition under which it runs; whether the architecture's class provides each
+method (defined, inherited, or forwarded to an inner model); the all-reduce optimisations on the given compute
+capability (allreduce_gates); and with a draft model, the draft checks (draft_check), which the caller adds (draft_check
+reads patch check's outcomes, and patch check this module's defaults).
 """
 
 from __future__ import annotations

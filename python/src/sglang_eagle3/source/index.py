@@ -1,21 +1,11 @@
 """Read SGLang's Python source as syntax trees: the one parser and call resolver every reader of it uses.
 
-The probe answers questions about an SGLang install ("which methods does the
-EAGLE-3 path call on the target model?", "does this class provide them?") by
-reading its source, so it needs no GPU, no torch import and no weights, and it
-stays right when SGLang's code moves. The audits read it the same way: the
-validation sites (validation_sites.py), the secret exits (secret_exits.py), the
-start-up gates of any wheel and the run-time lookups (the sibling package
-sglang_eagle3_audits). What they share lives here, once:
-
-- parse_source (source/tree.py's): a file parsed, with
-  the error its caller names (and no warnings about the tree's own invalid escapes);
-- own_nodes, dotted_name, import_aliases, resolved_name, Constants (source/constants.py's): the code of one
-  scope, what a name means through a module's imports, the constants it can hold;
-- SourceIndex: a tree's modules parsed once each, their functions and classes, and the
-  function(s) a call calls: by its imports and classes where that can be told statically
-  (``called``), or by the function's name alone where it is defined once in the tree
-  (``defined_once``: the secret-exit scan, which must follow a call whatever its receiver);
+The probe answers questions about an SGLang install ("which methods does the EAGLE-3 path call on the target
+model?", "does this class provide them?") by reading its source, so it needs no GPU, no torch import and no weights,
+and it stays right when SGLang's code moves. The audits (validation_sites.py, secret_exits.py, and the sibling
+package sglang_eagle3_audits) read it the same way. SourceIndex resolves a call by its imports and classes where that
+can be told statically (``called``), or by the function's name alone where it is defined once in the tree
+(``defined_once``: the secret-exit scan, which must follow a call whatever its receiver).
 """
 
 from __future__ import annotations
