@@ -45,7 +45,7 @@ def _sites(tree: SGLangTree, _stamp: int) -> tuple[validation_sites.Site, ...]:
 def tree_sites(tree: SGLangTree) -> tuple[validation_sites.Site, ...]:
     """The sites of the tree's validation files (every rule restated here is one of them, and the parser's), read
     once per tree (again if its server_args.py changes)."""
-    return _sites(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
+    return _sites(tree, validation_sites.server_args_stamp(tree))
 
 
 # -- what the settings give SGLang ---------------------------------------------------------------------------------

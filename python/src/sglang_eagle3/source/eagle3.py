@@ -127,7 +127,8 @@ def _read_init(facts: DraftClassFacts, cls: ast.ClassDef, rel: str) -> None:
         tie = [c.polarity for c in conditions if _attribute_chain(c.test).endswith(".tie_word_embeddings")]
         guarded = "draft_vocab_size" in _hasattr_fields(conditions)
         for node in own_expressions(stmt):
-            if _loads(node, "draft_vocab_size") and not guarded:
+            loads = isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+            if loads and node.attr == "draft_vocab_size" and not guarded:
                 facts.draft_vocab_reads.append((f"{rel}:{node.lineno}", tie[-1] if tie else None))
 
 
@@ -139,10 +140,6 @@ def _is_layer_count_test(test: ast.expr | None) -> bool:
         and isinstance(test.ops[0], ast.NotEq)
         and isinstance(test.comparators[0], ast.Constant)
     )
-
-
-def _loads(node: ast.AST, attr: str) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr == attr
 
 
 def _read_fc(facts: DraftClassFacts, module: ast.Module, rel: str) -> str | None:
