@@ -158,12 +158,8 @@ class PatchSeries:
 
 def read_series(series_file: Path) -> list[str]:
     """Patch file names in order: one per line, '#' starts a comment (quilt's format)."""
-    names = []
-    for line in series_file.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line)
-    return names
+    names = [line.split("#", 1)[0].strip() for line in series_file.read_text().splitlines()]
+    return [name for name in names if name]
 
 
 def series_version(directory: Path) -> str | None:
@@ -226,29 +222,22 @@ def _run_patch(patch: Patch, directory: Path, *extra: str) -> subprocess.Complet
     )
 
 
-def _status(patch: Patch, directory: Path) -> PatchStatus:
-    if _run_patch(patch, directory, "--dry-run", "--reverse").returncode == 0:
+def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
+    """The state of one patch against the tree as it is (no version check)."""
+    if _run_patch(patch, tree.root, "--dry-run", "--reverse").returncode == 0:
         return PatchStatus(patch, PatchState.APPLIED)
-    forward = _run_patch(patch, directory, "--dry-run")
+    forward = _run_patch(patch, tree.root, "--dry-run")
     if forward.returncode == 0:
         return PatchStatus(patch, PatchState.NOT_APPLIED)
     return PatchStatus(patch, PatchState.CONFLICT, (forward.stdout + forward.stderr).strip())
 
 
-def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
-    """The state of one patch against the tree as it is (no version check)."""
-    return _status(patch, tree.root)
-
-
 def check_version(series: PatchSeries, tree: SGLangTree) -> None:
     if tree.version != series.sglang_version:
         found = tree.version or "an unknown version"
-        raise WrongVersion(
-            f"{tree.package} is SGLang {found}, but this patch set is for SGLang "
-            f"{series.sglang_version}; install sglang=={series.sglang_version} there "
-            "or point --sglang at an SGLang "
-            f"{series.sglang_version} tree"
-        )
+        want = series.sglang_version
+        raise WrongVersion(f"{tree.package} is SGLang {found}, but this patch set is for SGLang {want}; install "
+                           f"sglang=={want} there or point --sglang at an SGLang {want} tree")  # fmt: skip
 
 
 def apply_command(tree: SGLangTree) -> str:
@@ -276,7 +265,7 @@ def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
             f"install. Reinstall it (pip install --force-reinstall --no-deps sglang=={series.sglang_version}) or "
             "point --sglang at the directory that holds the whole sglang/ package"
         )
-    return [_status(patch, tree.root) for patch in series.patches]
+    return [status(patch, tree) for patch in series.patches]
 
 
 @dataclass(frozen=True)

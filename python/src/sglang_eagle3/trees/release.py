@@ -108,14 +108,8 @@ pins = stacks.pins  # nix/pins.json (sglang_eagle3.stacks reads it, the wheel's 
 
 def release_pin(version: str) -> dict | None:
     """nix/pins.json's entry for SGLang ``version`` (its wheel file name and sha256), or None if it is not pinned."""
-    return next(
-        (
-            pin for pin in pins().values()
-            if isinstance(pin, dict) and pin.get("version") == version
-            and str(pin.get("wheel", "")).startswith(f"sglang-{version}-")
-        ),
-        None,
-    )  # fmt: skip
+    return next((pin for pin in pins().values() if isinstance(pin, dict) and pin.get("version") == version
+                 and str(pin.get("wheel", "")).startswith(f"sglang-{version}-")), None)  # fmt: skip
 
 
 # -- fetching and unpacking -----------------------------------------------------------------------------
