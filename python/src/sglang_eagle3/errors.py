@@ -1,15 +1,9 @@
 """The one base of every failure a command reports, and the one place that reports it.
 
-A command ends in one of two ways:
-
-- it prints its report (a probe, a verification, the A/B gate) and exits with the
-  verdict's status (``ExitStatus.OK`` or ``ExitStatus.CHECK_FAILED``); or
-- it raises an ``Eagle3Error``: a message that says what is wrong and what to do, and the
-  ``ExitStatus`` it means. ``report`` prints it; the ``sglang-eagle3`` group
-  (cli_common.TopLevelGroup) and the entry points that are not click commands
-  (``sglang-eagle3-router``, the server's ``sglang_main``) exit with its status.
-
-Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
+A command either prints its report and exits with the verdict's status (OK or CHECK_FAILED), or raises an
+``Eagle3Error``: a message that says what is wrong and what to do, and the ``ExitStatus`` it means, which the
+``sglang-eagle3`` group and the entry points that are not click commands report and exit with. Anything else that
+escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 """
 
 from __future__ import annotations
@@ -61,12 +55,8 @@ def shown_path(path: object) -> str:
 
 
 class Eagle3Error(Exception):
-    """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means.
-
-    Subclasses set their status as a class attribute; an instance may override it
-    (``ModelsError(kind, message, ExitStatus.BAD_INPUT)``). Only an ``ExitStatus`` is
-    accepted, never a bare number.
-    """
+    """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means (a class
+    attribute; an instance may override it, with an ``ExitStatus`` only, never a bare number)."""
 
     status: ExitStatus = ExitStatus.CHECK_FAILED
 

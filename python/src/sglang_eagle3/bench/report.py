@@ -340,11 +340,9 @@ def single_stream_median(records: list[dict], what: str) -> float:
 
 def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None,
             labels: tuple[str, str] = GATE_LABELS) -> GateReport:  # fmt: skip
-    """Gate side B (by default EAGLE-3) against side A (the baseline): B / A >= threshold, B >= floor.
-
-    Speculation is judged on every side whose requests or server report an accept length, so an
-    A/B of two speculative stacks fails when either one's speculation is not running.
-    """
+    """Gate side B (by default EAGLE-3) against side A (the baseline): B / A >= threshold, B >= floor. Speculation
+    is judged on every side whose requests or server report an accept length, so an A/B of two speculative stacks
+    fails when either one's speculation is not running."""
     a, b = labels
     base = single_stream_median(baseline, "the baseline" if labels == GATE_LABELS else a)
     spec = single_stream_median(eagle3, "the EAGLE-3 run" if labels == GATE_LABELS else b)

@@ -1,19 +1,11 @@
 """Preflight: everything that can be checked in seconds before SGLang spends minutes loading.
 
-One way through it, ``preflight()``, for `serve` (and its dry run) and `bench sweep`; each step once, each call
-going down the layers:
-
-    plan      serving/launch_plan.build: the SGLang arguments and environment the server gets; the key files are
-              checked there (one that cannot be used is bad input, exit 2: said before a release is fetched)
-    resolve   trees/release.find: the SGLang tree --sglang names, else the one this Python imports
-    judge     every check of CHECKS on one Launch (the settings, the plan, the tree; bench sweep's drafts)
-    report    judged_plan.JudgedPlan: the plan, the findings, the SGLang judged and the one the plan runs
-
-Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
-not be active) or FAIL (would not start, or would crash after the load). Failures say what
-is wrong and how to fix it. The checks live by concern: the host's GPUs and port (host/), the settings against
-the tree's own rules (settings_rules), the draft's settings (draft_settings), SGLang's own validation
-(sglang_validation); the models and the probe are judged here.
+One way through it, ``preflight()``, for `serve` (and its dry run) and `bench sweep`: the launch plan
+(serving/launch_plan; an unusable key file is bad input, exit 2, said before a release is fetched), the SGLang tree
+(trees/release.find), every check of CHECKS on one Launch, and the judged plan (judged_plan.JudgedPlan). Each check
+ends in a finding; failures say what is wrong and how to fix it. The checks live by concern: the host (host/), the
+settings against the tree's own rules (settings_rules), the draft's settings (draft_settings), SGLang's own
+validation (sglang_validation); the models and the probe are judged here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The settings against the SGLang tree that will run them, by rules restated from its source.
 
 Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
-its parser takes (``choices=``, ``type=``), extra_args included, and every variable's text one its environ.py
-reads (judging/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
-resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
-importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
-(sglang_validation.py): it catches what nobody restated. The rule audit (sglang_eagle3_audits/sglang_rules.py,
-tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
-to the reason it cannot be checked before start-up.
+its parser takes, extra_args included, and every variable's text one its environ.py reads (environ_values.py runs
+the tree's own parse()); and the combinations SGLang refuses while it resolves its arguments, restated in RULES,
+each quoting the file:line of the tree's own check. These run without importing SGLang; where it can be imported,
+preflight also runs SGLang's own validation (sglang_validation.py), which catches what nobody restated. The rule
+audit (sglang_eagle3_audits/sglang_rules.py) maps every validation site of each pinned tree to one of these rules,
+to that run, or to the reason it cannot be checked before start-up.
 """
 
 from __future__ import annotations

@@ -11,12 +11,7 @@ from ..exit_status import ExitStatus
 
 
 class ModelsError(Eagle3Error):
-    """A failure with a message that says what is wrong and what to do.
-
-    ``kind`` names the failure for ``--json`` output; ``status`` is ExitStatus.BAD_INPUT for
-    bad input (malformed lock, unknown repo or revision, a token that is missing) and
-    ExitStatus.CHECK_FAILED (the default) when a check or a download failed.
-    """
+    """A failure with a message that says what is wrong and what to do; ``kind`` names it for ``--json`` output."""
 
     def __init__(self, kind: str, message: str, status: ExitStatus | None = None):
         super().__init__(message, status)

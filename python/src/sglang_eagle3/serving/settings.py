@@ -352,19 +352,14 @@ def field_env(name: str) -> str | None:
 
 
 def field_origin(name: str) -> tuple[str, str | None]:
-    """(the SGLang version a setting is written for, where it is in that version's source if not the default's).
-
-    SGLang's flags and variables differ between versions; preflight reads the installed tree's parser and
-    environ.py and refuses a setting it lacks, naming this version (tests check it against the real wheels).
-    """
+    """(the SGLang version a setting is written for, where it is in that version's source if not the default's):
+    preflight names it when the installed tree lacks the setting."""
     return _extra(name).get("sglangVersion", stacks.default().version), _extra(name).get("sglangWhere")
 
 
 def _parse_value(name: str, raw: str) -> Any:
-    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text.
-
-    A text setting keeps its text: `served_model_name=1234` is the name "1234".
-    """
+    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text; a text setting
+    keeps its text (`served_model_name=1234` is the name "1234")."""
     try:
         value = loads_json(raw)
     except ValueError:  # not JSON, or a number of more than Python's 4,300 digits: text, which the field judges

@@ -1,13 +1,6 @@
-"""What SGLang will do with the all-reduce optimisations on a given GPU generation.
-
-Read from the installed source, so a patched tree and a pristine one give different
-answers:
-
-- ``--enable-torch-symm-mem``: TorchSymmMemCommunicator looks the compute capability
-  major up in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (all_reduce_utils.py) and
-  _WORLD_SIZES_MULTIMEM (torch_symm_mem.py). A missing key is a KeyError at start-up.
-- ``--enable-flashinfer-allreduce-fusion``: allreduce_fusion.py.
-- ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``: the PCIe-IPC all-reduce, where this SGLang has it.
+"""What SGLang will do with the all-reduce optimisations on a given GPU generation, read from the installed source,
+so a patched tree and a pristine one give different answers: torch symmetric memory (a capability major missing
+from its tables is a KeyError at start-up), FlashInfer's fusion (allreduce_fusion.py) and the PCIe-IPC all-reduce.
 """
 
 from __future__ import annotations

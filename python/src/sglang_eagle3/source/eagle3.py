@@ -1,12 +1,6 @@
-"""What an SGLang tree's own source says about EAGLE drafts, read without importing it.
-
-- Which architectures it registers as drafts for an algorithm (the ``EntryClass`` of
-  srt/models/*eagle3*.py for EAGLE3, *eagle*.py for EAGLE).
-- What a draft class requires of its config: the number of layers it accepts, how
-  many target hidden states its ``fc`` takes and which config field gives their width,
-  whether it reads ``draft_vocab_size`` unguarded.
-- Where ``set_eagle3_layers_to_capture`` is (find_method); which layers it captures is
-  judging/capture_rule.py's, which runs it.
+"""What an SGLang tree's own source says about EAGLE drafts, read without importing it: which architectures it
+registers as drafts for an algorithm, what a draft class requires of its config, and where
+``set_eagle3_layers_to_capture`` is (which layers it captures is judging/capture_rule.py's, which runs it).
 """
 
 from __future__ import annotations

@@ -489,13 +489,10 @@ def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
 
 
 def scan_report(root: Path, secrets: Iterable[str]) -> tuple[list[Exit], list[dict]]:
-    """(every exit of the SGLang tree at ``root``, for the given secret field names; each place that reads or sets
-    a field of the server args by a name the scan cannot resolve to constants: where, function, the expression).
-
-    A scan of 0.5.23 takes most of a minute; its result is kept in $XDG_CACHE_HOME/sglang-eagle3/secret-exits, under
-    a hash of every source file, the secret names and the modules that read them (this one, the parser's, the name
-    following's, ServerArgs' fields'); a cache only: when it cannot be read or written, the scan runs.
-    """
+    """(every exit of the tree at ``root`` for the given secret field names, each read or set of a field by a name
+    not resolved to constants). A scan of 0.5.23 takes most of a minute: the result is cached in $XDG_CACHE_HOME
+    under a hash of every source file, the secret names and the modules that read them; when the cache cannot be
+    used, the scan runs."""
     scan = _Scan(root, set(secrets))
     digest = hashlib.sha256(Path(__file__).read_bytes())
     for reader in sorted({inspect.getsourcefile(r) for r in (SourceIndex, Constants, server_args_fields)}):

@@ -19,12 +19,8 @@ Flags = dict[str, tuple[frozenset[str], bool]]
 
 
 def server_flags(tree: SGLangTree) -> Flags:
-    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value).
-
-    0.5.9 calls parser.add_argument for each flag in srt/server_args.py. Later releases declare
-    most flags as annotated fields of namespace classes (srt/arg_groups/fields/) and add only a
-    few by hand; both are read.
-    """
+    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value). 0.5.9 adds each in
+    srt/server_args.py; later releases declare most as annotated fields of srt/arg_groups/fields/ classes."""
     module = parse_source(tree.srt / "server_args.py")
     flags: Flags = {}
     for node in ast.walk(module):

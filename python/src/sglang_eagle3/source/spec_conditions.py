@@ -1,13 +1,9 @@
 """Decide, from SGLang's own source, whether a guarded call runs under a speculative algorithm.
 
-Everything here is derived from the installed SGLang: the algorithms and their
-``is_*()`` predicates from ``SpeculativeAlgorithm`` (srt/speculative/spec_info.py),
-aliases such as NEXTN -> EAGLE from ``ServerArgs`` (srt/server_args.py), which worker
-module each algorithm uses from ``create_worker``, and runner flags such as
-``eagle_use_aux_hidden_state`` from the conditions under which they are set.
-
-Conditions are evaluated in three values: True (always taken), False (never taken),
-None (depends on something not known before start-up, e.g. the draft's config).
+The algorithms, their ``is_*()`` predicates, aliases such as NEXTN -> EAGLE, the worker module of each algorithm
+and runner flags such as ``eagle_use_aux_hidden_state`` are all read from the installed SGLang. Conditions are
+evaluated in three values: True (always taken), False (never taken), None (depends on something not known before
+start-up, e.g. the draft's config).
 """
 
 from __future__ import annotations

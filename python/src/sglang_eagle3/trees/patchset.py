@@ -27,11 +27,7 @@ PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch
 
 
 class PatchError(Eagle3Error):
-    """The patch set cannot be applied or checked; the message says why and what to do.
-
-    A conflict is a failed check; the CLI calls it bad input when the tree is not the
-    SGLang version the patch set is for.
-    """
+    """The patch set cannot be applied or checked; the message says why and what to do."""
 
     status = ExitStatus.CHECK_FAILED
 
@@ -169,12 +165,8 @@ def series_version(directory: Path) -> str | None:
 
 
 def find_series_dir(version: str | None = None) -> Path | None:
-    """Where the series for SGLang ``version`` (default: the pinned one) is, or None when there is none.
-
-    The one place a series is looked up: patches/sglang-<version>/, in the copy inside a built
-    wheel or in the repo. $SGLANG_EAGLE3_PATCHES (set by the Nix package to its stack's series)
-    is the default series, and the series of the version it is named for.
-    """
+    """Where the series for SGLang ``version`` (default: the pinned one) is, in the copy inside a built wheel or in the
+    repo, or None. $SGLANG_EAGLE3_PATCHES (the Nix package's stack's series) is the default, and its version's."""
     candidates = []
     given = os.environ.get("SGLANG_EAGLE3_PATCHES")
     if given and (version is None or series_version(Path(given)) == version):
@@ -275,13 +267,8 @@ class ApplyResult:
 
 
 def apply(series: PatchSeries, tree: SGLangTree) -> ApplyResult:
-    """Apply every patch not yet applied, all or nothing.
-
-    The pending patches are applied in series order to a staging copy of the files
-    they touch; only when every one applies cleanly are the originals replaced. On
-    any conflict the tree is left exactly as it was and PatchError says which patch
-    failed and why.
-    """
+    """Apply every patch not yet applied, all or nothing: in series order to a staging copy of the files they touch,
+    and only when every one applies are the originals replaced; on a conflict PatchError, the tree as it was."""
     statuses = verify(series, tree)
     conflicts = [s for s in statuses if s.state is PatchState.CONFLICT]
     if conflicts:

@@ -116,12 +116,8 @@ def release_pin(version: str) -> dict | None:
 
 
 def download(version: str, cache: Path) -> Path:
-    """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
-
-    A pinned version is exactly the pinned wheel, sha256 checked; another version is whatever
-    wheel pip picks for this Python (its bytes are not pinned anywhere to check them against: a
-    cached one is checked to be a whole zip archive).
-    """
+    """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing: for a pinned version exactly
+    the pinned wheel, sha256 checked; else the wheel pip picks for this Python (a cached one checked to be whole)."""
     wheels = cache / "wheels"
     pin = release_pin(version)
     try:
