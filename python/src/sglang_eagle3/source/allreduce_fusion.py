@@ -39,17 +39,9 @@ def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool, env
         return _resolver_fusion_effect(index, resolver, major, requested, environment or {})
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
-    gate = expect(
-        next(
-            (
-                n
-                for n in module.body
-                if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
-            ),
-            None,
-        ),
-        f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}",
-    )
+    gate = next((n for n in module.body if isinstance(n, ast.FunctionDef)
+                 and n.name == "apply_flashinfer_allreduce_fusion"), None)  # fmt: skip
+    gate = expect(gate, f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}")
     gate_majors = _gate_majors(index, module, gate, comm_path)
     auto_majors = _server_args_auto_majors(index)
     gate_loc = f"{index.rel(comm_path)}:{gate.lineno}"

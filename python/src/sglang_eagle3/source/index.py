@@ -246,10 +246,7 @@ class SourceIndex:
         if parts[0] != "sglang":
             return None
         base = self.tree.root.joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-        return None
+        return next((c for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()), None)
 
     def rel(self, path: Path) -> str:
         try:
@@ -260,10 +257,7 @@ class SourceIndex:
     # -- classes -------------------------------------------------------------------
 
     def find_class_in(self, path: Path, name: str) -> ast.ClassDef | None:
-        for node in self.module(path).body:
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return node
-        return None
+        return next((n for n in self.module(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
 
     def resolve_name(self, path: Path, name: str) -> tuple[Path, ast.ClassDef] | None:
         """Follow ``name`` as used in module ``path`` to the class it denotes, if it is SGLang's."""
@@ -298,12 +292,8 @@ class SourceIndex:
 
     def similar_model_classes(self, name: str) -> list[str]:
         """Model class names close to ``name``, for a did-you-mean hint."""
-        names = {
-            m
-            for path in self.model_files
-            for m in re.findall(r"^class (\w+)\(", path.read_text(errors="replace"), re.MULTILINE)
-        }
-        return difflib.get_close_matches(name, sorted(names), n=3)
+        found = [re.findall(r"^class (\w+)\(", p.read_text(errors="replace"), re.MULTILINE) for p in self.model_files]
+        return difflib.get_close_matches(name, sorted({m for names in found for m in names}), n=3)
 
 
 def _listed(found: Target | None) -> list[Target]:

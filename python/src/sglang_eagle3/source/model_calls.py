@@ -200,14 +200,7 @@ def model_calls(
                 continue
             callee_path, callee_name, callee, is_method = found
             yield from model_calls(
-                index,
-                callee_path,
-                callee_name,
-                callee,
-                is_model,
-                _names=_bind(callee, node, is_method, names),
-                _conds=_conds + here,
-                _guards=guards,
-                _via=(*_via, f"{index.rel(path)}:{node.lineno} in {qualname}"),
+                index, callee_path, callee_name, callee, is_model, _names=_bind(callee, node, is_method, names),
+                _conds=_conds + here, _guards=guards, _via=(*_via, f"{index.rel(path)}:{node.lineno} in {qualname}"),
                 _seen=_seen | {(path, qualname)},
-            )
+            )  # fmt: skip
