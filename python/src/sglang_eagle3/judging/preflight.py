@@ -119,17 +119,13 @@ def check_model_dir(
             result.add(what, Status.WARN, f"{shown_path(path)}@{revision}: {revision_field} {shown(revision)} is a "
                        f"branch or tag and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
-            result.add(
-                what,
-                Status.OK,
-                f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)",
-            )
+            result.add(what, Status.OK, f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched "
+                       "by SGLang)")  # fmt: skip
         return None
     directory = draft_inputs.expanded(path)
     if not directory.is_dir():
-        result.add(
-            what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its hub id"
-        )
+        result.add(what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its "
+                   "hub id")  # fmt: skip
     elif not (directory / "config.json").is_file():
         result.add(what, Status.FAIL, f"{shown_path(directory)} has no config.json; point at the model's top directory")
     else:
@@ -176,20 +172,16 @@ def check_gpus(result: Preflight, launch: Launch) -> None:
             # Containers and build sandboxes may get the devices without nvidia-smi, but SGLang
             # 0.5.9 runs it in ServerArgs.__post_init__ (get_nvgpu_memory_capacity) and stops.
             result.add(
-                "gpus",
-                Status.FAIL,
-                f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at "
-                "start and stops without it; put the driver's nvidia-smi on PATH (NixOS: the "
-                "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
-                "container toolkit mounts it with the utility capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
-            )
+                "gpus", Status.FAIL,
+                f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at start and "
+                "stops without it; put the driver's nvidia-smi on PATH (NixOS: the services.sglang-eagle3 unit adds "
+                "hardware.nvidia.package's; containers: the NVIDIA container toolkit mounts it with the utility "
+                "capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+            )  # fmt: skip
             check_driver(result, launch.nvidia_smi, os.environ)
         else:
-            result.add(
-                "gpus",
-                Status.FAIL,
-                "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)",
-            )
+            result.add("gpus", Status.FAIL, "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install "
+                       "the driver)")  # fmt: skip
     except (RuntimeError, subprocess.TimeoutExpired, ValueError, OSError) as err:
         result.add("gpus", Status.FAIL, f"nvidia-smi failed: {err}")
     else:
@@ -203,20 +195,15 @@ def check_gpus(result: Preflight, launch: Launch) -> None:
         else:
             caps = sorted({g.compute_capability for g in result.gpus})
             names = sorted({g.name for g in result.gpus})
-            result.add(
-                "gpus",
-                Status.OK,
-                f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
-            )
+            result.add("gpus", Status.OK, f"{len(result.gpus)} x {', '.join(names)} (compute capability "
+                       f"{', '.join(caps)})")  # fmt: skip
             check_driver(result, launch.nvidia_smi, os.environ)
 
 
 def check_models(result: Preflight, launch: Launch) -> None:
     """The target (its architecture, for the probe) and, when judged, the draft."""
     settings = launch.settings
-    result.arch = (
-        check_model_dir(result, "model", settings.model_path, settings.revision) or speculative_support.DEFAULT_ARCH
-    )
+    result.arch = check_model_dir(result, "model", settings.model_path, settings.revision) or result.arch
     if launch.drafts:
         check_model_dir(
             result, "draft model", settings.speculative_draft_model_path,
@@ -249,9 +236,8 @@ def check_sglang(result: Preflight, launch: Launch) -> None:
 
 
 def check_settings(result: Preflight, launch: Launch) -> None:
-    settings_rules.check_settings_version(
-        result, launch.settings, launch.plan.args, launch.tree, result.compute_capability
-    )
+    settings_rules.check_settings_version(result, launch.settings, launch.plan.args, launch.tree,
+                                          result.compute_capability)  # fmt: skip
 
 
 def check_probe(result: Preflight, launch: Launch) -> None:
@@ -311,9 +297,8 @@ def check_draft(result: Preflight, launch: Launch) -> None:
 def check_sglang_own(result: Preflight, launch: Launch) -> None:
     """SGLang's own validation of the plan (once the models are there: it reads the target's config.json)."""
     if _models_passed(result):
-        sglang_validation.check(
-            result, launch.settings, launch.plan, launch.tree, result.gpus, explicit=launch.explicit
-        )
+        sglang_validation.check(result, launch.settings, launch.plan, launch.tree, result.gpus,
+                                explicit=launch.explicit)  # fmt: skip
 
 
 def check_port(result: Preflight, launch: Launch) -> None:

@@ -68,15 +68,9 @@ def check(
         return
     facts_from = gpus or [Gpu(i, TUNED_GPU.name, TUNED_GPU.compute_capability, TUNED_GPU.memory)
                           for i in range(settings.gpus_per_node)]  # fmt: skip
-    request = {
-        "argv": plan.args,
-        "facts": {
-            "compute_capability": facts_from[0].compute_capability,
-            "names": [g.name for g in facts_from],
-            "memory_mib": [_mib(g.memory) for g in facts_from],
-        },
-        "modules": validation_sites.imported_by_validation(tree),
-    }
+    facts = {"compute_capability": facts_from[0].compute_capability, "names": [g.name for g in facts_from],
+             "memory_mib": [_mib(g.memory) for g in facts_from]}  # fmt: skip
+    request = {"argv": plan.args, "facts": facts, "modules": validation_sites.imported_by_validation(tree)}
     outcome = run(request, plan, tree, explicit)
     judge(result, outcome, settings, plan, tree, assumed=not gpus)
 

@@ -169,18 +169,12 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
                 value = spec_conditions.tri_and([module_value, algebra.path_value(call.conditions, algorithm)])
                 if value is False:
                     continue
-                sites.append(
-                    CallSite(
-                        method=call.method,
-                        location=f"{index.rel(call.path)}:{call.line}",
-                        function=call.function,
-                        condition=algebra.describe([call.conditions], algorithm),
-                        worker=worker[0] if worker else None,
-                        worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
-                        when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
-                        via=list(call.via),
-                    )
-                )
+                sites.append(CallSite(
+                    call.method, f"{index.rel(call.path)}:{call.line}", call.function,
+                    algebra.describe([call.conditions], algorithm), worker[0] if worker else None,
+                    algebra.describe(worker[1], algorithm) if worker else None,
+                    RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS, list(call.via),
+                ))  # fmt: skip
     return sites
 
 
@@ -229,19 +223,12 @@ def probe(
         pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how, nnodes=nnodes,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
+    location = f"{index.rel(found[0])}:{found[1].lineno}" if found else None
     return ProbeResult(
-        sglang_root=str(tree.root),
-        sglang_version=tree.version,
-        arch=arch,
-        algorithm=algorithm_label,
-        class_location=f"{index.rel(found[0])}:{found[1].lineno}" if found else None,
-        methods=methods,
-        allreduce=allreduce,
-        arch_suggestions=[] if found else index.similar_model_classes(arch),
-        call_sites_read=read,
-        canonical_algorithm=canonical,
+        str(tree.root), tree.version, arch, algorithm_label, location, methods, allreduce,
+        [] if found else index.similar_model_classes(arch), canonical_algorithm=canonical, call_sites_read=read,
         apply_command=patchset.apply_command(tree),
-    )
+    )  # fmt: skip
 
 
 def probe_settings(

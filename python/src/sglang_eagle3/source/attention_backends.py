@@ -75,14 +75,9 @@ def _sets_mla(stmt: ast.stmt) -> bool:
 
 
 def _architecture_names(test: ast.expr) -> set[str]:
-    return {
-        node.left.value
-        for node in ast.walk(test)
-        if isinstance(node, ast.Compare)
-        and isinstance(node.left, ast.Constant)
-        and isinstance(node.ops[0], ast.In)
-        and ast.unparse(node.comparators[0]).endswith("architectures")
-    }
+    return {node.left.value for node in ast.walk(test) if isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], ast.In)
+            and ast.unparse(node.comparators[0]).endswith("architectures")}  # fmt: skip
 
 
 def _serves(factory: ast.FunctionDef) -> Serves:
