@@ -110,10 +110,8 @@ class TopLevelGroup(click.Group):
 
 def _end_program(code) -> None:
     """End the program now, with ``code``: its output flushed, without the interpreter's teardown. A command that
-    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which the interpreter
-    puts the default signal handlers back: a Ctrl-C then killed a finished command (exit -2, no word) or made an
-    interrupted one wait. Nothing is left to do at exit: files are closed and temporary ones removed by their
-    commands, and worker threads (models fetch's downloads) are left as os._exit leaves them."""
+    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which a Ctrl-C killed a
+    finished command or made an interrupted one wait. Worker threads (models fetch's downloads) are left as they are."""
     status = code if isinstance(code, int) else ExitStatus.OK if code is None else ExitStatus.CHECK_FAILED
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)

@@ -36,9 +36,8 @@ def printable(text: str) -> str:
 
 
 def shortened(text: str) -> str:
-    """``text`` as output that is not a message shows it (the dry run's command line and environment): control
-    characters escaped as ``printable`` does, at most 80 characters as ``shown`` keeps them (a longer text keeps its
-    start and end around ``...``), no quotes added."""
+    """``text`` as output that is not a message shows it (the dry run's command line and environment): escaped as
+    ``printable`` does, shortened as ``shown`` does, no quotes added."""
     text = printable(hide(text))
     if len(text) <= _SHOWN.maxstring:
         return text
@@ -47,9 +46,8 @@ def shortened(text: str) -> str:
 
 
 def shown_path(path: object) -> str:
-    """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
-    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped; what looks secret in
-    it hidden either way."""
+    """A path as a message names it: as it is (no quotes) when printable and at most 200 characters, else as ``shown``
+    quotes it; what looks secret in it hidden either way."""
     text = hide(str(path))
     return text if len(text) <= 200 and text.isprintable() else shown(text)
 
@@ -87,9 +85,8 @@ class Interrupted(Eagle3Error):
 
 
 class Terminated(KeyboardInterrupt):  # noqa: N818 (a signal, as KeyboardInterrupt is)
-    """SIGTERM, raised in the main thread while a command runs: a BaseException like KeyboardInterrupt, so the code
-    a command has for Ctrl-C (keeping what was written) runs for it too, and no ``except Exception`` swallows it.
-    The top-level group reports it with ExitStatus.TERMINATED."""
+    """SIGTERM, raised in the main thread while a command runs: a BaseException like KeyboardInterrupt, so a command's
+    code for Ctrl-C (keeping what was written) runs for it too, and no ``except Exception`` swallows it."""
 
 
 # -- signals: what SIGINT and SIGTERM do in each phase of a command -------------------------------------------------

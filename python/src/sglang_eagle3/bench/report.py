@@ -133,9 +133,8 @@ def load(path: Path) -> list[dict]:
 
 
 def runs(records: list[dict]) -> dict[str, list[dict]]:
-    """A results file's records by run, in the order the runs started. ``bench run`` appends, so a file may hold
-    several; each record names its run ("run", the id runner.new_run_id gives). In a file written before runs had
-    ids, each "run" record starts the next, named #1, #2, ..."""
+    """A results file's records by run, in the order the runs started (``bench run`` appends). In a file written
+    before runs had ids, each "run" record starts the next, named #1, #2, ..."""
     found: dict[str, list[dict]] = {}
     current, count = "#1", 0
     for r in records:
@@ -374,9 +373,8 @@ NOT_RUNNING_BELOW = 1.05
 
 
 def speculation_findings(acceptance: dict, side: str = "") -> list[Finding]:
-    """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays
-    (e.g. speculative_algorithm EAGLE with an EAGLE-3 draft, sgl-project/sglang #21272). Judged from the
-    per-request meta_info (spec_accept_length) or, failing that, the server's gauge; nothing when neither."""
+    """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays (e.g. EAGLE
+    with an EAGLE-3 draft, sgl-project/sglang #21272). From the requests' meta_info, else the server's gauge."""
     length = acceptance["request_accept_length"]
     source = "median per request"
     if length is None:

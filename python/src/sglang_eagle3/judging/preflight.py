@@ -146,9 +146,8 @@ def check_model_dir(
 
 @dataclass
 class Launch:
-    """What preflight judges, built once and handed to every check: the settings, the launch plan made of them
-    (the SGLang arguments and environment the server gets), and the SGLang tree whose source judges them (None:
-    none was found, ``tree_problem`` says why)."""
+    """What preflight judges, built once and handed to every check: the settings, the launch plan made of them, and
+    the SGLang tree whose source judges them (None: none was found, ``tree_problem`` says why)."""
 
     settings: ServerSettings
     plan: LaunchPlan

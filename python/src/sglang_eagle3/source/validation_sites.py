@@ -108,9 +108,8 @@ def _raised(node: ast.Raise) -> str:
 
 
 class _Names:
-    """A field named by an expression in one function, followed through constants.Constants (a loop over
-    constants, a module constant, a default argument, a simple assignment); what it cannot resolve is kept in
-    ``unresolved`` as (line, what is set, the expression)."""
+    """A field named by an expression in one function, followed through constants.Constants; what it cannot resolve
+    is kept in ``unresolved`` as (line, what is set, the expression)."""
 
     def __init__(self, flow: Constants, function: ast.AST):
         self.flow, self.function = flow, function
@@ -273,9 +272,8 @@ def _imported_by_validation(tree: SGLangTree, _stamp: int) -> tuple[str, ...]:
 
 
 def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
-    """Every validation site of the tree (see the module docstring), in file and line order. ``helpers=False``:
-    those of the validation files only, without the call graph (``reached`` None: not computed), in a fraction of
-    the time (preflight's restated rules need no more)."""
+    """Every validation site of the tree, in file and line order. ``helpers=False``: those of the validation files
+    only, without the call graph (``reached`` None), in a fraction of the time (preflight's rules need no more)."""
     return _scan(tree, helpers)[0]
 
 

@@ -68,9 +68,8 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
 
 
 def find(given: str | Path | None, cache: Path | None = None) -> tuple[SGLangTree | None, str | None]:
-    """The tree preflight reads, resolved once: (the tree ``given`` names, None), see resolve; with nothing named,
-    the one this Python imports, else (None, why there is none and how to name one), which preflight reports as a
-    finding. A tree named that is not there stays bad input (SGLangNotFound): the user asked for that one."""
+    """The tree preflight reads, resolved once: (the tree ``given`` names, None); with nothing named and none
+    importable, (None, why and how to name one), a finding. A tree named that is not there stays bad input."""
     try:
         return resolve(given, cache), None
     except SGLangNotFound as err:
