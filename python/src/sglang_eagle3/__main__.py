@@ -1,14 +1,10 @@
 """The `sglang-eagle3` program (and `python -m sglang_eagle3`): signals answered from its first instant.
 
-Loading the commands takes a few hundred milliseconds (click, pydantic, the command modules). A
-Ctrl-C in that time printed a KeyboardInterrupt traceback from whichever import it hit, and SIGTERM
-ended the program without a word. Here both are answered before anything else is imported (with the
-interpreter's built-in ``_signal``: the ``signal`` module itself imports enum and functools): one line,
-then the program ends by the signal itself (a shell shows 128 + its number, ExitStatus.INTERRUPTED, 130,
-or ExitStatus.TERMINATED, 143; systemd counts it a clean stop); nothing was done yet. Once the commands
-are loaded, the top-level group answers them (cli_common.TopLevelGroup, errors.Phase) and, once the
-command's work is done, lets no signal change its outcome. What comes before this module's first line
-(the interpreter's own start-up, about 10 ms) is CPython's.
+Loading the commands takes a few hundred milliseconds; a Ctrl-C in that time printed a traceback from whichever
+import it hit, and SIGTERM ended the program without a word. Here both are answered before anything else is
+imported (with the interpreter's built-in ``_signal``: ``signal`` imports enum and functools): one line, then the
+program ends by the signal itself (130 or 143 in a shell; systemd counts it a clean stop). Once the commands are
+loaded, the top-level group answers them (cli_common.TopLevelGroup, errors.Phase).
 """
 
 from __future__ import annotations

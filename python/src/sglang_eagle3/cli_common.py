@@ -25,20 +25,14 @@ _ARGV = "sglang_eagle3.argv"  # the command line as given: a usage error may sto
 
 
 class TopLevelGroup(click.Group):
-    """The `sglang-eagle3` group: the one place where a failure becomes a message and an exit status.
-
-    Commands raise an Eagle3Error (BadInput, CheckFailed, Interrupted, ModelsError, ...)
-    carrying its ExitStatus; this prints it and exits with that status, as httpie's main
-    does. Below that, as a net: a file that cannot be read or written is bad input, an input
-    nested too deeply to read is bad input, Ctrl-C is an interruption, a reader of the output
-    that went away (``| head``) ends the command quietly, and anything else is a bug: one line and
-    ExitStatus.UNEXPECTED, apart from 1 (a check said no). SGLANG_EAGLE3_TRACEBACK=1 shows the
-    traceback instead. With --json every failure is also one JSON object on stdout, click's usage
-    errors included. Whatever a command prints passes redaction.hiding_output: no secret shows.
+    """The `sglang-eagle3` group: the one place where a failure becomes a message and an exit status (an
+    Eagle3Error's, as httpie's main does). Below that, as a net: a file that cannot be read or written, or an input
+    nested too deeply to read, is bad input, Ctrl-C an interruption, a reader of the output that went away (``| head``)
+    ends the command quietly, and anything else is a bug: one line and ExitStatus.UNEXPECTED (SGLANG_EAGLE3_TRACEBACK=1
+    shows the traceback). With --json every failure is also one JSON object on stdout, click's usage errors included.
 
     Signals (errors.Phase): while the command line is read, one line and the signal's own end; while the command
-    runs, KeyboardInterrupt or Terminated, reported with 130 or 143; once its work is done (errors.settle, and
-    always once it returns), a signal changes nothing.
+    runs, KeyboardInterrupt or Terminated, reported with 130 or 143; once its work is done, a signal changes nothing.
     """
 
     def main(self, *args, restore_signals: bool = True, **kwargs):
@@ -116,10 +110,8 @@ class TopLevelGroup(click.Group):
 
 def _end_program(code) -> None:
     """End the program now, with ``code``: its output flushed, without the interpreter's teardown. A command that
-    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which the interpreter
-    puts the default signal handlers back: a Ctrl-C then killed a finished command (exit -2, no word) or made an
-    interrupted one wait. Nothing is left to do at exit: files are closed and temporary ones removed by their
-    commands, and worker threads (models fetch's downloads) are left as os._exit leaves them."""
+    read a whole SGLang tree holds millions of objects, whose teardown took seconds, during which a Ctrl-C killed a
+    finished command or made an interrupted one wait. Worker threads (models fetch's downloads) are left as they are."""
     status = code if isinstance(code, int) else ExitStatus.OK if code is None else ExitStatus.CHECK_FAILED
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)

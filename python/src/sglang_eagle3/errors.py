@@ -1,15 +1,9 @@
 """The one base of every failure a command reports, and the one place that reports it.
 
-A command ends in one of two ways:
-
-- it prints its report (a probe, a verification, the A/B gate) and exits with the
-  verdict's status (``ExitStatus.OK`` or ``ExitStatus.CHECK_FAILED``); or
-- it raises an ``Eagle3Error``: a message that says what is wrong and what to do, and the
-  ``ExitStatus`` it means. ``report`` prints it; the ``sglang-eagle3`` group
-  (cli_common.TopLevelGroup) and the entry points that are not click commands
-  (``sglang-eagle3-router``, the server's ``sglang_main``) exit with its status.
-
-Anything else that escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
+A command either prints its report and exits with the verdict's status (OK or CHECK_FAILED), or raises an
+``Eagle3Error``: a message that says what is wrong and what to do, and the ``ExitStatus`` it means, which the
+``sglang-eagle3`` group and the entry points that are not click commands report and exit with. Anything else that
+escapes a command is a bug: ``ExitStatus.UNEXPECTED``.
 """
 
 from __future__ import annotations
@@ -42,9 +36,8 @@ def printable(text: str) -> str:
 
 
 def shortened(text: str) -> str:
-    """``text`` as output that is not a message shows it (the dry run's command line and environment): control
-    characters escaped as ``printable`` does, at most 80 characters as ``shown`` keeps them (a longer text keeps its
-    start and end around ``...``), no quotes added."""
+    """``text`` as output that is not a message shows it (the dry run's command line and environment): escaped as
+    ``printable`` does, shortened as ``shown`` does, no quotes added."""
     text = printable(hide(text))
     if len(text) <= _SHOWN.maxstring:
         return text
@@ -53,20 +46,15 @@ def shortened(text: str) -> str:
 
 
 def shown_path(path: object) -> str:
-    """A path as a message names it: as it is when it is printable and at most 200 characters (no quotes, as
-    messages name paths), else as ``shown`` quotes it: shortened, control characters escaped; what looks secret in
-    it hidden either way."""
+    """A path as a message names it: as it is (no quotes) when printable and at most 200 characters, else as ``shown``
+    quotes it; what looks secret in it hidden either way."""
     text = hide(str(path))
     return text if len(text) <= 200 and text.isprintable() else shown(text)
 
 
 class Eagle3Error(Exception):
-    """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means.
-
-    Subclasses set their status as a class attribute; an instance may override it
-    (``ModelsError(kind, message, ExitStatus.BAD_INPUT)``). Only an ``ExitStatus`` is
-    accepted, never a bare number.
-    """
+    """A failure with a message saying what is wrong and what to do; ``status`` is the exit status it means (a class
+    attribute; an instance may override it, with an ``ExitStatus`` only, never a bare number)."""
 
     status: ExitStatus = ExitStatus.CHECK_FAILED
 
@@ -97,9 +85,8 @@ class Interrupted(Eagle3Error):
 
 
 class Terminated(KeyboardInterrupt):  # noqa: N818 (a signal, as KeyboardInterrupt is)
-    """SIGTERM, raised in the main thread while a command runs: a BaseException like KeyboardInterrupt, so the code
-    a command has for Ctrl-C (keeping what was written) runs for it too, and no ``except Exception`` swallows it.
-    The top-level group reports it with ExitStatus.TERMINATED."""
+    """SIGTERM, raised in the main thread while a command runs: a BaseException like KeyboardInterrupt, so a command's
+    code for Ctrl-C (keeping what was written) runs for it too, and no ``except Exception`` swallows it."""
 
 
 # -- signals: what SIGINT and SIGTERM do in each phase of a command -------------------------------------------------

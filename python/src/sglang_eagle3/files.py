@@ -1,12 +1,9 @@
 """The files the tools are given and the ones they keep: read without crashing on any input, written atomically.
 
-- ``loads_json`` / ``loads_toml``: an input nested deeper than Python's recursion allows (``[[[[...]]]]``) is the
-  parser's own error, saying so, as any other malformed input is, never a RecursionError (which no caller expects).
-- ``atomic_file`` / ``write_atomic`` / ``place``: what a cache or a lock keeps appears under its name only whole:
-  written to a temporary file in the same directory, flushed to the disk (fsync), renamed over the name (atomic
-  on one file system), the directory fsynced too. A command killed at any point (Ctrl-C, SIGKILL, a power cut)
-  leaves the old file or the new one, never a part; the temporary file of a command stopped by a signal is removed,
-  one SIGKILL left is named ``.NAME.*.partial`` and never read.
+An input nested deeper than Python's recursion allows (``[[[[...]]]]``) is the parser's own error, never a
+RecursionError (which no caller expects). What a cache or a lock keeps appears under its name only whole: written to
+a temporary file in the same directory, fsynced, renamed over the name, the directory fsynced too; a command killed
+at any point leaves the old file or the new one, never a part (one SIGKILL left is ``.NAME.*.partial``, never read).
 """
 
 from __future__ import annotations

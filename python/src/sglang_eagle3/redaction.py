@@ -1,21 +1,14 @@
 """What a secret looks like, and hiding it: the one rule for every message, display and log of every command.
 
-A secret is hidden wherever it would show, whatever channel it came by (a setting, an environment value, a URL,
-a path typed where a key belongs, a file's content), by properties of the text rather than by a list of places:
+A secret is hidden wherever it would show, whatever channel it came by, by properties of the text rather than by a
+list of places: a URL's user and password and a query parameter whose name says it is secret; a word that looks like
+a credential (a usual key or token prefix followed by at least four characters with a digit or a capital among
+them, or a long random-looking word that changes character class at least every other character, as generated keys
+do and class names do not); a value this process knows to be secret (``remember``, its environment's secrets).
 
-- a URL's user and password (``http://user:pw@host`` shows as ``http://***@host``), and the value of a query
-  parameter whose name says it is secret (``?api_key=...``);
-- a word that looks like a credential: one of the usual key and token prefixes (``sk-``, ``hf_``, ``ghp_``,
-  ``AKIA``, a JWT's ``eyJ``...) followed by at least four characters with a digit or a capital among them, or a
-  long random-looking word (20 characters or more of letters of both cases, digits and ``-_+=``, changing class at
-  least every other character, as generated keys do; class names such as ``KimiK25ForConditionalGeneration``
-  do not);
-- a value this process knows to be secret: a key or token it read (``remember``), the password of a URL in its
-  environment, the value of an environment variable whose name says it is secret (``secret_name``).
-
-``hiding_output`` puts the rule between the commands and stdout/stderr, so whatever a command prints (its messages,
-its output, click's usage errors, the hub client's log lines) passes it; ``shown`` and friends (errors.py) apply
-it before they shorten a value, so a secret is never cut into a part the rule would not recognise.
+``hiding_output`` puts the rule between the commands and stdout/stderr, so whatever a command prints passes it;
+``shown`` and friends (errors.py) apply it before they shorten a value, so a secret is never cut into a part the
+rule would not recognise.
 """
 
 from __future__ import annotations

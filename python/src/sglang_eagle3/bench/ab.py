@@ -1,13 +1,9 @@
 """The A/B run on one host: serve side A, measure, stop; serve side B, measure, stop; gate B against A.
 
-A side is a `sglang-eagle3` program (each Nix stack has its own, wrapping its own SGLang) with
-a profile and settings. The same settings reach both sides, so the comparison is the stacks
-(or the profiles), not the configuration: e.g. the SGLang 0.5.9 stack against 0.5.23, or the
-baseline profile against EAGLE-3 on one stack (the GPU throughput check). Each side is started
-through its own `serve`, so its own preflight and argument parser judge the settings: both sides'
-preflights (`serve --dry-run`) run before either side starts, and a side whose serve stops before
-its server is ready is reported in its exit status's words (preflight, settings, the server), its
-log kept. Records are written as they come.
+A side is a `sglang-eagle3` program (each Nix stack has its own, wrapping its own SGLang) with a profile and
+settings. The same settings reach both sides, so the comparison is the stacks (or the profiles), not the
+configuration. Each side is started through its own `serve`, so its own preflight and argument parser judge the
+settings: both sides' preflights run before either side starts. Records are written as they come.
 """
 
 from __future__ import annotations
@@ -55,10 +51,7 @@ class Measured:
 
 def preflight(side: Side, serve_argv: list[str]) -> None:
     """The side's own `serve --dry-run --json`: its SGLang and its preflight judge the settings before anything
-    starts (its document read back with judging.judged_plan's own definition).
-
-    CheckFailed with the findings marked FAIL, BadInput when its serve refuses the settings.
-    """
+    starts. CheckFailed with the findings marked FAIL, BadInput when its serve refuses the settings."""
     argv = [*serve_argv, "--dry-run", "--json"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600)

@@ -1,17 +1,9 @@
 """One streamed request against an SGLang server, timed chunk by chunk.
 
-Two APIs, both streamed as server-sent events:
-
-- SGLang's native ``POST /generate``: each event's ``meta_info.completion_tokens`` is
-  the cumulative token count, so EAGLE bursts (several tokens in one chunk) are
-  counted exactly; the last event carries ``spec_accept_length``, ``spec_verify_ct``
-  and ``spec_accept_rate`` when speculation is on.
-- OpenAI-compatible ``POST /v1/chat/completions`` with
-  ``stream_options: {include_usage, continuous_usage_stats}``: SGLang then puts the
-  cumulative ``usage.completion_tokens`` in every chunk.
-
-Decode throughput is the tokens after the first chunk over the time after the first
-chunk, so time to first token (prefill, queueing) does not dilute it.
+Both APIs give the cumulative completion token count in every streamed chunk (SGLang's ``/generate`` in
+``meta_info``, with the speculative counters in the last event; the OpenAI-compatible one in ``usage`` with
+``continuous_usage_stats``), so EAGLE bursts (several tokens in one chunk) are counted exactly. Decode throughput
+is the tokens after the first chunk over the time after it, so time to first token does not dilute it.
 """
 
 from __future__ import annotations
@@ -40,11 +32,8 @@ _KEY = '"completion_tokens"'
 
 
 def _completion_tokens(payload: str) -> int | None:
-    """The cumulative token count of an event, without parsing it.
-
-    Events carry the whole text so far, so parsing each one costs O(tokens); the count
-    sits in meta_info / usage at the end of the event, so search backwards for it.
-    """
+    """The cumulative token count of an event, without parsing it: events carry the whole text so far (parsing each
+    costs O(tokens)), and the count sits in meta_info / usage at the end, so it is searched for backwards."""
     at = payload.rfind(_KEY)
     if at < 0:
         return None
@@ -121,11 +110,8 @@ def _tokens_so_far(api: str, payload: str, counts: list[int]) -> tuple[int | Non
 
 
 async def _sse_lines(response: aiohttp.ClientResponse):
-    """(arrival time, line) for each line of the stream, timed when its bytes were read.
-
-    Lines that arrive in one network read share its timestamp, so time spent parsing
-    one event never delays the timestamp of the next.
-    """
+    """(arrival time, line) for each line of the stream, timed when its bytes were read: lines of one network read
+    share its timestamp, so time spent parsing one event never delays the timestamp of the next."""
     buffer = b""
     async for data in response.content.iter_any():
         now = time.perf_counter()

@@ -133,9 +133,8 @@ def load(path: Path) -> list[dict]:
 
 
 def runs(records: list[dict]) -> dict[str, list[dict]]:
-    """A results file's records by run, in the order the runs started. ``bench run`` appends, so a file may hold
-    several; each record names its run ("run", the id runner.new_run_id gives). In a file written before runs had
-    ids, each "run" record starts the next, named #1, #2, ..."""
+    """A results file's records by run, in the order the runs started (``bench run`` appends). In a file written
+    before runs had ids, each "run" record starts the next, named #1, #2, ..."""
     found: dict[str, list[dict]] = {}
     current, count = "#1", 0
     for r in records:
@@ -340,11 +339,9 @@ def single_stream_median(records: list[dict], what: str) -> float:
 
 def compare(baseline: list[dict], eagle3: list[dict], threshold: float = 1.0, floor: float | None = None,
             labels: tuple[str, str] = GATE_LABELS) -> GateReport:  # fmt: skip
-    """Gate side B (by default EAGLE-3) against side A (the baseline): B / A >= threshold, B >= floor.
-
-    Speculation is judged on every side whose requests or server report an accept length, so an
-    A/B of two speculative stacks fails when either one's speculation is not running.
-    """
+    """Gate side B (by default EAGLE-3) against side A (the baseline): B / A >= threshold, B >= floor. Speculation
+    is judged on every side whose requests or server report an accept length, so an A/B of two speculative stacks
+    fails when either one's speculation is not running."""
     a, b = labels
     base = single_stream_median(baseline, "the baseline" if labels == GATE_LABELS else a)
     spec = single_stream_median(eagle3, "the EAGLE-3 run" if labels == GATE_LABELS else b)
@@ -376,9 +373,8 @@ NOT_RUNNING_BELOW = 1.05
 
 
 def speculation_findings(acceptance: dict, side: str = "") -> list[Finding]:
-    """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays
-    (e.g. speculative_algorithm EAGLE with an EAGLE-3 draft, sgl-project/sglang #21272). Judged from the
-    per-request meta_info (spec_accept_length) or, failing that, the server's gauge; nothing when neither."""
+    """An accept length of 1.0 means no draft token was ever accepted: speculation costs and never pays (e.g. EAGLE
+    with an EAGLE-3 draft, sgl-project/sglang #21272). From the requests' meta_info, else the server's gauge."""
     length = acceptance["request_accept_length"]
     source = "median per request"
     if length is None:

@@ -1,11 +1,6 @@
-"""Run the benchmark against a live server, writing each finished request as it completes.
-
-The results file is JSON Lines: a "run" record, then one "request" record per
-request the moment it finishes (flushed), a "level" record when a concurrency level is
-done (its wall time and output tokens: aggregate throughput, which is what a router in
-front of several servers adds up to), then a "server_info" record and a "server_metrics"
-record (the server's acceptance counters before and after the run). A run that is
-interrupted (SIGINT) or whose server dies keeps every finished request on disk.
+"""Run the benchmark against a live server, writing each finished request as it completes (JSON Lines: the record
+types are bench/report.py's), so a run that is interrupted or whose server dies keeps every finished request. A
+level's wall time and output tokens give the aggregate throughput, what a router in front of several servers adds.
 """
 
 from __future__ import annotations
@@ -131,12 +126,8 @@ class ResultWriter:
 
 @contextlib.contextmanager
 def _no_gc_pauses():
-    """No cyclic garbage collection while requests stream.
-
-    A collection stops the event loop for milliseconds; chunks arriving meanwhile would
-    be timestamped late and the decode rate measured low. The streaming path creates no
-    reference cycles, so collection waits until the level is done.
-    """
+    """No cyclic garbage collection while requests stream: a collection stops the event loop for milliseconds, and
+    chunks arriving meanwhile would be timestamped late. The streaming path creates no reference cycles."""
     gc.freeze()
     was_enabled = gc.isenabled()
     gc.disable()

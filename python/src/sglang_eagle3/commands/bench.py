@@ -206,18 +206,12 @@ def _side_options(side: str, help_program: str):
         click.option(f"--{side}", f"{side}_program", required=True, metavar="PROGRAM", help=help_program),
         click.option(f"--{side}-label", default=side.upper(), show_default=True,
                      help=f"Name of side {side.upper()} in results, verdict and plot."),
-        click.option(f"--{side}-profile", type=click.Choice(settings_profiles()), default="eagle3", show_default=True,
+        click.option(f"--{side}-profile", type=click.Choice(settings.PROFILES), default="eagle3", show_default=True,
                      help=f"Profile side {side.upper()} serves."),
         click.option(f"--{side}-set", f"{side}_assignments", multiple=True, metavar="FIELD=VALUE",
                      help=f"A setting for side {side.upper()} only (repeatable), after --config and --set."),
     ]  # fmt: skip
     return lambda func: functools.reduce(lambda f, option: option(f), reversed(declared), func)
-
-
-def settings_profiles() -> tuple[str, ...]:
-    from ..serving.settings import PROFILES
-
-    return PROFILES
 
 
 @bench_group.command("ab")
@@ -282,14 +276,8 @@ def _int_list(text: str, option: str) -> list[int]:
 @click.option("--steps", default="1,2,3,4,5", show_default=True, help="speculative_num_steps values.")
 @click.option("--topk", default="1", show_default=True, help="speculative_eagle_topk values.")
 @click.option("--draft-tokens", default="", help="speculative_num_draft_tokens values for top-k > 1.")
-@click.option(
-    "--draft",
-    "drafts",
-    multiple=True,
-    metavar="PATH",
-    type=options.NonEmptyText(),
-    help="Draft model to sweep (repeatable: each is swept over the same grid). Default: the setting.",
-)
+@click.option("--draft", "drafts", multiple=True, metavar="PATH", type=options.NonEmptyText(), help="Draft model to "
+              "sweep (repeatable: each is swept over the same grid). Default: the setting.")  # fmt: skip
 @options.output_dir("results/sweep")
 @options.sglang
 @bench_options

@@ -1,11 +1,5 @@
-"""`sglang-eagle3 models`: lock, fetch, verify.
-
-Exit statuses (exit_status.ExitStatus): OK done; CHECK_FAILED a check or a download failed
-(a file differs, is missing or extra; the hub served other bytes than the lock pins; the
-disk is full; the download was interrupted); BAD_INPUT (malformed lock, unknown repository
-or revision, a gated repository without a token); INTERRUPTED stopped by SIGINT, TERMINATED by
-SIGTERM (partial downloads kept). A failure is a ModelsError, reported by the top-level group.
-"""
+"""`sglang-eagle3 models`: lock, fetch, verify. A failure is a ModelsError, reported by the top-level group
+(exit_status.ExitStatus: a check or a download that failed is CHECK_FAILED; partial downloads are kept)."""
 
 from __future__ import annotations
 

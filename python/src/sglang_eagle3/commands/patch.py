@@ -122,16 +122,9 @@ def patch_verify(sglang: str | None, as_json: bool) -> None:
     series = _series(version=tree.version)
     statuses = patchset.verify(series, tree)  # its errors carry their statuses: the wrong tree 2, no GNU patch 1
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "target": str(tree.package),
-                    "sglang_version": tree.version,
-                    "patches": [{"name": s.patch.name, "state": s.state.value, "detail": s.detail} for s in statuses],
-                },
-                indent=2,
-            )
-        )
+        patches = [{"name": s.patch.name, "state": s.state.value, "detail": s.detail} for s in statuses]
+        data = {"target": str(tree.package), "sglang_version": tree.version, "patches": patches}
+        click.echo(json.dumps(data, indent=2))
     else:
         click.echo(f"SGLang {tree.version} at {tree.package}:")
         for s in statuses:

@@ -16,12 +16,10 @@ DRIVER_LINK = Path("/run/opengl-driver")  # NixOS's driver, also where its conta
 
 
 def driver_cuda_version(library: str | None = None) -> tuple[str, int]:
-    """(the libcuda.so.1 SGLang's processes will load, the CUDA version it runs as cuDriverGetVersion gives it).
-
-    The loader's search first (LD_LIBRARY_PATH: the wrapper links the host's or the container's driver there,
-    nix/scripts/host-driver.sh), then NixOS's driver link, which CUDA libraries find through their RUNPATH.
-    Raises OSError when there is no driver library, RuntimeError when it does not answer.
-    """
+    """(the libcuda.so.1 SGLang's processes will load, the CUDA version cuDriverGetVersion gives): the loader's search
+    first (LD_LIBRARY_PATH: nix/scripts/host-driver.sh links the host's or the container's driver there), then
+    NixOS's driver link, which CUDA libraries find through their RUNPATH. OSError: no driver library; RuntimeError:
+    no answer."""
     names = [library] if library else ["libcuda.so.1", str(DRIVER_LINK / "lib" / "libcuda.so.1")]
     failures = []
     for name in names:

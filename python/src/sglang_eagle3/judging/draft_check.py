@@ -1,17 +1,9 @@
 """Draft checks: will this EAGLE-3 draft work with this target on this SGLang, and will it see the
 layers it was trained on?
 
-Everything a wrong draft costs is found here in about a second, before the 600 GB target
-loads: an architecture this SGLang does not register as a draft, a hidden size or
-vocabulary that does not match the target, a missing d2t mapping, auxiliary layer ids
-outside the target, and the silent one: ids in the "input to layer i" convention that
-SGLang 0.5.9 captures one layer too deep (patch 0004).
-
-Inputs: the draft's and the target's config.json (Kimi-K2.5 nests its text model under
-``text_config``), the draft's safetensors headers, and the SGLang tree's own source
-(source/eagle3.py; capture_rule runs its capture method). Each check ends in a finding (see findings): OK,
-WARN (starts, but something is off or cannot be checked) or FAIL (fails after the target has loaded, or
-silently proposes garbage).
+Everything a wrong draft costs is found here in about a second, before the 600 GB target loads, from the draft's
+and the target's config.json, the draft's safetensors headers and the SGLang tree's own source; the silent one is
+ids in the "input to layer i" convention that SGLang 0.5.9 captures one layer too deep (patch 0004).
 
 Layer numbers: SGLang's DeepSeek loop captures the *input* of layer i (the residual
 stream before it, i.e. the output of layer i - 1). All "captured" and "intended" lists

@@ -1,10 +1,5 @@
-"""Findings: what every check concludes, on one scale, in one shape.
-
-The probe, the draft checks, preflight and the bench gate each produce a list of findings.
-A finding reads the same in every command (``[FAIL] port: 0.0.0.0:30000 is in use; ...``) and
-in every ``--json`` output (``{"name", "status", "message", "where"}``). The overall verdict of
-a list is its worst status (``verdict``); a command exits with CHECK_FAILED exactly when it is
-FAIL (``passed``).
+"""Findings: what every check concludes, on one scale, in one shape: a finding reads the same in every command
+(``[FAIL] port: 0.0.0.0:30000 is in use; ...``) and in every ``--json`` output; a list's verdict is its worst status.
 """
 
 from __future__ import annotations

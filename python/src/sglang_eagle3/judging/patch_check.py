@@ -1,14 +1,4 @@
-"""``patch check``: what each patch of the series is on another SGLang tree.
-
-Each patch comes out as one of (and, as a finding, with this status):
-
-- applies (OK): ``patch --dry-run`` with the series' own flags (``--fuzz=0``) succeeds;
-- already applied (OK): it reverses cleanly, so the tree carries it;
-- already upstream (OK): it does not apply, and the tree's own source does what it does
-  (read, not inferred from the failure; the message says what was read);
-- not needed (OK): it does not apply, and the tree's source makes it moot (the message says why);
-- still needed (FAIL): it does not apply, and the tree's source still has the problem it fixes;
-- conflicts (FAIL): it does not apply and nothing here recognises the code in its place.
+"""``patch check``: what each patch of the series is on another SGLang tree (Outcome, below).
 
 Only the two FAIL outcomes need work on this version (a rewritten patch), so the command
 exits CHECK_FAILED exactly when one of them is found. Every patch that does not apply
@@ -38,22 +28,17 @@ from .speculative_support import DEFAULT_ARCH
 
 
 class Outcome(enum.StrEnum):
-    APPLIES = "applies"
-    APPLIED = "already applied"
+    APPLIES = "applies"  # ``patch --dry-run`` with the series' own flags (``--fuzz=0``) succeeds
+    APPLIED = "already applied"  # it reverses cleanly, so the tree carries it
+    # It does not apply, and the tree's own source does what it does (read, not inferred from the failure; the
+    # message says what was read).
     UPSTREAM = "already upstream"
-    NOT_NEEDED = "not needed"
-    STILL_NEEDED = "still needed"
-    CONFLICTS = "conflicts"
+    NOT_NEEDED = "not needed"  # it does not apply, and the tree's source makes it moot (the message says why)
+    STILL_NEEDED = "still needed"  # it does not apply, and the tree's source still has the problem it fixes
+    CONFLICTS = "conflicts"  # it does not apply and nothing here recognises the code in its place
 
 
-STATUS = {
-    Outcome.APPLIES: Status.OK,
-    Outcome.APPLIED: Status.OK,
-    Outcome.UPSTREAM: Status.OK,
-    Outcome.NOT_NEEDED: Status.OK,
-    Outcome.STILL_NEEDED: Status.FAIL,
-    Outcome.CONFLICTS: Status.FAIL,
-}
+STATUS = {o: Status.FAIL if o in (Outcome.STILL_NEEDED, Outcome.CONFLICTS) else Status.OK for o in Outcome}
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,11 @@
 """Preflight: everything that can be checked in seconds before SGLang spends minutes loading.
 
-One way through it, ``preflight()``, for `serve` (and its dry run) and `bench sweep`; each step once, each call
-going down the layers:
-
-    plan      serving/launch_plan.build: the SGLang arguments and environment the server gets; the key files are
-              checked there (one that cannot be used is bad input, exit 2: said before a release is fetched)
-    resolve   trees/release.find: the SGLang tree --sglang names, else the one this Python imports
-    judge     every check of CHECKS on one Launch (the settings, the plan, the tree; bench sweep's drafts)
-    report    judged_plan.JudgedPlan: the plan, the findings, the SGLang judged and the one the plan runs
-
-Each check ends in a finding (see findings): OK, WARN (starts, but something requested will
-not be active) or FAIL (would not start, or would crash after the load). Failures say what
-is wrong and how to fix it. The checks live by concern: the host's GPUs and port (host/), the settings against
-the tree's own rules (settings_rules), the draft's settings (draft_settings), SGLang's own validation
-(sglang_validation); the models and the probe are judged here.
+One way through it, ``preflight()``, for `serve` (and its dry run) and `bench sweep`: the launch plan
+(serving/launch_plan; an unusable key file is bad input, exit 2, said before a release is fetched), the SGLang tree
+(trees/release.find), every check of CHECKS on one Launch, and the judged plan (judged_plan.JudgedPlan). Each check
+ends in a finding; failures say what is wrong and how to fix it. The checks live by concern: the host (host/), the
+settings against the tree's own rules (settings_rules), the draft's settings (draft_settings), SGLang's own
+validation (sglang_validation); the models and the probe are judged here.
 """
 
 from __future__ import annotations
@@ -127,17 +119,13 @@ def check_model_dir(
             result.add(what, Status.WARN, f"{shown_path(path)}@{revision}: {revision_field} {shown(revision)} is a "
                        f"branch or tag and can move; only a 40-hex commit sha pins it ({pin})")  # fmt: skip
         else:
-            result.add(
-                what,
-                Status.OK,
-                f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched by SGLang)",
-            )
+            result.add(what, Status.OK, f"{shown_path(path)}@{revision} (Hugging Face id pinned to a commit, fetched "
+                       "by SGLang)")  # fmt: skip
         return None
     directory = draft_inputs.expanded(path)
     if not directory.is_dir():
-        result.add(
-            what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its hub id"
-        )
+        result.add(what, Status.FAIL, f"{shown_path(directory)} does not exist; download the model there or give its "
+                   "hub id")  # fmt: skip
     elif not (directory / "config.json").is_file():
         result.add(what, Status.FAIL, f"{shown_path(directory)} has no config.json; point at the model's top directory")
     else:
@@ -158,9 +146,8 @@ def check_model_dir(
 
 @dataclass
 class Launch:
-    """What preflight judges, built once and handed to every check: the settings, the launch plan made of them
-    (the SGLang arguments and environment the server gets), and the SGLang tree whose source judges them (None:
-    none was found, ``tree_problem`` says why)."""
+    """What preflight judges, built once and handed to every check: the settings, the launch plan made of them, and
+    the SGLang tree whose source judges them (None: none was found, ``tree_problem`` says why)."""
 
     settings: ServerSettings
     plan: LaunchPlan
@@ -184,20 +171,16 @@ def check_gpus(result: Preflight, launch: Launch) -> None:
             # Containers and build sandboxes may get the devices without nvidia-smi, but SGLang
             # 0.5.9 runs it in ServerArgs.__post_init__ (get_nvgpu_memory_capacity) and stops.
             result.add(
-                "gpus",
-                Status.FAIL,
-                f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at "
-                "start and stops without it; put the driver's nvidia-smi on PATH (NixOS: the "
-                "services.sglang-eagle3 unit adds hardware.nvidia.package's; containers: the NVIDIA "
-                "container toolkit mounts it with the utility capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
-            )
+                "gpus", Status.FAIL,
+                f"nvidia-smi not found, though /dev has {len(devices)} GPU device node(s): SGLang runs it at start and "
+                "stops without it; put the driver's nvidia-smi on PATH (NixOS: the services.sglang-eagle3 unit adds "
+                "hardware.nvidia.package's; containers: the NVIDIA container toolkit mounts it with the utility "
+                "capability, NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+            )  # fmt: skip
             check_driver(result, launch.nvidia_smi, os.environ)
         else:
-            result.add(
-                "gpus",
-                Status.FAIL,
-                "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install the driver)",
-            )
+            result.add("gpus", Status.FAIL, "no NVIDIA driver: nvidia-smi not found; run on the GPU host (or install "
+                       "the driver)")  # fmt: skip
     except (RuntimeError, subprocess.TimeoutExpired, ValueError, OSError) as err:
         result.add("gpus", Status.FAIL, f"nvidia-smi failed: {err}")
     else:
@@ -211,20 +194,15 @@ def check_gpus(result: Preflight, launch: Launch) -> None:
         else:
             caps = sorted({g.compute_capability for g in result.gpus})
             names = sorted({g.name for g in result.gpus})
-            result.add(
-                "gpus",
-                Status.OK,
-                f"{len(result.gpus)} x {', '.join(names)} (compute capability {', '.join(caps)})",
-            )
+            result.add("gpus", Status.OK, f"{len(result.gpus)} x {', '.join(names)} (compute capability "
+                       f"{', '.join(caps)})")  # fmt: skip
             check_driver(result, launch.nvidia_smi, os.environ)
 
 
 def check_models(result: Preflight, launch: Launch) -> None:
     """The target (its architecture, for the probe) and, when judged, the draft."""
     settings = launch.settings
-    result.arch = (
-        check_model_dir(result, "model", settings.model_path, settings.revision) or speculative_support.DEFAULT_ARCH
-    )
+    result.arch = check_model_dir(result, "model", settings.model_path, settings.revision) or result.arch
     if launch.drafts:
         check_model_dir(
             result, "draft model", settings.speculative_draft_model_path,
@@ -257,9 +235,8 @@ def check_sglang(result: Preflight, launch: Launch) -> None:
 
 
 def check_settings(result: Preflight, launch: Launch) -> None:
-    settings_rules.check_settings_version(
-        result, launch.settings, launch.plan.args, launch.tree, result.compute_capability
-    )
+    settings_rules.check_settings_version(result, launch.settings, launch.plan.args, launch.tree,
+                                          result.compute_capability)  # fmt: skip
 
 
 def check_probe(result: Preflight, launch: Launch) -> None:
@@ -319,9 +296,8 @@ def check_draft(result: Preflight, launch: Launch) -> None:
 def check_sglang_own(result: Preflight, launch: Launch) -> None:
     """SGLang's own validation of the plan (once the models are there: it reads the target's config.json)."""
     if _models_passed(result):
-        sglang_validation.check(
-            result, launch.settings, launch.plan, launch.tree, result.gpus, explicit=launch.explicit
-        )
+        sglang_validation.check(result, launch.settings, launch.plan, launch.tree, result.gpus,
+                                explicit=launch.explicit)  # fmt: skip
 
 
 def check_port(result: Preflight, launch: Launch) -> None:

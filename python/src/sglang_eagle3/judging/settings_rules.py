@@ -1,13 +1,12 @@
 """The settings against the SGLang tree that will run them, by rules restated from its source.
 
 Every flag and variable the settings give must be one this tree has (its parser, srt/environ.py), every value one
-its parser takes (``choices=``, ``type=``), extra_args included, and every variable's text one its environ.py
-reads (judging/environ_values.py runs the tree's own parse()); and the combinations SGLang refuses while it
-resolves its arguments, restated in RULES, each quoting the file:line of the tree's own check. These run without
-importing SGLang. Where SGLang can be imported, preflight also runs SGLang's own validation on the same argv
-(sglang_validation.py): it catches what nobody restated. The rule audit (sglang_eagle3_audits/sglang_rules.py,
-tests/test_sglang_rules.py) maps every validation site of each pinned tree to one of these rules, to that run, or
-to the reason it cannot be checked before start-up.
+its parser takes, extra_args included, and every variable's text one its environ.py reads (environ_values.py runs
+the tree's own parse()); and the combinations SGLang refuses while it resolves its arguments, restated in RULES,
+each quoting the file:line of the tree's own check. These run without importing SGLang; where it can be imported,
+preflight also runs SGLang's own validation (sglang_validation.py), which catches what nobody restated. The rule
+audit (sglang_eagle3_audits/sglang_rules.py) maps every validation site of each pinned tree to one of these rules,
+to that run, or to the reason it cannot be checked before start-up.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ def _sites(tree: SGLangTree, _stamp: int) -> tuple[validation_sites.Site, ...]:
 def tree_sites(tree: SGLangTree) -> tuple[validation_sites.Site, ...]:
     """The sites of the tree's validation files (every rule restated here is one of them, and the parser's), read
     once per tree (again if its server_args.py changes)."""
-    return _sites(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
+    return _sites(tree, validation_sites.server_args_stamp(tree))
 
 
 # -- what the settings give SGLang ---------------------------------------------------------------------------------
@@ -367,67 +366,35 @@ def _fusion_across_nodes(settings, given, tree, site, major: int | None = None) 
 SPEC_ALGORITHM = {name: server_settings.default(name) for name in ("speculative_algorithm", "speculative_num_steps")}
 DRAFT_TREE = {**SPEC_ALGORITHM, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}  # top-k > 1
 RULES = (
-    Rule(
-        "spec-page-tree",
-        "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
-        ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
-        {**DRAFT_TREE, "attention_backend": "flashmla", "extra_args": ["--page-size", "64"]},
-        _page_tree,
-    ),
-    Rule(
-        "spec-moe-runner",
-        "flashinfer_trtllm as the draft's MoE runner backend",
-        ("*::assert not MoeRunnerBackend(self.speculative_moe_runner_backend).is_flashinfer_trtllm()",),
-        {"extra_args": ["--speculative-moe-runner-backend", "flashinfer_trtllm"]},
-        _moe_runner,
-    ),
-    Rule(
-        "spec-trtllm-mha",
-        "top-k > 1 with a trtllm_mha attention backend (prefill, decode or both)",
-        ("*::raise ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",),
-        {
-            **SPEC_ALGORITHM,
-            "speculative_eagle_topk": 2,
-            "speculative_num_draft_tokens": 4,
-            "extra_args": ["--decode-attention-backend", "trtllm_mha"],
-        },  # fmt: skip
-        _trtllm_mha,
-    ),
-    Rule(
-        "spec-v2-topk",
-        "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
-        ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
-        {**DRAFT_TREE, "environment": {SPEC_V2: "1"}},
-        _spec_v2,
-    ),
-    Rule(
-        "spec-rejection-sampling",
-        "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
-        ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
-        {**DRAFT_TREE, "extra_args": ["--speculative-use-rejection-sampling"]},
-        _rejection_sampling,
-    ),
-    Rule(
-        "fusion-multi-node",
-        "FlashInfer's all-reduce fusion across nodes (nnodes > 1): one node only (0.5.9), SM10x's mnnvl only (0.5.23)",
-        (
-            "*::ServerArgs._handle_model_specific_adjustments::set enable_flashinfer_allreduce_fusion",
-            "*::_flashinfer_allreduce_fusion_auto_enable::set flashinfer_allreduce_fusion_backend",
-        ),
-        {"nnodes": 2, "dist_init_addr": "10.0.0.1:50000", FUSION: True},
-        _fusion_across_nodes,
-        by_gpu=True,
-    ),  # fmt: skip
-)
+    Rule("spec-page-tree", "top-k > 1 with a page size > 1 on an attention backend without the paged draft tree",
+         ("*::raise ValueError: speculative_eagle_topk > 1 with page_size > 1 *",),
+         {**DRAFT_TREE, "attention_backend": "flashmla", "extra_args": ["--page-size", "64"]}, _page_tree),
+    Rule("spec-moe-runner", "flashinfer_trtllm as the draft's MoE runner backend",
+         ("*::assert not MoeRunnerBackend(self.speculative_moe_runner_backend).is_flashinfer_trtllm()",),
+         {"extra_args": ["--speculative-moe-runner-backend", "flashinfer_trtllm"]}, _moe_runner),
+    Rule("spec-trtllm-mha", "top-k > 1 with a trtllm_mha attention backend (prefill, decode or both)",
+         ("*::raise ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",),
+         {**SPEC_ALGORITHM, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4,
+          "extra_args": ["--decode-attention-backend", "trtllm_mha"]}, _trtllm_mha),
+    Rule("spec-v2-topk", "top-k > 1 with SGLANG_ENABLE_SPEC_V2 (0.5.9's opt-in V2 worker)",
+         ("*::raise ValueError: Spec v2 currently only supports topk = 1 for speculative decoding.",),
+         {**DRAFT_TREE, "environment": {SPEC_V2: "1"}}, _spec_v2),
+    Rule("spec-rejection-sampling",
+         "rejection sampling (--speculative-use-rejection-sampling) with top-k > 1 (the V2 worker's chain sampler)",
+         ("*::raise ValueError: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",),
+         {**DRAFT_TREE, "extra_args": ["--speculative-use-rejection-sampling"]}, _rejection_sampling),
+    Rule("fusion-multi-node",
+         "FlashInfer's all-reduce fusion across nodes (nnodes > 1): one node only (0.5.9), SM10x's mnnvl only (0.5.23)",
+         ("*::ServerArgs._handle_model_specific_adjustments::set enable_flashinfer_allreduce_fusion",
+          "*::_flashinfer_allreduce_fusion_auto_enable::set flashinfer_allreduce_fusion_backend"),
+         {"nnodes": 2, "dist_init_addr": "10.0.0.1:50000", FUSION: True}, _fusion_across_nodes, by_gpu=True),
+)  # fmt: skip
 # The parser's own rules, applied to every flag: name -> (what it refuses, site globs, trigger).
 PARSER_RULES = {
     "choices": ("a value outside a flag's choices", ("*::choices --*",), {"attention_backend": "nope_backend"}),
-    "types": (
-        "a value a flag's int/float type cannot read",
-        ("*::type --*",),
-        {"extra_args": ["--chunked-prefill-size", "many"]},
-    ),  # fmt: skip
-}
+    "types": ("a value a flag's int/float type cannot read", ("*::type --*",),
+              {"extra_args": ["--chunked-prefill-size", "many"]}),
+}  # fmt: skip
 
 
 KIND_RULE = {"choices": "choices", "type": "types"}  # the parser rule of each kind of parser site
@@ -466,11 +433,7 @@ def check_settings_version(
 
 
 def _settings_it_lacks(
-    settings: ServerSettings,
-    rendered: set[str],
-    tree: SGLangTree,
-    known: Flags,
-    variables: dict[str, int],
+    settings: ServerSettings, rendered: set[str], tree: SGLangTree, known: Flags, variables: dict[str, int]
 ) -> list[str]:
     """Settings whose flag (rendered) or variable (switched on) this SGLang does not have, and secrets' files whose
     flag it lacks (the launcher hands a secret over as its flag)."""
@@ -514,12 +477,9 @@ def _environment_it_ignores(settings: ServerSettings, tree: SGLangTree, variable
 
 
 def _restated_rules_refusing(
-    settings: ServerSettings,
-    given: list[Given],
-    tree: SGLangTree,
-    applied: list[tuple[Rule, validation_sites.Site]],
+    settings: ServerSettings, given: list[Given], tree: SGLangTree, applied: list[tuple[Rule, validation_sites.Site]],
     compute_capability: str | None,
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """What the restated rules of this tree refuse; the GPU-dependent ones judged for ``compute_capability``."""
     try:
         major = allreduce_gates.capability_major(compute_capability or server_settings.TUNED_COMPUTE_CAPABILITY)

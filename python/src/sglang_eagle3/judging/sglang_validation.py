@@ -1,15 +1,11 @@
 """SGLang's own validation of the settings, run by preflight: what SGLang itself would refuse or change at start-up.
 
 The argv and environment the server will get are handed to a process of SGLang's own interpreter
-(sglang_validation_main.py), which runs the tree's parser, its resolution (0.5.9 ``__post_init__``, 0.5.23
-``resolve_once``) and ``check_server_args``, with the GPUs nvidia-smi reported answered instead of probed. It
-catches every refusal of those steps, including the ones no rule of settings_rules restates, in SGLang's own words
-and at its own file:line; and it reports the values SGLang silently changes among those the user set.
-
-It needs what that run needs: SGLang importable by this interpreter (the Nix stack's, or the environment SGLang
-is installed in) and the model's config.json on this host (a local directory, or a hub id already in the
-Hugging Face cache: preflight downloads nothing). Without them the finding says NOT CHECKED and why; the restated
-rules still judge the settings.
+(sglang_validation_main.py), which runs the tree's own validation with the GPUs nvidia-smi reported. It catches
+every refusal, including those no rule of settings_rules restates, in SGLang's own words and at its own file:line,
+and reports the values SGLang silently changes among those the user set. It needs SGLang importable by this
+interpreter and the model's config.json on this host (preflight downloads nothing); without them the finding says
+NOT CHECKED and why, and the restated rules still judge the settings.
 """
 
 from __future__ import annotations
@@ -72,15 +68,9 @@ def check(
         return
     facts_from = gpus or [Gpu(i, TUNED_GPU.name, TUNED_GPU.compute_capability, TUNED_GPU.memory)
                           for i in range(settings.gpus_per_node)]  # fmt: skip
-    request = {
-        "argv": plan.args,
-        "facts": {
-            "compute_capability": facts_from[0].compute_capability,
-            "names": [g.name for g in facts_from],
-            "memory_mib": [_mib(g.memory) for g in facts_from],
-        },
-        "modules": validation_sites.imported_by_validation(tree),
-    }
+    facts = {"compute_capability": facts_from[0].compute_capability, "names": [g.name for g in facts_from],
+             "memory_mib": [_mib(g.memory) for g in facts_from]}  # fmt: skip
+    request = {"argv": plan.args, "facts": facts, "modules": validation_sites.imported_by_validation(tree)}
     outcome = run(request, plan, tree, explicit)
     judge(result, outcome, settings, plan, tree, assumed=not gpus)
 

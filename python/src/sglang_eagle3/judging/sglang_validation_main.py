@@ -2,24 +2,17 @@
 
     python -m sglang_eagle3.judging.sglang_validation_main < request.json
 
-Started by preflight (sglang_validation.py) with the interpreter and environment the server will have. The request
-(JSON on stdin): ``argv`` (the server's arguments), ``facts`` (the host's GPUs as nvidia-smi reported them:
-``compute_capability``, ``names``, ``memory_mib``), ``modules`` (the tree's modules its validation imports lazily),
-``trace`` (list the tree's functions entered).
-
-What runs is SGLang's own code, as ``python -m sglang.launch_server`` runs it before the load: the parser
-(``prepare_server_args``), the resolution (0.5.9: ``ServerArgs.__post_init__``; later: ``resolve_once``), then
+Started by preflight (sglang_validation.py) with the interpreter and environment the server will have; the
+request names the argv, the GPUs as nvidia-smi reported them, and the tree's modules its validation imports lazily.
+What runs is SGLang's own code, as ``launch_server`` runs it before the load: the parser, the resolution, then
 ``check_server_args``. Two things are answered instead of probed, so that it runs in seconds on any machine:
 
-- the GPU: torch.cuda answers with the facts nvidia-smi gave (count, name, compute capability, memory); a fact
-  nvidia-smi did not give (free memory, SM count, ...) raises MissingFact, and the run says which one was needed.
-  The tree's modules are imported first, with this machine's own answers (so a GPU-only import such as sgl_kernel
-  is not taken on a machine without one), then the tree's cached device probes are cleared and the facts answered.
+- the GPU: torch.cuda answers with the facts nvidia-smi gave; a fact it did not give raises MissingFact, and the
+  run says which one was needed. The tree's modules are imported first, with this machine's own answers (so a
+  GPU-only import such as sgl_kernel is not taken without a GPU), then the tree's cached device probes are cleared.
 - the model hub: HF_HUB_OFFLINE=1 (the caller sets it): a model that is not on this host is not downloaded.
 
-The outcome: ``{"stage": "done", "rewritten": [...]}`` (each field of the argv that SGLang changed: given, now, and
-where it was changed), or ``{"stage": "parse"|"resolve"|"check", "error": "ValueError: ...", "where": "srt/x.py:N"}``,
-or ``{"stage": "import", ...}`` / ``{"missing_fact": ...}`` when it could not run.
+The outcome: the fields SGLang changed (``rewritten``), or the stage that refused and SGLang's own error and line.
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 target, whether its class provides them, and the all-reduce requests on this GPU. ``sglang-eagle3 probe``
 (commands/probe.py) prints it; preflight judges it as its ``probe`` finding.
 
-It answers in well under a second, with no GPU and no weights, by reading SGLang's
-source:
-
-1. Call sites. Every call that the speculative path makes on the *target* model
-   (``...target_worker.model_runner.model.m()`` in srt/speculative/, and
-   ``self.model.m()`` / ``self.model_runner.model.m()`` in srt/model_executor/ when
-   guarded by a speculative condition), with file:line and the condition under which
-   it runs, for the chosen algorithm.
-2. The target class. Whether the architecture's class provides each method: defined
-   in the class, inherited, or forwarded to an inner model that has it.
-3. All-reduce optimisations on the given compute capability (see allreduce_gates).
-4. With a draft model: the draft checks (see draft_check), which the caller adds to the result (draft_check
-   reads patch check's outcomes, and patch check this module's defaults).
+It answers in well under a second, with no GPU and no weights, by reading SGLang's source: every call the
+speculative path makes on the *target* model (in srt/speculative/, and in srt/model_executor/ when guarded by a
+speculative condition) with the condition under which it runs; whether the architecture's class provides each
+method (defined, inherited, or forwarded to an inner model); the all-reduce optimisations on the given compute
+capability (allreduce_gates); and with a draft model, the draft checks (draft_check), which the caller adds (draft_check
+reads patch check's outcomes, and patch check this module's defaults).
 """
 
 from __future__ import annotations
@@ -176,18 +169,12 @@ def find_call_sites(index: SourceIndex, algebra: spec_conditions.SpecAlgebra, al
                 value = spec_conditions.tri_and([module_value, algebra.path_value(call.conditions, algorithm)])
                 if value is False:
                     continue
-                sites.append(
-                    CallSite(
-                        method=call.method,
-                        location=f"{index.rel(call.path)}:{call.line}",
-                        function=call.function,
-                        condition=algebra.describe([call.conditions], algorithm),
-                        worker=worker[0] if worker else None,
-                        worker_chosen_if=algebra.describe(worker[1], algorithm) if worker else None,
-                        when=RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS,
-                        via=list(call.via),
-                    )
-                )
+                sites.append(CallSite(
+                    call.method, f"{index.rel(call.path)}:{call.line}", call.function,
+                    algebra.describe([call.conditions], algorithm), worker[0] if worker else None,
+                    algebra.describe(worker[1], algorithm) if worker else None,
+                    RunsWhen.ALWAYS if value is True else RunsWhen.DEPENDS, list(call.via),
+                ))  # fmt: skip
     return sites
 
 
@@ -236,19 +223,12 @@ def probe(
         pcie_ipc=pcie_ipc, topology=topology, environment=environment, topology_how=topology_how, nnodes=nnodes,
     )  # fmt: skip
     algorithm_label = canonical if canonical == algorithm.upper() else f"{algorithm.upper()} (= {canonical})"
+    location = f"{index.rel(found[0])}:{found[1].lineno}" if found else None
     return ProbeResult(
-        sglang_root=str(tree.root),
-        sglang_version=tree.version,
-        arch=arch,
-        algorithm=algorithm_label,
-        class_location=f"{index.rel(found[0])}:{found[1].lineno}" if found else None,
-        methods=methods,
-        allreduce=allreduce,
-        arch_suggestions=[] if found else index.similar_model_classes(arch),
-        call_sites_read=read,
-        canonical_algorithm=canonical,
+        str(tree.root), tree.version, arch, algorithm_label, location, methods, allreduce,
+        [] if found else index.similar_model_classes(arch), canonical_algorithm=canonical, call_sites_read=read,
         apply_command=patchset.apply_command(tree),
-    )
+    )  # fmt: skip
 
 
 def probe_settings(

@@ -1,24 +1,15 @@
 """Make a directory hold exactly the files of a lock, downloading what is missing or wrong.
 
-Layout of the model directory D:
+Each file is downloaded by huggingface_hub at the locked commit into its own staging directory under
+D/.sglang-eagle3/staging/, hashed, and only on a match renamed into D (same file system, so the rename is atomic):
+killed at any point, D never holds a partial or wrong file under a locked name, and the next run resumes the partial
+downloads (huggingface_hub 0.x; 1.x starts them again). A file the hub serves differently from the lock is deleted
+from staging, not put in place.
 
-    D/<files of the lock>          only ever put there after their size and sha256 matched
-    D/.sglang-eagle3/state.json    files this tool verified and placed (size, times, inode)
-    D/.sglang-eagle3/staging/<k>/  huggingface_hub's local_dir for one file: its `.incomplete`
-                                   download (resumed with an HTTP Range request; by hub 1.x
-                                   only within a run) and the file itself until it has been hashed
-
-A file is downloaded by huggingface_hub at the locked commit into its staging directory,
-hashed, and only on a match renamed into D (same file system, so the rename is atomic).
-Killed at any point, D never holds a partial or wrong file under a locked name, and the
-next run resumes the partial downloads (huggingface_hub 0.x; 1.x starts them again). A file
-the hub serves differently from the lock (replaced upstream, corrupted on the way) is
-deleted from staging, not put in place.
-
-Files already in D are hashed once and recorded; later runs trust a record while the
-file's size, modification time, change time and inode are unchanged (`--recheck` hashes
-everything again; `models verify` always does). Files placed here for an older lock and
-unchanged since are removed; anything else not in the lock is left alone and reported.
+Files already in D are hashed once and recorded (D/.sglang-eagle3/state.json); later runs trust a record while the
+file's size, modification time, change time and inode are unchanged (`--recheck` hashes everything again; `models
+verify` always does). Files placed for an older lock and unchanged since are removed; anything else not in the lock
+is left alone and reported.
 """
 
 from __future__ import annotations
@@ -47,12 +38,8 @@ STATE_DIR = ".sglang-eagle3"
 
 
 class Interrupted(BaseException):
-    """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread).
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
-    swallows it; the CLI turns it into its status (ExitStatus.INTERRUPTED for SIGINT,
-    TERMINATED for SIGTERM, like every other command).
-    """
+    """SIGINT/SIGTERM during a fetch (raised by the CLI's signal handler in the main thread): a BaseException, like
+    KeyboardInterrupt, so that no ``except Exception`` on the way swallows it."""
 
 
 class FileStatus(enum.StrEnum):

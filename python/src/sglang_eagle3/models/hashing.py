@@ -37,13 +37,9 @@ def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> st
     return digest.hexdigest()
 
 
-def git_blob_header(size: int) -> bytes:
-    return b"blob %d\0" % size
-
-
 def sha256_and_git_blob_id(path: Path) -> tuple[str, str]:
     """Both hashes in one read: the sha256 of the content and git's id of it as a blob."""
     sha256 = hashlib.sha256()
-    blob = hashlib.sha1(git_blob_header(path.stat().st_size), usedforsecurity=False)
+    blob = hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False)
     _stream(path, [sha256, blob], None)
     return sha256.hexdigest(), blob.hexdigest()

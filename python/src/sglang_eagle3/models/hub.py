@@ -1,14 +1,8 @@
-"""Everything that talks to the Hugging Face Hub, through huggingface_hub.
-
-huggingface_hub is the hub's own client: it knows the endpoints, redirects to the CDN
-(dropping the token there), Xet storage, retries and resuming from `.incomplete` files.
-We call it with the token given explicitly (`token=False` when there is none), so it never
-falls back to `HF_TOKEN` in the environment or a token stored in the home directory, and
-`HF_ENDPOINT` chooses the hub as usual. Its errors become ModelsErrors that say what to do.
-
-Both majors of huggingface_hub are supported (and tested): 0.x, SGLang 0.5.9's stack, raises
-requests' exceptions; 1.x, SGLang 0.5.23's (transformers 5 needs it), raises httpx's, and
-does not resume a file across runs (`resumes_partial_files`).
+"""Everything that talks to the Hugging Face Hub, through huggingface_hub (the hub's own client: endpoints, the CDN,
+Xet storage, retries, resuming). It is given the token explicitly (`token=False` when there is none), so it never
+falls back to `HF_TOKEN` or a token stored in the home directory; its errors become ModelsErrors that say what to do.
+Both majors are supported: 0.x (SGLang 0.5.9's stack) raises requests' exceptions, 1.x (0.5.23's) httpx's, and does
+not resume a file across runs (`resumes_partial_files`).
 """
 
 from __future__ import annotations
@@ -38,11 +32,8 @@ FATAL = {"gated", "repo_not_found", "revision_not_found", "offline", "disk_full"
 
 
 def read_token(token_file: Path | None, environ: dict[str, str] | None = None) -> str | None:
-    """The token from --token-file, else systemd's credential hf-token, else None.
-
-    Never from argv or the environment: both are visible to other processes (ps,
-    /proc/PID/environ) and inherited by children. Messages name the file, never its content.
-    """
+    """The token from --token-file, else systemd's credential hf-token, else None. Never from argv or the environment:
+    both are visible to other processes (ps, /proc/PID/environ) and inherited by children."""
     environ = os.environ if environ is None else environ
     path = token_file if token_file is not None else credentials.credential(TOKEN_CREDENTIAL, environ)
     if path is None:
@@ -140,13 +131,9 @@ def gated(repo: str, token: str | None) -> ModelsError:
 
 
 def resumes_partial_files() -> bool:
-    """Whether a later run resumes a file that an earlier one left half-downloaded in local_dir.
-
-    0.x: yes, from `<etag>.incomplete` with a Range request. 1.x downloads to a process-unique
-    `<etag>.<random>.incomplete` and deletes it on failure (file_download.py
-    `_download_to_tmp_and_move`, huggingface/huggingface_hub#4228): a connection cut mid-file is
-    resumed within the run, but a later run starts the file again. The one version check here.
-    """
+    """Whether a later run resumes a file that an earlier one left half-downloaded in local_dir: 0.x does, from
+    `<etag>.incomplete` with a Range request; 1.x downloads to a process-unique `<etag>.<random>.incomplete` and deletes
+    it on failure (huggingface/huggingface_hub#4228), so only within the run. The one version check here."""
     from huggingface_hub import __version__
 
     return int(__version__.split(".")[0]) < 1
@@ -302,12 +289,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 
 def resolve(repo: str, revision: str, token: str | None, workdir: Path, jobs: int = 8) -> ModelLock:
-    """Resolve a revision to its commit and describe every file there: a lock.
-
-    LFS files: size and sha256 as the hub publishes them. Files stored in git: the hub
-    gives only their git blob id, so they are downloaded (they are small), checked against
-    that id, and their sha256 recorded.
-    """
+    """Resolve a revision to its commit and describe every file there: a lock. The hub gives only the git blob id of
+    a file stored in git, so those (small) files are downloaded, checked against it, and their sha256 recorded."""
     from huggingface_hub import HfApi
 
     _quiet_client()
@@ -376,14 +359,9 @@ def download_file(repo: str, commit: str, path: str, local_dir: Path, token: str
 
 
 def _drop_torn_metadata(metadata: Path) -> None:
-    """Remove a metadata file that a killed fetch left half-written.
-
-    huggingface_hub 0.36 fails on one with UnboundLocalError instead of ignoring it
-    (huggingface/huggingface_hub#3609; fixed by PR #3610 in the 1.x line, which
-    transformers 4.57, SGLang 0.5.9's pin, does not allow). Its format: commit, etag
-    and timestamp, a line each. Without it the client re-checks the file (LFS: by
-    sha256) or downloads it again.
-    """
+    """Remove a metadata file (commit, etag and timestamp, a line each) that a killed fetch left half-written:
+    huggingface_hub 0.36 fails on one with UnboundLocalError (huggingface/huggingface_hub#3609; fixed only in 1.x,
+    which SGLang 0.5.9's transformers does not allow). Without it the client re-checks or downloads the file again."""
     try:
         commit, etag, timestamp = metadata.read_text().splitlines()[:3]
         float(timestamp)
@@ -410,10 +388,8 @@ def resumable_bytes(local_dir: Path) -> int:
 
 
 def partial_bytes(local_dir: Path) -> int:
-    """Bytes huggingface_hub has written so far under local_dir (its `.incomplete` files): for progress only.
-
-    Runs while downloads finish and their directories are removed: os.walk skips what vanished.
-    """
+    """Bytes huggingface_hub has written so far under local_dir (its `.incomplete` files), for progress only; runs
+    while downloads finish and their directories are removed: os.walk skips what vanished."""
     total = 0
     for root, _, files in os.walk(_client_dir(local_dir)):
         for name in files:

@@ -1,15 +1,4 @@
-"""The model lock: one JSON file per model, enough to fetch and verify it byte for byte.
-
-    {
-      "format": "sglang-eagle3-model-lock", "version": 1,
-      "repo": "AQ-MedAI/Kimi-K25-eagle3", "revision": "main", "commit": "<40 hex>",
-      "gated": false, "private": false, "locked_at": "2026-...Z", "total_size": 123,
-      "files": [
-        {"path": "config.json", "size": 1234, "sha256": "<64 hex>", "git_blob_id": "<40 hex>", "lfs": false},
-        {"path": "model-00001-of-00002.safetensors", "size": 4999..., "sha256": "...", "git_blob_id": "...",
-         "lfs": true}
-      ]
-    }
+"""The model lock: one JSON file per model (ModelLock below), enough to fetch and verify it byte for byte.
 
 For LFS files (the weights) size and sha256 are what the hub publishes; git_blob_id is
 the id of the LFS pointer. Small files are stored in git, and the hub publishes only their

@@ -64,10 +64,6 @@ def parallel_map(fn, items: list, jobs: int) -> list:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _reserved(relative: str) -> bool:
-    return any(relative == r or relative.startswith(r + "/") for r in RESERVED_DIRS)
-
-
 def extra_files(lock: ModelLock, directory: Path) -> list[str]:
     """Files under directory that the lock does not list (the tools' own directories aside)."""
     listed = {f.path for f in lock.files}
@@ -75,7 +71,7 @@ def extra_files(lock: ModelLock, directory: Path) -> list[str]:
     for root, dirs, files in os.walk(directory):
         rel_root = os.path.relpath(root, directory)
         rel_root = "" if rel_root == "." else rel_root.replace(os.sep, "/") + "/"
-        dirs[:] = [d for d in dirs if not _reserved(rel_root + d)]
+        dirs[:] = [d for d in dirs if not any(f"{rel_root}{d}/".startswith(r + "/") for r in RESERVED_DIRS)]
         extra += [rel_root + name for name in files if rel_root + name not in listed]
     return sorted(extra)
 

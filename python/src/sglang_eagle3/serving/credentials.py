@@ -1,15 +1,11 @@
 """Secrets: where the server's secrets come from, checks on their files, and keeping them out of output.
 
-SGLang's secret flags are ``--api-key``, ``--admin-api-key`` and, on 0.5.23,
-``--ssl-keyfile-password`` (the fields patches/sglang-<version>/secret-exits.json lists; tests/test_secret_exits.py
-keeps this module in step with it). None of these is ever a setting, an argument or an environment
-variable here: the settings name a file (``api_key_file``, ``admin_api_key_file``,
-``ssl_keyfile_password_file``), or systemd hands the secret over as a credential
-(``LoadCredential=api-key:/path``, ``admin-api-key``, ``ssl-keyfile-password``), found in
-``$CREDENTIALS_DIRECTORY``; so does the Hugging Face token of the models commands (``hf-token``).
-The launcher passes only the file's path on (see sglang_main.py), and patch 0005 keeps SGLang from
-printing what it was given. 0.5.23's ``--watermark-config`` takes a file already: its path may be an
-argument, the JSON itself (which holds the watermark keys) may not.
+SGLang's secret flags (SECRET_ARGS; the fields patches/sglang-<version>/secret-exits.json lists, kept in step by
+tests/test_secret_exits.py) are never a setting, an argument or an environment variable here: the settings name a
+file, or systemd hands the secret over as a credential in ``$CREDENTIALS_DIRECTORY`` (so does the Hugging Face token
+of the models commands). The launcher passes only the file's path on (sglang_main.py), and patch 0005 keeps SGLang
+from printing what it was given. 0.5.23's ``--watermark-config`` takes a file: its path may be an argument, the JSON
+itself (which holds the watermark keys) may not.
 """
 
 from __future__ import annotations
@@ -74,11 +70,8 @@ def _abbreviates(name: str, flag: str) -> bool:
 
 
 def secret_flag_in(arg: str) -> SecretArg | None:
-    """The secret flag an SGLang argument would set, also as argparse would read it.
-
-    argparse expands unambiguous prefixes (``--api-k`` is ``--api-key``); ``--api_key``
-    is no SGLang flag, but would show the key in the dry run and in errors all the same.
-    """
+    """The secret flag an SGLang argument would set, also as argparse would read it: unambiguous prefixes (``--api-k``)
+    and ``--api_key`` (no SGLang flag, but it would show the key in the dry run and in errors all the same)."""
     name = _flag_name(arg)
     return next((s for s in SECRET_ARGS if _abbreviates(name, s.flag)), None)
 
@@ -176,10 +169,8 @@ def read_key(path: Path, what: str = "api_key_file") -> str:
 
 
 def without_secrets(info):
-    """SGLang's /server_info without the secrets (at any depth: each internal state holds the server args too).
-
-    A server with patch 0005 already leaves them out or redacts them; an unpatched one does not.
-    """
+    """SGLang's /server_info without the secrets, at any depth (each internal state holds the server args too; patch
+    0005 leaves them out already, an unpatched server does not)."""
     if isinstance(info, dict):
         return {k: without_secrets(v) for k, v in info.items() if k not in SERVER_SECRET_FIELDS}
     if isinstance(info, list):

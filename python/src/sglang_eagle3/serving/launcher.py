@@ -1,13 +1,10 @@
 """Start SGLang, wait until it is ready, tell systemd, stop it within the grace period.
 
-The launcher stays SGLang's parent: it starts the server in its own process group,
-polls /health_generate (which answers 200 only once a token can be generated) and,
-when systemd started it with NOTIFY_SOCKET (Type=notify), sends READY=1 once the server
-is healthy and STOPPING=1 on shutdown.
-
-Stopping: SIGTERM or SIGINT, while the model loads or after, is forwarded to the server's
-process group at once; the server gets `stop_timeout` seconds (a setting) to exit, then
-what is left of the group is killed (SIGKILL). A second signal kills at once.
+The launcher stays SGLang's parent: it starts the server in its own process group, polls /health_generate (200
+only once a token can be generated) and, under systemd's Type=notify, sends READY=1 once the server is healthy and
+STOPPING=1 on shutdown. SIGTERM or SIGINT, while the model loads or after, is forwarded to the server's process
+group at once; the server gets `stop_timeout` seconds to exit, then the group is killed. A second signal kills at
+once.
 """
 
 from __future__ import annotations
@@ -151,12 +148,9 @@ def running(
     progress=None,
     output=None,
 ):
-    """The server, started and healthy, for the duration of the block; stopped afterwards.
-
-    NotReady when it exits or ready_timeout passes first (stopped all the same). The one way a
-    server is started, awaited and stopped for a block: the sweep's points, bench ab's sides
-    (each a `serve` of its own), the tests' stand-ins; `serve` runs it in the foreground below.
-    """
+    """The server, started and healthy, for the duration of the block; stopped afterwards (NotReady when it exits or
+    ready_timeout passes first). The one way a server is started, awaited and stopped for a block: the sweep's points,
+    bench ab's sides, the tests' stand-ins; `serve` runs it in the foreground below."""
     process = start(plan, output)
     try:
         readiness = wait_ready(health_url, process, ready_timeout, interval=interval, progress=progress)

@@ -1,21 +1,14 @@
 """``sglang-eagle3-router``: the router (smg, the Shepherd Model Gateway), API key read from a file.
 
-smg takes its API key only as ``--api-key KEY``, which any user can read in the process list,
-or through its Python API. This entry point takes every other argument of ``smg launch``
-unchanged (parsed by smg's own parser), reads the key from ``--api-key-file PATH`` or, under
-systemd, the credential ``$CREDENTIALS_DIRECTORY/api-key`` (read as the server reads its key:
-credentials.read_key, so a file other users can read is refused), and hands it to the router
-in this process: never in argv, the environment or a log.
+smg takes its API key only as ``--api-key KEY``, which any user can read in the process list, or through its
+Python API. This entry point takes every other argument of ``smg launch`` unchanged (parsed by smg's own parser),
+reads the key as the server reads its own (``--api-key-file PATH`` or systemd's credential; credentials.read_key),
+and hands it to the router in this process: never in argv, the environment or a log. The router checks that one
+key on clients and sends it to every worker, so the servers behind it must be started with the same key.
 
-The router uses that one key both ways: clients must send ``Authorization: Bearer KEY`` (all
-but /health, /liveness, /readiness, /health_generate, /v1/models and /engine_metrics: see
-docs/router.md), and it sends the same header to every worker. So the servers behind it must
-be started with the same key.
-
-One difference from ``smg launch``: with Kubernetes service discovery smg's launcher turns on
-its multi-model mode (IGW), which answers 400 ``missing_model`` to SGLang's ``/generate``
-without a ``model`` field. The servers behind this router serve one model, so the router
-stays in its single-model mode unless ``--enable-igw`` is given (docs/router.md).
+With Kubernetes service discovery smg's launcher turns on its multi-model mode (IGW), which answers 400
+``missing_model`` to SGLang's ``/generate`` without a ``model`` field; the servers behind this router serve one
+model, so it stays in single-model mode unless ``--enable-igw`` is given (docs/router.md).
 """
 
 from __future__ import annotations

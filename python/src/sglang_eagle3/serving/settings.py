@@ -1,21 +1,14 @@
 """The one definition of the EAGLE-3 server's settings.
 
-Every field is declared once, here: its type, default and documentation. A field is
-SGLang's own argument of the same name (``tp_size`` renders to ``--tp-size``) unless it
-is marked LAUNCHER_ONLY (files, timeouts and the like that the launcher itself uses).
-The CLI's help, the JSON Schema (used by the NixOS module), docs/serve.md's settings
-reference and the argv given to SGLang are all generated from it.
+Every field is declared once, here: its type, default and documentation. A field is SGLang's own argument of the
+same name (``tp_size`` renders to ``--tp-size``) unless it is marked LAUNCHER_ONLY (files, timeouts and the like that
+the launcher itself uses). The CLI's help, the JSON Schema (used by the NixOS module), docs/serve.md's settings
+reference and the argv given to SGLang are all generated from it. The built-in defaults are the users' tuned
+configuration (96.1 tok/s single-stream on 8x RTX PRO 6000).
 
-The built-in defaults are the users' tuned configuration (96.1 tok/s single-stream on
-8x RTX PRO 6000): Kimi-K2.5 NVFP4 + AQ-MedAI EAGLE-3 draft, tp 8, 3 steps / top-k 1 /
-4 draft tokens, FlashInfer attention, torch symm mem and FlashInfer allreduce fusion.
-
-Where values come from, later wins:
-  1. the built-in defaults below
-  2. the settings file (--config FILE, JSON or TOML)
-  3. environment variables SGLANG_EAGLE3_<FIELD> (e.g. SGLANG_EAGLE3_TP_SIZE=4)
-  4. --set field=value on the command line
-  5. the profile: "baseline" turns speculation off (the A/B partner for benchmarks)
+Where values come from, later wins: the built-in defaults, the settings file (--config FILE, JSON or TOML),
+environment variables SGLANG_EAGLE3_<FIELD> (e.g. SGLANG_EAGLE3_TP_SIZE=4), --set field=value, then the profile
+("baseline" turns speculation off: the A/B partner for benchmarks).
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -50,7 +43,6 @@ from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_pro
 ENV_PREFIX = "SGLANG_EAGLE3_"
 PROFILES = ("eagle3", "baseline")
 SpeculativeAlgorithm = Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"]
-ALGORITHMS: tuple[str, ...] = get_args(SpeculativeAlgorithm)
 # The GPUs the defaults are tuned for (RTX PRO 6000 Blackwell, SM120): what the probe judges the
 # all-reduce settings on when no GPU is there to ask. Not a setting: SGLang reads it from the GPU.
 TUNED_COMPUTE_CAPABILITY = "12.0"
@@ -352,19 +344,14 @@ def field_env(name: str) -> str | None:
 
 
 def field_origin(name: str) -> tuple[str, str | None]:
-    """(the SGLang version a setting is written for, where it is in that version's source if not the default's).
-
-    SGLang's flags and variables differ between versions; preflight reads the installed tree's parser and
-    environ.py and refuses a setting it lacks, naming this version (tests check it against the real wheels).
-    """
+    """(the SGLang version a setting is written for, where it is in that version's source if not the default's):
+    preflight names it when the installed tree lacks the setting."""
     return _extra(name).get("sglangVersion", stacks.default().version), _extra(name).get("sglangWhere")
 
 
 def _parse_value(name: str, raw: str) -> Any:
-    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text.
-
-    A text setting keeps its text: `served_model_name=1234` is the name "1234".
-    """
+    """`--set` and environment values: JSON when they parse as JSON (8, true, null, [..]), else text; a text setting
+    keeps its text (`served_model_name=1234` is the name "1234")."""
     try:
         value = loads_json(raw)
     except ValueError:  # not JSON, or a number of more than Python's 4,300 digits: text, which the field judges

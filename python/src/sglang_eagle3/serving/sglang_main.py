@@ -1,14 +1,10 @@
 """``python -m sglang.launch_server``, with the secrets read from files.
 
-SGLang takes the keys only as ``--api-key KEY`` and ``--admin-api-key KEY`` (and 0.5.23 the
-TLS key's password as ``--ssl-keyfile-password``), which any user can read in the process list.
-This entry point does what the installed SGLang's own ``launch_server`` does (its start-up
-calls, read from its ``__main__`` block: 0.5.23's ``load_plugins()``, none on 0.5.9), parses
-the same arguments with SGLang's own parser, sets ``api_key`` / ``admin_api_key`` /
-``ssl_keyfile_password`` from the files named by $SGLANG_EAGLE3_API_KEY_FILE /
-$SGLANG_EAGLE3_ADMIN_API_KEY_FILE / $SGLANG_EAGLE3_SSL_KEYFILE_PASSWORD_FILE (systemd
-credentials, mode 0400), and runs the server as ``launch_server`` does. Patch 0005 keeps
-SGLang from printing them.
+SGLang takes its keys (and 0.5.23 the TLS key's password) only as arguments, which any user can read in the process
+list. This entry point does what the installed SGLang's own ``launch_server`` does (its start-up calls, read from
+its ``__main__`` block), parses the same arguments with SGLang's own parser, sets the secrets from the files named
+by $SGLANG_EAGLE3_*_FILE (systemd credentials, mode 0400), and runs the server. Patch 0005 keeps SGLang from printing
+them.
 """
 
 from __future__ import annotations

@@ -39,17 +39,9 @@ def allreduce_fusion_effect(index: SourceIndex, major: int, requested: bool, env
         return _resolver_fusion_effect(index, resolver, major, requested, environment or {})
     comm_path = index.tree.srt / "layers" / "communicator.py"
     module = index.module(comm_path)
-    gate = expect(
-        next(
-            (
-                n
-                for n in module.body
-                if isinstance(n, ast.FunctionDef) and n.name == "apply_flashinfer_allreduce_fusion"
-            ),
-            None,
-        ),
-        f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}",
-    )
+    gate = next((n for n in module.body if isinstance(n, ast.FunctionDef)
+                 and n.name == "apply_flashinfer_allreduce_fusion"), None)  # fmt: skip
+    gate = expect(gate, f"apply_flashinfer_allreduce_fusion in {index.rel(comm_path)}")
     gate_majors = _gate_majors(index, module, gate, comm_path)
     auto_majors = _server_args_auto_majors(index)
     gate_loc = f"{index.rel(comm_path)}:{gate.lineno}"
@@ -142,10 +134,6 @@ def _env_switches(node: ast.AST) -> list[str]:
     ]  # fmt: skip
 
 
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in ("true", "1", "yes", "y")  # srt/environ.py EnvBool
-
-
 def _resolver_fusion_effect(index: SourceIndex, resolver, major: int, requested: bool, environment: dict):
     """Releases after 0.5.9 (PR #30700): --enable-flashinfer-allreduce-fusion becomes backend "auto", and
     _resolve_backend raises ValueError on GPUs its first test does not admit, when the workspaces are built at
@@ -214,7 +202,8 @@ def _opt_in_effect(
     if len(switches) != len(conditions):
         return FlagEffect(FUSION_FLAG, True, Effect.UNKNOWN, f"{where} admits SM{major}x only if {condition}; "
                           "whether that holds at start-up is not read from the settings")  # fmt: skip
-    missing = [v for v in switches if not _truthy(environment.get(v))]
+    # srt/environ.py EnvBool
+    missing = [v for v in switches if environment.get(v, "").strip().lower() not in ("true", "1", "yes", "y")]
     if missing:
         return FlagEffect(FUSION_FLAG, True, Effect.CRASH, f"{crash}, and SM{major}x only with {condition} (opt-in: "
                           f"set {', '.join(f'{v}=1' for v in missing)} in environment)")  # fmt: skip

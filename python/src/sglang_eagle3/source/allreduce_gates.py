@@ -1,13 +1,6 @@
-"""What SGLang will do with the all-reduce optimisations on a given GPU generation.
-
-Read from the installed source, so a patched tree and a pristine one give different
-answers:
-
-- ``--enable-torch-symm-mem``: TorchSymmMemCommunicator looks the compute capability
-  major up in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (all_reduce_utils.py) and
-  _WORLD_SIZES_MULTIMEM (torch_symm_mem.py). A missing key is a KeyError at start-up.
-- ``--enable-flashinfer-allreduce-fusion``: allreduce_fusion.py.
-- ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``: the PCIe-IPC all-reduce, where this SGLang has it.
+"""What SGLang will do with the all-reduce optimisations on a given GPU generation, read from the installed source,
+so a patched tree and a pristine one give different answers: torch symmetric memory (a capability major missing
+from its tables is a KeyError at start-up), FlashInfer's fusion (allreduce_fusion.py) and the PCIe-IPC all-reduce.
 """
 
 from __future__ import annotations
@@ -54,17 +47,10 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
     multimem = expect(
         _constants(cls.body).get("_WORLD_SIZES_MULTIMEM"), "TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM"
     )
-    minimum, minimum_line = next(
-        (
-            (n.comparators[0].value, n.lineno)
-            for n in ast.walk(cls)
-            if isinstance(n, ast.Compare)
-            and ast.unparse(n.left) == "self.device_capability"
-            and isinstance(n.ops[0], ast.Lt)
-            and isinstance(n.comparators[0], ast.Constant)
-        ),
-        (0, cls.lineno),
-    )
+    minimum, minimum_line = next(((n.comparators[0].value, n.lineno) for n in ast.walk(cls)
+                                  if isinstance(n, ast.Compare) and ast.unparse(n.left) == "self.device_capability"
+                                  and isinstance(n.ops[0], ast.Lt) and isinstance(n.comparators[0], ast.Constant)),
+                                 (0, cls.lineno))  # fmt: skip
     world_size_line = next(
         (n.lineno for n in ast.walk(cls) if isinstance(n, ast.Compare) and ast.unparse(n.left) == "self.world_size"
          and isinstance(n.ops[0], ast.NotIn)),
@@ -105,25 +91,14 @@ def torch_symm_mem_effect(index: SourceIndex, major: int, tp_size: int, requeste
         return disabled(f"world size {tp_size} not in {sorted(sizes[major])} for SM{major}x",
                         f"{index.rel(comm_path)}:{world_size_line}", f"at tp {tp_size}")  # fmt: skip
     if major not in multimem and not _lookup(cls, "_WORLD_SIZES_MULTIMEM")[1]:
-        return FlagEffect(
-            flag,
-            True,
-            Effect.CRASH,
-            f"KeyError: {major} at {line('_WORLD_SIZES_MULTIMEM')} on the first all-reduce: "
-            f"_WORLD_SIZES_MULTIMEM has keys {sorted(multimem)} only",
-        )
+        return FlagEffect(flag, True, Effect.CRASH, f"KeyError: {major} at {line('_WORLD_SIZES_MULTIMEM')} on the "
+                          f"first all-reduce: _WORLD_SIZES_MULTIMEM has keys {sorted(multimem)} only")  # fmt: skip
     kernel = "multimem" if tp_size in multimem.get(major, ()) else "two-shot"
-    return FlagEffect(
-        flag,
-        True,
-        Effect.LOADS,
-        f"loads, {kernel} kernel, buffer {sizes[major][tp_size] // (1 << 20)} MiB",
-        warning=(
-            f"{flag}: the communicator disables itself at start-up when the GPUs offer no "
-            "multicast (handle.multicast_ptr == 0), as is likely on PCIe hosts without NVSwitch; "
-            "look for 'multicast operations are not supported' in the server log"
-        ),
-    )
+    buffer = sizes[major][tp_size] // (1 << 20)
+    return FlagEffect(flag, True, Effect.LOADS, f"loads, {kernel} kernel, buffer {buffer} MiB",
+                      warning=f"{flag}: the communicator disables itself at start-up when the GPUs offer no multicast "
+                      "(handle.multicast_ptr == 0), as is likely on PCIe hosts without NVSwitch; look for 'multicast "
+                      "operations are not supported' in the server log")  # fmt: skip
 
 
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"

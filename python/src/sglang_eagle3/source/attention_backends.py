@@ -1,16 +1,10 @@
 """Which attention backends serve which models, read from SGLang's source without importing it.
 
-The draft worker runs with ``speculative_draft_attention_backend`` when it is set, else with the
-target's backend (``ModelRunner._get_attention_backend``). A backend that serves only MLA models
-(DeepSeek-style attention, as Kimi-K2.5's) cannot serve a Llama-architecture (MHA) draft, and the
-other way round. Two readings:
-
-- the architectures SGLang runs with MLA attention: the ``"X" in self.hf_config.architectures``
-  tests of the branches of ``srt/configs/model_config.py`` that set ``attention_arch`` to MLA;
-- what each registered backend serves (``srt/layers/attention/attention_registry.py``): MLA only
-  when its factory raises unless ``runner.use_mla_backend``, or builds only a class named ``*MLA*``;
-  MHA only when it raises if ``runner.use_mla_backend``; both when it chooses by
-  ``runner.use_mla_backend`` without raising; otherwise not known (nothing in the factory says).
+The draft worker runs with ``speculative_draft_attention_backend`` when it is set, else with the target's backend:
+one that serves only MLA models (Kimi-K2.5's attention) cannot serve a Llama-architecture (MHA) draft, and the
+other way round. A registered backend serves MLA only when its factory raises unless ``runner.use_mla_backend`` or
+builds only a ``*MLA*`` class, MHA only when it raises if ``runner.use_mla_backend``, both when it chooses by it
+without raising; otherwise it is not known.
 """
 
 from __future__ import annotations
@@ -81,14 +75,9 @@ def _sets_mla(stmt: ast.stmt) -> bool:
 
 
 def _architecture_names(test: ast.expr) -> set[str]:
-    return {
-        node.left.value
-        for node in ast.walk(test)
-        if isinstance(node, ast.Compare)
-        and isinstance(node.left, ast.Constant)
-        and isinstance(node.ops[0], ast.In)
-        and ast.unparse(node.comparators[0]).endswith("architectures")
-    }
+    return {node.left.value for node in ast.walk(test) if isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], ast.In)
+            and ast.unparse(node.comparators[0]).endswith("architectures")}  # fmt: skip
 
 
 def _serves(factory: ast.FunctionDef) -> Serves:

@@ -1,17 +1,10 @@
 """Server settings the draft worker inherits from the target's, read from SGLang's source without importing it.
 
-SGLang builds the draft's ModelConfig and model loader from the same ServerArgs as the target's
-(``ModelConfig.from_server_args``, the draft ``ModelRunner``), so a setting made for the target also
-reaches the draft unless a ``--speculative-draft-*`` flag overrides it (sgl-project/sglang #22780).
-Each reading returns the file:line it comes from, or None where the source does not say it:
-
-- context length: the EAGLE worker gives the draft the target's context length, and ModelConfig
-  refuses one longer than the draft's own (derived by ``get_context_length``, which
-  judging/inherited_values.py runs on the draft's config) unless an environment variable allows it;
-- model implementation: ``--model-impl`` values that build a model from another class than its own
-  architecture (the draft would not be built as its EAGLE-3 class);
-- load format: ``--load-format`` reaches the draft unless ``--speculative-draft-load-format`` is set;
-  which weight files each format of the default loader looks for.
+SGLang builds the draft's ModelConfig and model loader from the same ServerArgs as the target's, so a setting made
+for the target also reaches the draft unless a ``--speculative-draft-*`` flag overrides it (sgl-project/sglang
+#22780): the context length, the model implementation, the load format, the model override, and the other way
+round the chunked prefix cache. Each reading returns the file:line it comes from, or None where the source does not
+say it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""What an SGLang tree's own source says about EAGLE drafts, read without importing it.
-
-- Which architectures it registers as drafts for an algorithm (the ``EntryClass`` of
-  srt/models/*eagle3*.py for EAGLE3, *eagle*.py for EAGLE).
-- What a draft class requires of its config: the number of layers it accepts, how
-  many target hidden states its ``fc`` takes and which config field gives their width,
-  whether it reads ``draft_vocab_size`` unguarded.
-- Where ``set_eagle3_layers_to_capture`` is (find_method); which layers it captures is
-  judging/capture_rule.py's, which runs it.
+"""What an SGLang tree's own source says about EAGLE drafts, read without importing it: which architectures it
+registers as drafts for an algorithm, what a draft class requires of its config, and where
+``set_eagle3_layers_to_capture`` is (which layers it captures is judging/capture_rule.py's, which runs it).
 """
 
 from __future__ import annotations
@@ -127,7 +121,8 @@ def _read_init(facts: DraftClassFacts, cls: ast.ClassDef, rel: str) -> None:
         tie = [c.polarity for c in conditions if _attribute_chain(c.test).endswith(".tie_word_embeddings")]
         guarded = "draft_vocab_size" in _hasattr_fields(conditions)
         for node in own_expressions(stmt):
-            if _loads(node, "draft_vocab_size") and not guarded:
+            loads = isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+            if loads and node.attr == "draft_vocab_size" and not guarded:
                 facts.draft_vocab_reads.append((f"{rel}:{node.lineno}", tie[-1] if tie else None))
 
 
@@ -139,10 +134,6 @@ def _is_layer_count_test(test: ast.expr | None) -> bool:
         and isinstance(test.ops[0], ast.NotEq)
         and isinstance(test.comparators[0], ast.Constant)
     )
-
-
-def _loads(node: ast.AST, attr: str) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr == attr
 
 
 def _read_fc(facts: DraftClassFacts, module: ast.Module, rel: str) -> str | None:

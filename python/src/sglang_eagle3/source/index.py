@@ -1,21 +1,11 @@
 """Read SGLang's Python source as syntax trees: the one parser and call resolver every reader of it uses.
 
-The probe answers questions about an SGLang install ("which methods does the
-EAGLE-3 path call on the target model?", "does this class provide them?") by
-reading its source, so it needs no GPU, no torch import and no weights, and it
-stays right when SGLang's code moves. The audits read it the same way: the
-validation sites (validation_sites.py), the secret exits (secret_exits.py), the
-start-up gates of any wheel and the run-time lookups (the sibling package
-sglang_eagle3_audits). What they share lives here, once:
-
-- parse_source (source/tree.py's): a file parsed, with
-  the error its caller names (and no warnings about the tree's own invalid escapes);
-- own_nodes, dotted_name, import_aliases, resolved_name, Constants (source/constants.py's): the code of one
-  scope, what a name means through a module's imports, the constants it can hold;
-- SourceIndex: a tree's modules parsed once each, their functions and classes, and the
-  function(s) a call calls: by its imports and classes where that can be told statically
-  (``called``), or by the function's name alone where it is defined once in the tree
-  (``defined_once``: the secret-exit scan, which must follow a call whatever its receiver);
+The probe answers questions about an SGLang install ("which methods does the EAGLE-3 path call on the target
+model?", "does this class provide them?") by reading its source, so it needs no GPU, no torch import and no weights,
+and it stays right when SGLang's code moves. The audits (validation_sites.py, secret_exits.py, and the sibling
+package sglang_eagle3_audits) read it the same way. SourceIndex resolves a call by its imports and classes where that
+can be told statically (``called``), or by the function's name alone where it is defined once in the tree
+(``defined_once``: the secret-exit scan, which must follow a call whatever its receiver).
 """
 
 from __future__ import annotations
@@ -256,10 +246,7 @@ class SourceIndex:
         if parts[0] != "sglang":
             return None
         base = self.tree.root.joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-        return None
+        return next((c for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()), None)
 
     def rel(self, path: Path) -> str:
         try:
@@ -270,10 +257,7 @@ class SourceIndex:
     # -- classes -------------------------------------------------------------------
 
     def find_class_in(self, path: Path, name: str) -> ast.ClassDef | None:
-        for node in self.module(path).body:
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return node
-        return None
+        return next((n for n in self.module(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
 
     def resolve_name(self, path: Path, name: str) -> tuple[Path, ast.ClassDef] | None:
         """Follow ``name`` as used in module ``path`` to the class it denotes, if it is SGLang's."""
@@ -308,12 +292,8 @@ class SourceIndex:
 
     def similar_model_classes(self, name: str) -> list[str]:
         """Model class names close to ``name``, for a did-you-mean hint."""
-        names = {
-            m
-            for path in self.model_files
-            for m in re.findall(r"^class (\w+)\(", path.read_text(errors="replace"), re.MULTILINE)
-        }
-        return difflib.get_close_matches(name, sorted(names), n=3)
+        found = [re.findall(r"^class (\w+)\(", p.read_text(errors="replace"), re.MULTILINE) for p in self.model_files]
+        return difflib.get_close_matches(name, sorted({m for names in found for m in names}), n=3)
 
 
 def _listed(found: Target | None) -> list[Target]:

@@ -1,12 +1,8 @@
 """Calls made on a model object, read from SGLang's source, through the helpers it is handed to.
 
-SGLang 0.5.9 calls the target's EAGLE-3 methods in place
-(``self.target_worker.model_runner.model.get_embed_and_head()``); later releases hand the
-model to helpers (``configure_aux_hidden_state_capture(model=self.model, ...)``,
-``resolve_draft_embed_and_head(target_model=target_runner.model, ...)``) that make the call.
-So a call is found where it is made, whichever function that is: inside a helper, the
-parameters are replaced by the caller's arguments (and local names by what they were set
-to), so the receiver and the guards read as the entry function's expressions.
+SGLang 0.5.9 calls the target's EAGLE-3 methods in place; later releases hand the model to helpers that make the
+call. So a call is found where it is made: inside a helper, the parameters are replaced by the caller's arguments
+(and local names by what they were set to), so the receiver and the guards read as the entry function's expressions.
 """
 
 from __future__ import annotations
@@ -174,12 +170,9 @@ def model_calls(
     _via: tuple[str, ...] = (),
     _seen: frozenset = frozenset(),
 ) -> Iterator[ModelCall]:
-    """Calls ``<model>.m(...)`` that ``func`` makes, itself or through helpers it hands the model to.
-
-    ``is_model`` tells, from an expression's text in the entry function's terms, whether it is the model
-    (an expression ending in ``.model``).
-    Calls guarded by ``hasattr(model, "m")`` are left out (optional), and so are those in ``except`` blocks.
-    """
+    """Calls ``<model>.m(...)`` that ``func`` makes, itself or through helpers it hands the model to (``is_model``:
+    whether an expression, in the entry function's terms, is the model); not those guarded by ``hasattr(model, "m")``
+    (optional) nor those in ``except`` blocks."""
     facts = _facts(func)
     if not _names and MODEL_ATTRIBUTE not in facts.attributes:
         return  # an entry function that never reads ``<x>.model`` holds no model to call or hand on
@@ -207,14 +200,7 @@ def model_calls(
                 continue
             callee_path, callee_name, callee, is_method = found
             yield from model_calls(
-                index,
-                callee_path,
-                callee_name,
-                callee,
-                is_model,
-                _names=_bind(callee, node, is_method, names),
-                _conds=_conds + here,
-                _guards=guards,
-                _via=(*_via, f"{index.rel(path)}:{node.lineno} in {qualname}"),
+                index, callee_path, callee_name, callee, is_model, _names=_bind(callee, node, is_method, names),
+                _conds=_conds + here, _guards=guards, _via=(*_via, f"{index.rel(path)}:{node.lineno} in {qualname}"),
                 _seen=_seen | {(path, qualname)},
-            )
+            )  # fmt: skip

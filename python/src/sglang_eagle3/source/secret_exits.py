@@ -1,35 +1,21 @@
 """The secrets in SGLang's server arguments, and every place in SGLang's source they can leave by.
 
-Read with ``ast`` from an SGLang tree (nothing is imported), for both layouts this project serves: 0.5.9's
-``ServerArgs`` dataclass (fields in srt/server_args.py, help in its ``add_cli_args``) and 0.5.23's namespaces
+Read with ``ast`` (nothing is imported), from 0.5.9's ``ServerArgs`` dataclass and 0.5.23's namespaces
 (srt/arg_groups/fields/*.py, ``A[type, help]``).
 
-Secret fields: a rule over names and help text, not a list. A field that can hold text (its annotation names
-``str``, ``Any`` or a dict) is secret-looking when a word of its name is one of SECRET_WORDS, or its help mentions a
-password, secret, credential or key. The rule catches look-alikes too (``speculative_token_map``: a path); each
-stack's data file says which are secrets and why the others are not (tests/test_secret_exits.py).
+Secret fields: a rule over names and help text, not a list: a field that can hold text whose name has a word of
+SECRET_WORDS, or whose help matches SECRET_HELP. The rule catches look-alikes too (``speculative_token_map``: a
+path); each stack's data file says which are secrets and why the others are not.
 
-Exits: the expressions through which the server arguments, or one of their secrets, can leave the process. A
-*carrier* is the server-args object or a view of it: a name or attribute ending in ``server_args``,
-``get_global_server_args()``, ``get_server_args()``, ``prepare_server_args()``, ``resolving_view(...)``, the config
-bags that hold a secret (0.5.23: ``get_serving()``, ``get_exec().features``), ``self`` inside ``ServerArgs``, a
-local name assigned from a carrier, a parameter some call passes a carrier to, and a call of a function that returns
-one (the last two across the package, by function name where the tree defines it once: index.py's
-SourceIndex.defined_once). An exit is where a carrier (or a container holding one) becomes
+Exits: where a *carrier* (the server-args object or a view of it: a name ending in ``server_args``, CARRIER_CALLS,
+the config bags that hold a secret, ``self`` inside ``ServerArgs``, and names, parameters and returns it flows to
+across the package) becomes text (f-string, repr, print, raised with), a log call's argument, a dict (asdict, vars,
+resolved_dict(): info endpoints, gRPC), bytes (pickled, dumped, sent), argv (the command line echoed), or where a
+secret field is read on its own (``field``). Handing it to the server's own child processes (``mp.Process(args=...)``)
+is not an exit: a pipe, neither written nor served; the child's code is scanned where it is.
 
-- ``text``: f-string, ``repr``/``str``/``format``/``print``, ``%``, raised with;
-- ``log``: passed to a logger call;
-- ``dict``: ``asdict``/``vars``/``__dict__``/``to_builtins``, ``resolved_dict()`` and the like (info endpoints, gRPC);
-- ``bytes``: pickled, dumped, encoded or sent (``pickle.dump``, ``json.dumps``, ``send_pyobj``...);
-- ``argv``: the command line echoed (``sys.argv``, ``launch_command``);
-- ``field``: a secret field read on its own (where it goes is the entry's disposition).
-
-Handing the object to the server's own child processes (``mp.Process(args=...)``) is not an exit: a pipe between
-the server's processes, neither written nor served; the child's code is scanned where it is.
-
-Each exit is keyed ``file::function::kind::code`` (stable across line moves; ``#2`` for a repeat) and located
-``file:line``. Each stack's patches/sglang-<version>/secret-exits.json gives every key a disposition; ``patch
-check`` reports the keys a tree has that it does not."""
+Each exit is keyed ``file::function::kind::code`` (stable across line moves; ``#2`` for a repeat). Each stack's
+patches/sglang-<version>/secret-exits.json gives every key a disposition; ``patch check`` reports the keys it lacks."""
 
 from __future__ import annotations
 
@@ -503,13 +489,10 @@ def scan_exits(root: Path, secrets: Iterable[str]) -> list[Exit]:
 
 
 def scan_report(root: Path, secrets: Iterable[str]) -> tuple[list[Exit], list[dict]]:
-    """(every exit of the SGLang tree at ``root``, for the given secret field names; each place that reads or sets
-    a field of the server args by a name the scan cannot resolve to constants: where, function, the expression).
-
-    A scan of 0.5.23 takes most of a minute; its result is kept in $XDG_CACHE_HOME/sglang-eagle3/secret-exits, under
-    a hash of every source file, the secret names and the modules that read them (this one, the parser's, the name
-    following's, ServerArgs' fields'); a cache only: when it cannot be read or written, the scan runs.
-    """
+    """(every exit of the tree at ``root`` for the given secret field names, each read or set of a field by a name
+    not resolved to constants). A scan of 0.5.23 takes most of a minute: the result is cached in $XDG_CACHE_HOME
+    under a hash of every source file, the secret names and the modules that read them; when the cache cannot be
+    used, the scan runs."""
     scan = _Scan(root, set(secrets))
     digest = hashlib.sha256(Path(__file__).read_bytes())
     for reader in sorted({inspect.getsourcefile(r) for r in (SourceIndex, Constants, server_args_fields)}):

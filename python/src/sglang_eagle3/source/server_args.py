@@ -19,12 +19,8 @@ Flags = dict[str, tuple[frozenset[str], bool]]
 
 
 def server_flags(tree: SGLangTree) -> Flags:
-    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value).
-
-    0.5.9 calls parser.add_argument for each flag in srt/server_args.py. Later releases declare
-    most flags as annotated fields of namespace classes (srt/arg_groups/fields/) and add only a
-    few by hand; both are read.
-    """
+    """Every flag ServerArgs.add_cli_args defines: flag -> (all its spellings, takes a value). 0.5.9 adds each in
+    srt/server_args.py; later releases declare most as annotated fields of srt/arg_groups/fields/ classes."""
     module = parse_source(tree.srt / "server_args.py")
     flags: Flags = {}
     for node in ast.walk(module):
@@ -48,22 +44,12 @@ def server_flags(tree: SGLangTree) -> Flags:
 
 def namespace_classes(tree: SGLangTree, server_args: ast.Module):
     """The classes listed in server_args.py's _INPUT_NAMESPACES, found through its imports."""
-    listed = next(
-        (
-            [e.id for e in node.value.elts if isinstance(e, ast.Name)]
-            for node in server_args.body
-            if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets)
-            and isinstance(node.value, ast.List)
-        ),
-        [],
-    )
-    imported = {
-        alias.asname or alias.name: node.module
-        for node in server_args.body
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.")
-        for alias in node.names
-    }
+    listed = next(([e.id for e in node.value.elts if isinstance(e, ast.Name)] for node in server_args.body
+                   if isinstance(node, ast.Assign) and isinstance(node.value, ast.List)
+                   and any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets)),
+                  [])  # fmt: skip
+    imported = {alias.asname or alias.name: node.module for node in server_args.body if isinstance(node, ast.ImportFrom)
+                and node.module and node.module.startswith("sglang.") for alias in node.names}  # fmt: skip
     for name in listed:
         if name not in imported:
             raise SGLangNotFound(f"cannot find where srt/server_args.py imports {name} (of _INPUT_NAMESPACES) from")
@@ -108,13 +94,8 @@ def environment_variables(tree: SGLangTree) -> dict[str, int]:
     envs = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "Envs"), None)
     if envs is None:
         raise SGLangNotFound(f"{tree.srt / 'environ.py'} has no class Envs")
-    return {
-        t.id: node.lineno
-        for node in envs.body
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-        for t in node.targets
-        if isinstance(t, ast.Name)
-    }
+    return {t.id: node.lineno for node in envs.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            for t in node.targets if isinstance(t, ast.Name)}  # fmt: skip
 
 
 # -- ServerArgs' fields ----------------------------------------------------------------------------------------------

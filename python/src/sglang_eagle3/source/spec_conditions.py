@@ -1,13 +1,9 @@
 """Decide, from SGLang's own source, whether a guarded call runs under a speculative algorithm.
 
-Everything here is derived from the installed SGLang: the algorithms and their
-``is_*()`` predicates from ``SpeculativeAlgorithm`` (srt/speculative/spec_info.py),
-aliases such as NEXTN -> EAGLE from ``ServerArgs`` (srt/server_args.py), which worker
-module each algorithm uses from ``create_worker``, and runner flags such as
-``eagle_use_aux_hidden_state`` from the conditions under which they are set.
-
-Conditions are evaluated in three values: True (always taken), False (never taken),
-None (depends on something not known before start-up, e.g. the draft's config).
+The algorithms, their ``is_*()`` predicates, aliases such as NEXTN -> EAGLE, the worker module of each algorithm
+and runner flags such as ``eagle_use_aux_hidden_state`` are all read from the installed SGLang. Conditions are
+evaluated in three values: True (always taken), False (never taken), None (depends on something not known before
+start-up, e.g. the draft's config).
 """
 
 from __future__ import annotations
@@ -115,25 +111,14 @@ class SpecAlgebra:
 def _predicates(index: SourceIndex) -> tuple[list[str], dict[str, set[str]]]:
     path = index.tree.srt / "speculative" / "spec_info.py"
     cls = expect(index.find_class_in(path, "SpeculativeAlgorithm"), f"class SpeculativeAlgorithm in {index.rel(path)}")
-    members = [
-        t.id
-        for node in cls.body
-        if isinstance(node, ast.Assign)
-        for t in node.targets
-        if isinstance(t, ast.Name) and t.id.isupper()
-    ]
+    members = [t.id for node in cls.body if isinstance(node, ast.Assign)
+               for t in node.targets if isinstance(t, ast.Name) and t.id.isupper()]  # fmt: skip
     predicates: dict[str, set[str]] = {}
     for node in cls.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("is_"):
             returns = [n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None]
-            compared = {
-                a.attr
-                for r in returns
-                for a in ast.walk(r.value)
-                if isinstance(a, ast.Attribute)
-                and isinstance(a.value, ast.Name)
-                and a.value.id == "SpeculativeAlgorithm"
-            }
+            compared = {a.attr for r in returns for a in ast.walk(r.value) if isinstance(a, ast.Attribute)
+                        and isinstance(a.value, ast.Name) and a.value.id == "SpeculativeAlgorithm"}  # fmt: skip
             if compared:
                 predicates[node.name] = compared & set(members)
     return members, predicates

@@ -61,12 +61,8 @@ def _read_version(package: Path) -> str | None:
 
 
 def locate(target: str | Path | None = None) -> SGLangTree:
-    """Resolve ``target`` to an SGLang tree.
-
-    ``target`` may be the directory holding ``sglang/`` (site-packages, an unpacked
-    wheel), the ``sglang`` package directory itself, or an SGLang git checkout
-    (``python/sglang``). ``None`` means the sglang importable by this interpreter.
-    """
+    """Resolve ``target`` to an SGLang tree: the directory holding ``sglang/`` (site-packages, an unpacked wheel), the
+    ``sglang`` package itself, or a git checkout (``python/sglang``); None: the sglang this interpreter imports."""
     if target is None:
         spec = importlib.util.find_spec("sglang")  # finds, does not import
         if spec is None or not spec.submodule_search_locations:

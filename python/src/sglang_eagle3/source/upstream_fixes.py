@@ -1,10 +1,6 @@
-"""What an SGLang tree's own source says about the problems this project's patches fix.
-
-Read without importing SGLang, so ``patch check`` can tell, for a patch that no longer
-applies, whether upstream now does the same (or something that makes the patch moot)
-or whether the problem is still there in a new shape. Each reading names the file:line
-it rests on. The EAGLE-3 methods (patch 0001) and the capture rule (patch 0004) are
-read by model_class.lookup and eagle3 (with judging/capture_rule.py); the readings here are for 0002, 0003 and 0005.
+"""What an SGLang tree's own source says about the problems patches 0002, 0003 and 0005 fix (0001 and 0004: read
+by model_class.lookup and eagle3), so ``patch check`` can tell, for a patch that no longer applies, whether
+upstream now does the same (or makes it moot) or the problem is still there. Each reading names its file:line.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Every place SGLang's own start-up validation can refuse or change a setting, read from a tree with ``ast``.
 
 SGLang validates its arguments in three steps before it loads anything: the parser (``choices=`` and ``type=`` of
-each flag), then the resolution of the parsed values (0.5.9: ``ServerArgs.__post_init__`` and the ``_handle_*``
-methods it calls; 0.5.23: ``ServerArgs.resolve_once``, whose pipeline runs the hooks of ``srt/arg_groups/``), then
-``check_server_args`` (called by the engine before it starts the schedulers). This module lists each site of those
-steps:
-
-- ``raise`` and ``assert``: a setting refused (start-up stops);
-- ``set FIELD``: a setting silently rewritten (0.5.9: an assignment to ``self.FIELD`` / ``server_args.FIELD``;
-  0.5.23: a ``declare_resolution(..., FIELD=...)`` keyword, or a key of the dict a post-process pass returns);
-- ``choices --flag`` and ``type --flag``: what the parser accepts for a flag.
-
-The files read whole are the validation modules (``VALIDATION_FILES``: server_args.py and, where it exists,
-srt/arg_groups/); every other function of the tree that they call, directly or through each other (a helper such
-as srt/utils/common.py's get_device_memory_capacity), is read too. Each site has a key that does not depend on
-its line (``srt/server_args.py::ServerArgs._handle_speculative_decoding::raise ValueError: trtllm_mha backend
-only supports topk = 1 ...``), so a new release's new sites show up as new keys; lines are information.
+each flag), the resolution of the parsed values (0.5.9: ``ServerArgs.__post_init__`` and its ``_handle_*``
+methods; 0.5.23: ``ServerArgs.resolve_once``, whose pipeline runs the hooks of ``srt/arg_groups/``), then
+``check_server_args``. A site (of KINDS) is a ``raise`` or ``assert`` (a setting refused), a ``set FIELD`` (a
+setting silently rewritten: 0.5.9's ``self.FIELD = ``, 0.5.23's ``declare_resolution(..., FIELD=...)`` or a key of
+the dict a post-process pass returns), or a parser's ``choices``/``type``. The VALIDATION_FILES are read whole, and
+every function of the tree they call. Each site's key does not depend on its line, so a new release's new sites
+show up as new keys; lines are information.
 """
 
 from __future__ import annotations
@@ -116,9 +108,8 @@ def _raised(node: ast.Raise) -> str:
 
 
 class _Names:
-    """A field named by an expression in one function, followed through constants.Constants (a loop over
-    constants, a module constant, a default argument, a simple assignment); what it cannot resolve is kept in
-    ``unresolved`` as (line, what is set, the expression)."""
+    """A field named by an expression in one function, followed through constants.Constants; what it cannot resolve
+    is kept in ``unresolved`` as (line, what is set, the expression)."""
 
     def __init__(self, flow: Constants, function: ast.AST):
         self.flow, self.function = flow, function
@@ -204,6 +195,11 @@ def _index(tree: SGLangTree) -> SourceIndex:
     return SourceIndex(tree, SGLangNotFound)
 
 
+def server_args_stamp(tree: SGLangTree) -> int:
+    """What a cache of a tree's validation is keyed by besides the tree: its server_args.py's change (tests copy)."""
+    return (tree.srt / "server_args.py").stat().st_mtime_ns
+
+
 def _registered(module: ParsedModule, name: str) -> bool:
     """A function put in a registry by its decorator (``@register_post_process``, ``@_register_for(...)``), whose
     runner the resolution reaches; or an argparse action's ``__call__``, which the parser calls."""
@@ -222,11 +218,6 @@ def validation_modules(tree: SGLangTree) -> list[str]:
         paths = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
         found += [module_dotted(tree, p) for p in paths]
     return found
-
-
-def _reached(tree: SGLangTree) -> tuple[SourceIndex, set[tuple[str, str]]]:
-    """_call_graph, read once per tree (and again when its server_args.py changes, as tests' copies do)."""
-    return _call_graph(tree, (tree.srt / "server_args.py").stat().st_mtime_ns)
 
 
 @functools.cache
@@ -265,7 +256,7 @@ def imported_by_validation(tree: SGLangTree) -> list[str]:
     """The tree's modules its validation imports: the validation files and what reached functions import inside
     themselves (SGLang imports lazily; sglang_validation_main imports them all before it answers the GPU facts).
     Read once per call graph: preflight and its tests ask for every judged setting."""
-    return list(_imported_by_validation(tree, (tree.srt / "server_args.py").stat().st_mtime_ns))
+    return list(_imported_by_validation(tree, server_args_stamp(tree)))
 
 
 @functools.cache
@@ -281,9 +272,8 @@ def _imported_by_validation(tree: SGLangTree, _stamp: int) -> tuple[str, ...]:
 
 
 def sites(tree: SGLangTree, helpers: bool = True) -> list[Site]:
-    """Every validation site of the tree (see the module docstring), in file and line order. ``helpers=False``:
-    those of the validation files only, without the call graph (``reached`` None: not computed), in a fraction of
-    the time (preflight's restated rules need no more)."""
+    """Every validation site of the tree, in file and line order. ``helpers=False``: those of the validation files
+    only, without the call graph (``reached`` None), in a fraction of the time (preflight's rules need no more)."""
     return _scan(tree, helpers)[0]
 
 
@@ -295,7 +285,7 @@ def unresolved(tree: SGLangTree) -> list[dict]:
 
 
 def _scan(tree: SGLangTree, helpers: bool) -> tuple[list[Site], list[dict]]:
-    index, reached = _reached(tree) if helpers else (_index(tree), None)
+    index, reached = _call_graph(tree, server_args_stamp(tree)) if helpers else (_index(tree), None)
     fields = server_args_field_names(tree)
     found: list[Site] = []
     missing: list[dict] = []

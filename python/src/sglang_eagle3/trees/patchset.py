@@ -27,11 +27,7 @@ PATCH_FLAGS = ["-p1", "--fuzz=0", "--force", "--batch", "--no-backup-if-mismatch
 
 
 class PatchError(Eagle3Error):
-    """The patch set cannot be applied or checked; the message says why and what to do.
-
-    A conflict is a failed check; the CLI calls it bad input when the tree is not the
-    SGLang version the patch set is for.
-    """
+    """The patch set cannot be applied or checked; the message says why and what to do."""
 
     status = ExitStatus.CHECK_FAILED
 
@@ -158,12 +154,8 @@ class PatchSeries:
 
 def read_series(series_file: Path) -> list[str]:
     """Patch file names in order: one per line, '#' starts a comment (quilt's format)."""
-    names = []
-    for line in series_file.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line)
-    return names
+    names = [line.split("#", 1)[0].strip() for line in series_file.read_text().splitlines()]
+    return [name for name in names if name]
 
 
 def series_version(directory: Path) -> str | None:
@@ -173,12 +165,8 @@ def series_version(directory: Path) -> str | None:
 
 
 def find_series_dir(version: str | None = None) -> Path | None:
-    """Where the series for SGLang ``version`` (default: the pinned one) is, or None when there is none.
-
-    The one place a series is looked up: patches/sglang-<version>/, in the copy inside a built
-    wheel or in the repo. $SGLANG_EAGLE3_PATCHES (set by the Nix package to its stack's series)
-    is the default series, and the series of the version it is named for.
-    """
+    """Where the series for SGLang ``version`` (default: the pinned one) is, in the copy inside a built wheel or in the
+    repo, or None. $SGLANG_EAGLE3_PATCHES (the Nix package's stack's series) is the default, and its version's."""
     candidates = []
     given = os.environ.get("SGLANG_EAGLE3_PATCHES")
     if given and (version is None or series_version(Path(given)) == version):
@@ -226,29 +214,22 @@ def _run_patch(patch: Patch, directory: Path, *extra: str) -> subprocess.Complet
     )
 
 
-def _status(patch: Patch, directory: Path) -> PatchStatus:
-    if _run_patch(patch, directory, "--dry-run", "--reverse").returncode == 0:
+def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
+    """The state of one patch against the tree as it is (no version check)."""
+    if _run_patch(patch, tree.root, "--dry-run", "--reverse").returncode == 0:
         return PatchStatus(patch, PatchState.APPLIED)
-    forward = _run_patch(patch, directory, "--dry-run")
+    forward = _run_patch(patch, tree.root, "--dry-run")
     if forward.returncode == 0:
         return PatchStatus(patch, PatchState.NOT_APPLIED)
     return PatchStatus(patch, PatchState.CONFLICT, (forward.stdout + forward.stderr).strip())
 
 
-def status(patch: Patch, tree: SGLangTree) -> PatchStatus:
-    """The state of one patch against the tree as it is (no version check)."""
-    return _status(patch, tree.root)
-
-
 def check_version(series: PatchSeries, tree: SGLangTree) -> None:
     if tree.version != series.sglang_version:
         found = tree.version or "an unknown version"
-        raise WrongVersion(
-            f"{tree.package} is SGLang {found}, but this patch set is for SGLang "
-            f"{series.sglang_version}; install sglang=={series.sglang_version} there "
-            "or point --sglang at an SGLang "
-            f"{series.sglang_version} tree"
-        )
+        want = series.sglang_version
+        raise WrongVersion(f"{tree.package} is SGLang {found}, but this patch set is for SGLang {want}; install "
+                           f"sglang=={want} there or point --sglang at an SGLang {want} tree")  # fmt: skip
 
 
 def apply_command(tree: SGLangTree) -> str:
@@ -276,7 +257,7 @@ def verify(series: PatchSeries, tree: SGLangTree) -> list[PatchStatus]:
             f"install. Reinstall it (pip install --force-reinstall --no-deps sglang=={series.sglang_version}) or "
             "point --sglang at the directory that holds the whole sglang/ package"
         )
-    return [_status(patch, tree.root) for patch in series.patches]
+    return [status(patch, tree) for patch in series.patches]
 
 
 @dataclass(frozen=True)
@@ -286,13 +267,8 @@ class ApplyResult:
 
 
 def apply(series: PatchSeries, tree: SGLangTree) -> ApplyResult:
-    """Apply every patch not yet applied, all or nothing.
-
-    The pending patches are applied in series order to a staging copy of the files
-    they touch; only when every one applies cleanly are the originals replaced. On
-    any conflict the tree is left exactly as it was and PatchError says which patch
-    failed and why.
-    """
+    """Apply every patch not yet applied, all or nothing: in series order to a staging copy of the files they touch,
+    and only when every one applies are the originals replaced; on a conflict PatchError, the tree as it was."""
     statuses = verify(series, tree)
     conflicts = [s for s in statuses if s.state is PatchState.CONFLICT]
     if conflicts:

@@ -68,9 +68,8 @@ def resolve(given: str | Path | None, cache: Path | None = None) -> SGLangTree:
 
 
 def find(given: str | Path | None, cache: Path | None = None) -> tuple[SGLangTree | None, str | None]:
-    """The tree preflight reads, resolved once: (the tree ``given`` names, None), see resolve; with nothing named,
-    the one this Python imports, else (None, why there is none and how to name one), which preflight reports as a
-    finding. A tree named that is not there stays bad input (SGLangNotFound): the user asked for that one."""
+    """The tree preflight reads, resolved once: (the tree ``given`` names, None); with nothing named and none
+    importable, (None, why and how to name one), a finding. A tree named that is not there stays bad input."""
     try:
         return resolve(given, cache), None
     except SGLangNotFound as err:
@@ -108,26 +107,16 @@ pins = stacks.pins  # nix/pins.json (sglang_eagle3.stacks reads it, the wheel's 
 
 def release_pin(version: str) -> dict | None:
     """nix/pins.json's entry for SGLang ``version`` (its wheel file name and sha256), or None if it is not pinned."""
-    return next(
-        (
-            pin for pin in pins().values()
-            if isinstance(pin, dict) and pin.get("version") == version
-            and str(pin.get("wheel", "")).startswith(f"sglang-{version}-")
-        ),
-        None,
-    )  # fmt: skip
+    return next((pin for pin in pins().values() if isinstance(pin, dict) and pin.get("version") == version
+                 and str(pin.get("wheel", "")).startswith(f"sglang-{version}-")), None)  # fmt: skip
 
 
 # -- fetching and unpacking -----------------------------------------------------------------------------
 
 
 def download(version: str, cache: Path) -> Path:
-    """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing.
-
-    A pinned version is exactly the pinned wheel, sha256 checked; another version is whatever
-    wheel pip picks for this Python (its bytes are not pinned anywhere to check them against: a
-    cached one is checked to be a whole zip archive).
-    """
+    """The sglang ``version`` wheel in ``cache/wheels``, downloaded with pip if missing: for a pinned version exactly
+    the pinned wheel, sha256 checked; else the wheel pip picks for this Python (a cached one checked to be whole)."""
     wheels = cache / "wheels"
     pin = release_pin(version)
     try:
