@@ -254,7 +254,7 @@ VALUES = st.one_of(
 
 @hypothesis_settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree, data):
+def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree, fork_server, data):
     """Generated values for every choices, int and float flag of 0.5.9, judged by the restated rules and by SGLang's
     own parser (ServerArgs.add_cli_args, run by tests/support/drivers/sglang_parser_driver.py): refused by one
     exactly when refused by the other (flags with another type, e.g. json.loads, are SGLang's own run's)."""
@@ -269,8 +269,8 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
         value = data.draw(st.one_of(VALUES, st.sampled_from([str(c) for c in choices] or ["1"])), label=flag)
         cases[f"{flag}={value}"] = ["--model-path", "m", flag, value]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree.root), str(REPO / "tests" / "stand_ins")])}
-    result = subprocess.run([sys.executable, str(PARSER_DRIVER)], input=json.dumps(cases), capture_output=True,
-                            text=True, env=env, timeout=300)  # fmt: skip
+    result = fork_server.run([sys.executable, str(PARSER_DRIVER)], input=json.dumps(cases), capture_output=True,
+                             text=True, env=env, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     differ = []
@@ -288,8 +288,8 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
 
 @pytest.fixture(scope="module")
 def fork_server(tmp_path_factory):
-    """SGLang's own runs of this module's tests, each a fork of one interpreter per environment that imported the
-    tree once (support/forkserver.py), instead of a new interpreter importing it for each run."""
+    """SGLang's own runs (and its parser's) of this module's tests, each a fork of one interpreter per environment
+    that imported the tree once (support/forkserver.py), instead of a new interpreter importing it for each run."""
     server = ForkServer(tmp_path_factory.mktemp("fork-server"))
     yield server
     server.close()
@@ -595,7 +595,7 @@ def speculative_cases(draw, newest: bool) -> dict:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )  # a shrink step is a 30 s run
 @given(data=st.data())
-def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request, tmp_path_factory):
+def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request, tmp_path_factory, fork_server):
     """Generated settings around each restated rule's boundary, judged by the rules (no SGLang import) and by
     SGLang's own resolution (all cases in one process, tests/support/drivers/sglang_validation_cases_driver.py):
     a rule never refuses what SGLang takes (no false alarm), and where SGLang stops at a rule's site the rule
@@ -621,8 +621,8 @@ def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request
                               "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
                               "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(tree.root), env.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, str(CASES_DRIVER)], input=json.dumps(cases), capture_output=True,
-                            text=True, env=env, timeout=900)  # fmt: skip
+    result = fork_server.run([sys.executable, str(CASES_DRIVER)], input=json.dumps(cases), capture_output=True,
+                             text=True, env=env, timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     outcomes = json.loads(result.stdout.strip().splitlines()[-1])
     sites = {s.where: r.name for r, s in applied}

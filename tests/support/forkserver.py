@@ -6,7 +6,9 @@ takes a fraction of a second. ForkServer.run stands in for subprocess.run inside
 and environment sglang_validation.run built go to a server started with that very environment
 (drivers/sglang_validation_forkserver.py), which imports what validate() imports first once, then forks a process
 per run with the environment, input and output of that run, running the same main(). The rest is as before: the
-request, the tree first on the import path, the outcome read from the last JSON line, the time limit.
+request, the tree first on the import path, the outcome read from the last JSON line, the time limit. The drivers
+that run SGLang's validation or parser on many cases in one process (SCRIPTS) are served the same way when a test
+runs them through ForkServer.run: a fork runs the script as `python script` would.
 
 A server serves one environment (all of it but PYTEST_CURRENT_TEST, which pytest changes per test): a run whose
 environment differs, by a variable or an import path, gets a server of its own. Any other command goes to
@@ -26,6 +28,8 @@ from pathlib import Path
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "sglang_validation_forkserver.py"
 MAIN = "sglang_eagle3.judging.sglang_validation_main"
+# The drivers that run SGLang's own validation or parser on many cases in one process.
+SCRIPTS = {DRIVER.parent / "sglang_validation_cases_driver.py", DRIVER.parent / "sglang_parser_driver.py"}
 PER_TEST = ("PYTEST_CURRENT_TEST",)
 
 
@@ -41,14 +45,16 @@ class ForkServer:
         return types.SimpleNamespace(run=self.run, TimeoutExpired=subprocess.TimeoutExpired)
 
     def run(self, command, *, input=None, env=None, timeout=None, capture_output=False, text=False, **kwargs):
-        if list(command) != [sys.executable, "-m", MAIN] or kwargs or not (capture_output and text):
+        served = list(command[1:]) == ["-m", MAIN] or (len(command) == 2 and Path(command[1]) in SCRIPTS)
+        if command[0] != sys.executable or not served or kwargs or not (capture_output and text):
             return subprocess.run(command, input=input, env=env, timeout=timeout, capture_output=capture_output,
                                   text=text, **kwargs)  # fmt: skip
         env = dict(os.environ if env is None else env)
         server = self.server(env)
         self.runs += 1
         out, err = self.workdir / f"run-{self.runs}.out", self.workdir / f"run-{self.runs}.err"
-        job = {"env": env, "input": input or "", "stdout": str(out), "stderr": str(err)}
+        job = {"argv": [str(a) for a in command[1:]], "env": env, "input": input or "", "stdout": str(out),
+               "stderr": str(err)}  # fmt: skip
         server.stdin.write((json.dumps(job) + "\n").encode())
         server.stdin.flush()
         pid = json.loads(self.answer(server, None))["pid"]
