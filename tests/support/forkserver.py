@@ -23,6 +23,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -55,11 +56,17 @@ class ForkServer:
         out, err = self.workdir / f"run-{self.runs}.out", self.workdir / f"run-{self.runs}.err"
         job = {"argv": [str(a) for a in command[1:]], "env": env, "input": input or "", "stdout": str(out),
                "stderr": str(err)}  # fmt: skip
+        deadline = None if timeout is None else time.monotonic() + timeout  # the imports count, as in a process
         server.stdin.write((json.dumps(job) + "\n").encode())
         server.stdin.flush()
-        pid = json.loads(self.answer(server, None))["pid"]
         try:
-            returncode = json.loads(self.answer(server, timeout))["returncode"]
+            pid = json.loads(self.answer(server, deadline))["pid"]
+        except subprocess.TimeoutExpired:  # still importing: that server is of no further use
+            server.kill()
+            server.wait()
+            raise subprocess.TimeoutExpired(command, timeout) from None
+        try:
+            returncode = json.loads(self.answer(server, deadline))["returncode"]
         except subprocess.TimeoutExpired:
             os.kill(pid, signal.SIGKILL)
             self.answer(server, None)  # the server reaps it
@@ -77,14 +84,16 @@ class ForkServer:
                 )
         return self.servers[key]
 
-    def answer(self, server: subprocess.Popen, timeout: float | None) -> str:
-        """The server's next answer line (read unbuffered: select sees only what no buffer holds yet)."""
+    def answer(self, server: subprocess.Popen, deadline: float | None) -> str:
+        """The server's next answer line, by ``deadline`` (time.monotonic()) if one is given (read unbuffered:
+        select sees only what no buffer holds yet)."""
         pending = self.pending.get(server.pid, b"")
         while b"\n" not in pending:
-            ready, _, _ = select.select([server.stdout], [], [], timeout)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([server.stdout], [], [], left)
             if not ready:
                 self.pending[server.pid] = pending
-                raise subprocess.TimeoutExpired(server.args, timeout)
+                raise subprocess.TimeoutExpired(server.args, left)
             chunk = os.read(server.stdout.fileno(), 4096)
             if not chunk:
                 raise RuntimeError(f"the fork server ended (exit {server.wait()}); see {self.workdir}/server-*.log")
