@@ -48,14 +48,26 @@ def run(*args, env=None, timeout=900):
     )
 
 
-def flashinfer_env(stack: str, tmp_path) -> dict:
-    """The stack's own FlashInfer (and tvm-ffi) importable on this Python; no GPU."""
-    site = (
-        flashinfer_site(CACHE)
-        if stack == "0.5.9"
-        else stack_libraries("0.5.23", ("flashinfer-python", "apache-tvm-ffi"), CACHE)
-    )
-    return with_path({**os.environ, "HOME": str(tmp_path)}, site)
+@pytest.fixture(scope="module")
+def flashinfer_env(tmp_path_factory):
+    """env(stack): the stack's own FlashInfer (and tvm-ffi) importable on this Python; no GPU.
+
+    One HOME a stack, for this module's runs: importing tvm-ffi compiles its torch DLPack addon into
+    ~/.cache/tvm-ffi (about 20 s on two cores), once here instead of once a run. A stack of its own, as
+    the addon's name says nothing of the tvm-ffi that built it (0.5.9's 0.1.15.post2, 0.5.23's 0.1.11)."""
+    homes = {}
+
+    def env(stack: str) -> dict:
+        site = (
+            flashinfer_site(CACHE)
+            if stack == "0.5.9"
+            else stack_libraries("0.5.23", ("flashinfer-python", "apache-tvm-ffi"), CACHE)
+        )
+        if stack not in homes:
+            homes[stack] = tmp_path_factory.mktemp(f"home-{stack}")
+        return with_path({**os.environ, "HOME": str(homes[stack])}, site)
+
+    return env
 
 
 def listed(stdout: str) -> dict[str, list[str]]:
@@ -129,11 +141,11 @@ def test_a_non_empty_output_directory_is_refused_and_kept(tmp_path):
 
 
 @pytest.mark.parametrize("stack", ["0.5.9", "0.5.23"])
-def test_the_modules_are_flashinfers_names_for_the_traced_calls(stack, tmp_path):
+def test_the_modules_are_flashinfers_names_for_the_traced_calls(stack, flashinfer_env):
     """FlashInfer itself names them: its generators, with the arguments the trace recorded, on the CPU."""
     opt_in = ",".join(m["opt_in"] for m in PLAN["opt_in_modules"] if stack in m["stacks"])
     result = run("--stack", stack, "--capabilities", "9.0 12.0", "--opt-in", opt_in, "--list",
-                 env=flashinfer_env(stack, tmp_path))  # fmt: skip
+                 env=flashinfer_env(stack))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "GPUs visible: 0" in result.stdout
     per_gpu = listed(result.stdout)
@@ -151,9 +163,9 @@ def test_the_modules_are_flashinfers_names_for_the_traced_calls(stack, tmp_path)
         assert all({"trtllm_comm", "pcie_ipc_comm"} <= set(names) for names in per_gpu.values())
 
 
-def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(tmp_path):
+def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(flashinfer_env):
     """FlashInfer 0.7.2 with nvcc 12.9 or newer targets 12.0 as compute_120f: the module holds SM120 code."""
-    result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list", env=flashinfer_env("0.5.23", tmp_path))
+    result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list", env=flashinfer_env("0.5.23"))
     assert result.returncode == 0, result.stderr
     assert len(listed(result.stdout)["12.0"]) == sum(
         "12.0" in m["needed_on"] for m in calls("0.5.23")["modules"].values()
@@ -177,26 +189,26 @@ def test_a_capability_is_held_under_any_suffix(flags, capability, has):
     assert aot.has_code_for(spec, capability, jit=None) is has
 
 
-def test_a_module_left_out_without_a_reason_fails_the_build(tmp_path):
+def test_a_module_left_out_without_a_reason_fails_the_build(tmp_path, flashinfer_env):
     """FlashInfer 0.6.3's all-reduce module has no SM120 build: with its reason removed, asking for it fails."""
     plan = {**PLAN, "skip_reasons": {}}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     result = run("--stack", "0.5.9", "--capabilities", "12.0", "--opt-in", "enable_flashinfer_allreduce_fusion",
-                 "--plan", str(tmp_path / "plan.json"), "--list", env=flashinfer_env("0.5.9", tmp_path))  # fmt: skip
+                 "--plan", str(tmp_path / "plan.json"), "--list", env=flashinfer_env("0.5.9"))  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     assert "enable_flashinfer_allreduce_fusion is needed on 12.0, but its generator builds no code for it" in (
         result.stderr
     )
 
 
-def test_a_stale_trace_is_refused(tmp_path):
+def test_a_stale_trace_is_refused(tmp_path, flashinfer_env):
     """A module whose recorded arguments no longer make its name (FlashInfer changed, the trace did not)."""
     data = calls("0.5.9")
     name, module = next((n, m) for n, m in data["modules"].items() if "prefill" in n and "12.0" in m["needed_on"])
     data["modules"][name] = {**module, "args": [*module["args"][:5], 256, *module["args"][6:]]}
     (tmp_path / "calls.json").write_text(json.dumps(data))
     result = run("--stack", "0.5.9", "--capabilities", "12.0", "--calls", str(tmp_path / "calls.json"), "--list",
-                 env=flashinfer_env("0.5.9", tmp_path))  # fmt: skip
+                 env=flashinfer_env("0.5.9"))  # fmt: skip
     assert result.returncode == 1 and "the trace is stale" in result.stderr, result.stderr
 
 

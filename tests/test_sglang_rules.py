@@ -39,6 +39,7 @@ from sglang_eagle3.source.server_args import server_flags
 from sglang_eagle3.source.tree import locate
 from sglang_eagle3_audits import sglang_rules as audit
 from support.draft_fixtures import eagle3_draft_config, kimi_target, write_draft
+from support.forkserver import ForkServer
 from support.gpus import DATA as DATA_SMI
 from support.gpus import fake_nvidia_smi
 from support.pins import stack_dir
@@ -253,7 +254,7 @@ VALUES = st.one_of(
 
 @hypothesis_settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree, data):
+def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree, fork_server, data):
     """Generated values for every choices, int and float flag of 0.5.9, judged by the restated rules and by SGLang's
     own parser (ServerArgs.add_cli_args, run by tests/support/drivers/sglang_parser_driver.py): refused by one
     exactly when refused by the other (flags with another type, e.g. json.loads, are SGLang's own run's)."""
@@ -268,8 +269,8 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
         value = data.draw(st.one_of(VALUES, st.sampled_from([str(c) for c in choices] or ["1"])), label=flag)
         cases[f"{flag}={value}"] = ["--model-path", "m", flag, value]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree.root), str(REPO / "tests" / "stand_ins")])}
-    result = subprocess.run([sys.executable, str(PARSER_DRIVER)], input=json.dumps(cases), capture_output=True,
-                            text=True, env=env, timeout=300)  # fmt: skip
+    result = fork_server.run([sys.executable, str(PARSER_DRIVER)], input=json.dumps(cases), capture_output=True,
+                             text=True, env=env, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     differ = []
@@ -285,11 +286,21 @@ def test_generated_values_are_judged_as_sglangs_parser_judges_them(pristine_tree
 # -- SGLang's own run ---------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def fork_server(tmp_path_factory):
+    """SGLang's own runs (and its parser's) of this module's tests, each a fork of one interpreter per environment
+    that imported the tree once (support/forkserver.py), instead of a new interpreter importing it for each run."""
+    server = ForkServer(tmp_path_factory.mktemp("fork-server"))
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def own_env(tree, monkeypatch, request):
+def own_env(tree, monkeypatch, request, fork_server):
     """A tree preflight passes apart from the settings under test (0.5.9 patched: its probe fails pristine, and
     SGLang's own run waits for the rest to pass), and what that run needs in this test environment: 0.5.23's
     transformers 5 (and the rest of stack_libraries.NEWEST_LIBRARIES) beside it; 0.5.9 imports as it is."""
+    monkeypatch.setattr(sglang_validation, "subprocess", fork_server.module())
     if tree.version == "0.5.9":
         return locate(request.getfixturevalue("patched_tree"))
     if os.environ.get("SGLANG_EAGLE3_SGLANG_WHEEL"):
@@ -394,7 +405,7 @@ def cudnn_findings(settings, patched_tree, smi) -> list:
     return [f for f in own_finding(report) if f.status is Status.FAIL and "CuDNN" in f.message]
 
 
-def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(patched_tree, tmp_path, smi, monkeypatch):
+def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(patched_tree, tmp_path, smi, monkeypatch, fork_server):
     """0.5.9's check_server_args refuses torch 2.9.1 with cuDNN < 9.15 for a multimodal model (Kimi-K2.5): found by
     running SGLang's own code, not by any rule written here. The stack carries cuDNN 9.16 (nix/pins.json), as this
     environment's torch does (tests/run), and passes; cuDNN 9.13, nixpkgs' cudaPackages_13_0.cudnn, is refused.
@@ -404,6 +415,7 @@ def test_sglangs_own_run_catches_the_cudnn_check_nobody_listed(patched_tree, tmp
     if not torch.__version__.startswith("2.9.1") or not torch.backends.cudnn.is_available():
         pytest.skip(f"the gate is torch 2.9.1's with cuDNN; this environment has torch {torch.__version__}")
     assert torch.backends.cudnn.version() >= 91500, "tests/run gives the tests' torch the stack's cuDNN"
+    monkeypatch.setattr(sglang_validation, "subprocess", fork_server.module())
     settings = local_settings(tmp_path, enable_flashinfer_allreduce_fusion=False)
     assert cudnn_findings(settings, patched_tree, smi) == []
 
@@ -583,7 +595,7 @@ def speculative_cases(draw, newest: bool) -> dict:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )  # a shrink step is a 30 s run
 @given(data=st.data())
-def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request, tmp_path_factory):
+def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request, tmp_path_factory, fork_server):
     """Generated settings around each restated rule's boundary, judged by the rules (no SGLang import) and by
     SGLang's own resolution (all cases in one process, tests/support/drivers/sglang_validation_cases_driver.py):
     a rule never refuses what SGLang takes (no false alarm), and where SGLang stops at a rule's site the rule
@@ -609,8 +621,8 @@ def test_restated_rules_agree_with_sglangs_own_resolution(version, data, request
                               "names": ["NVIDIA RTX PRO 6000"] * 8, "memory_mib": [97887] * 8},
                               "modules": validation_sites.imported_by_validation(tree)}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(tree.root), env.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, str(CASES_DRIVER)], input=json.dumps(cases), capture_output=True,
-                            text=True, env=env, timeout=900)  # fmt: skip
+    result = fork_server.run([sys.executable, str(CASES_DRIVER)], input=json.dumps(cases), capture_output=True,
+                             text=True, env=env, timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     outcomes = json.loads(result.stdout.strip().splitlines()[-1])
     sites = {s.where: r.name for r, s in applied}
