@@ -33,7 +33,7 @@ sys.dont_write_bytecode = False
 # One OpenMP thread a process: pytest-xdist already runs a test process a core, and each of them, and each SGLang
 # server or torch program they start, would otherwise start a thread a core, whose waiting threads spin on the cores
 # the others need (measured: test_draft_generated and test_patch_0004 on two workers, 115 s and 138 CPU-seconds
-# with a thread a core, 88 s and 121 with one). A variable SGLang's runtime and this package never read.
+# with a thread a core, 88 s and 121 with one). Torch reads it; neither stack's sglang/srt nor this package does.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
