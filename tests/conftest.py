@@ -8,6 +8,7 @@ once per session; tests that change a tree get their own copy.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 # this environment.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# One OpenMP thread a process: pytest-xdist already runs a test process a core, and each of them, and each SGLang
+# server or torch program they start, would otherwise start a thread a core, whose waiting threads spin on the cores
+# the others need (measured: test_draft_generated and test_patch_0004 on two workers, 115 s and 138 CPU-seconds
+# with a thread a core, 88 s and 121 with one). Torch reads it; neither stack's sglang/srt nor this package does.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 # The pinned wheels, and the audits' scans of them: the audits' own cache root (one for the command and the tests).
@@ -185,10 +191,29 @@ def pytest_terminal_summary(terminalreporter, config):
 SLOW_LIST = Path(__file__).resolve().parent / "slow-tests.txt"
 
 
+def slow_list() -> dict[str, str]:
+    """The names in tests/slow-tests.txt (``file.py::function``, every parametrization of it), each with its comment."""
+    lines = (line.partition("#") for line in SLOW_LIST.read_text().splitlines())
+    return {name.strip(): comment.strip() for name, _, comment in lines if name.strip()}
+
+
 def slow_tests() -> set[str]:
-    """The names in tests/slow-tests.txt: ``file.py::function`` (every parametrization of it)."""
-    lines = (line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text().splitlines())
-    return {line for line in lines if line}
+    return set(slow_list())
+
+
+def file_seconds() -> dict[str, float]:
+    """Each file's seconds by the figures of tests/slow-tests.txt (2, the list's threshold, for a line without one).
+    The figure of a fixture its tests share (the lines that name it) counts once a file."""
+    totals: dict[str, float] = {}
+    counted = set()
+    for name, comment in slow_list().items():
+        file = name.split("::")[0]
+        if "fixture" in comment and (file, comment) in counted:
+            continue
+        counted.add((file, comment))
+        figures = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?) s\b", comment)]
+        totals[file] = totals.get(file, 0.0) + (sum(figures) if figures else 2.0)
+    return totals
 
 
 def function_name(item) -> str:
@@ -207,6 +232,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if function_name(item) in slow:
             item.add_marker(pytest.mark.slow)
+    longest_files_first(items)
     if config.option.markexpr:
         return  # the caller chose with -m
     kept = [item for item in items if "timing" not in item.keywords]
@@ -214,6 +240,15 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+def longest_files_first(items) -> None:
+    """The files that take longest (their tests' figures in tests/slow-tests.txt) go first, each file's tests in
+    their order. tests/run hands the files to the workers in this order (pytest-xdist's --no-loadscope-reorder), so
+    the long ones (the router's, which mostly wait on the cluster events they stage) start while the short ones
+    keep the other workers busy, and none starts last and runs alone."""
+    seconds = file_seconds()
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))  # stable: a file's tests stay together, in order
 
 
 @pytest.fixture

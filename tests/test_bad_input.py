@@ -515,6 +515,31 @@ def test_the_hub_clients_debug_log_has_no_tracebacks(capfd):
     assert "while requesting HEAD http://hub/x: ConnectionError: refused\nRetrying in 1s [Retry 1/5].\n" in err
 
 
+def test_the_hub_clients_log_goes_to_each_commands_stderr_even_once_the_last_one_is_closed(monkeypatch, tmp_path):
+    """A second command in one process (click's CliRunner, a program using the package) ended with 'unexpected
+    ValueError: I/O operation on closed file' once the first command's stderr was closed: the client's log handler
+    flushed it as it was pointed at the new one."""
+    import logging
+
+    from huggingface_hub.utils import logging as hub_logging
+    from sglang_eagle3.models import hub
+
+    hub_logging.get_logger()  # the client's own handler, as the commands find it
+    first, second = open(tmp_path / "first", "w"), open(tmp_path / "second", "w")  # noqa: SIM115
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        hub._quiet_client()
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        hub._quiet_client()
+        logging.getLogger("huggingface_hub.file_download").warning("Retrying in 1s [Retry 1/5].")
+        second.close()
+        assert (tmp_path / "second").read_text() == "Retrying in 1s [Retry 1/5].\n"
+    finally:
+        monkeypatch.undo()
+        hub._quiet_client()  # back to this process's stderr
+
+
 # -- issue 36 (9): silences ----------------------------------------------------------------------------------
 
 

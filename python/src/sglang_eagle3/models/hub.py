@@ -102,8 +102,10 @@ def _quiet_client() -> None:
         if not any(isinstance(f, _OneLine) for f in handler.filters):
             handler.addFilter(_OneLine())
         if isinstance(handler, logging.StreamHandler) and handler.stream is not sys.stderr:
-            # this command's stderr (its secrets hidden), not the one of whoever imported the client first
-            handler.setStream(sys.stderr)
+            # this command's stderr (its secrets hidden), not the one of whoever imported the client first; not
+            # setStream, which flushes the one it replaces, perhaps closed (an earlier command's, in this process)
+            with handler.lock:
+                handler.stream = sys.stderr
 
 
 class _OneLine:
