@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -223,8 +224,19 @@ def function_name(item) -> str:
 
 def pytest_configure(config):
     harness_env.adopt_former_names()  # before any CLI runs: none of them is a setting
+    if not hasattr(config, "workerinput"):  # the run's first process: its pytest-xdist workers inherit the variable
+        # One tvm-ffi cache a run, its workers' and every program they start: importing tvm-ffi beside torch compiles
+        # its torch DLPack addon (about 23 CPU-seconds here) into $TVM_FFI_CACHE_DIR, default ~/.cache/tvm-ffi.
+        # Fresh, so the addon a home kept from an earlier run never spares a test that compile; and shared, so each
+        # tvm-ffi release compiles it once a run, not once a HOME (tvm-ffi's own lock makes the others wait for it).
+        os.environ["TVM_FFI_CACHE_DIR"] = tempfile.mkdtemp(prefix="eagle3-tests-tvm-ffi-")
     config.addinivalue_line("markers", "timing: wall-clock accuracy tests; run with -m timing")
     config.addinivalue_line("markers", "slow: named in tests/slow-tests.txt; `tests/run --quick` leaves them out")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ.get("TVM_FFI_CACHE_DIR", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

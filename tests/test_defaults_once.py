@@ -12,6 +12,7 @@ from sglang_eagle3.cli import main
 from sglang_eagle3.commands.probe import probe_command
 from sglang_eagle3.judging import draft_check, speculative_support
 from sglang_eagle3.serving import settings
+from support.cli_catalog import subcommands
 
 PACKAGE = Path(__file__).resolve().parents[1] / "python" / "src" / "sglang_eagle3"
 
@@ -44,7 +45,7 @@ def test_the_probe_command_takes_the_settings_not_options_that_restate_them():
     """The probe command reads the settings as serve does (--config, --set, --profile: options.server_settings),
     and no option of its own restates a setting under another name (issue 36)."""
     probe_opts = {opt for p in probe_command.params for opt in p.opts}
-    serve_opts = {opt for p in main.commands["serve"].params for opt in p.opts}
+    serve_opts = {opt for p in subcommands(main)["serve"].params for opt in p.opts}
     assert {"--config", "--set", "--profile"} <= probe_opts & serve_opts
     settings_names = {name.replace("_", "-") for name in settings.ServerSettings.model_fields} | {
         "tp", "algorithm", "allreduce-fusion", "torch-symm-mem", "pcie-ipc-allreduce", "model"}  # fmt: skip
@@ -115,7 +116,7 @@ def test_the_shared_options_are_in_options_py():
 
 
 def _commands(group, prefix=()):
-    for name, command in group.commands.items():
+    for name, command in subcommands(group).items():
         if isinstance(command, click.Group):
             yield from _commands(command, (*prefix, name))
         else:

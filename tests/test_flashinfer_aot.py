@@ -52,9 +52,9 @@ def run(*args, env=None, timeout=900):
 def flashinfer_env(tmp_path_factory):
     """env(stack): the stack's own FlashInfer (and tvm-ffi) importable on this Python; no GPU.
 
-    One HOME a stack, for this module's runs: importing tvm-ffi compiles its torch DLPack addon into
-    ~/.cache/tvm-ffi (about 20 s on two cores), once here instead of once a run. A stack of its own, as
-    the addon's name says nothing of the tvm-ffi that built it (0.5.9's 0.1.15.post2, 0.5.23's 0.1.11)."""
+    One HOME a stack, for this module's runs. The torch DLPack addon importing tvm-ffi compiles goes to the run's
+    own $TVM_FFI_CACHE_DIR (tests/conftest.py), where each release's addon has a name of its own (0.5.9's
+    0.1.15.post2 adds a hash of the torch build, 0.5.23's 0.1.11 does not)."""
     homes = {}
 
     def env(stack: str) -> dict:

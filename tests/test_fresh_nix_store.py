@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,12 @@ def test_a_fixed_output_left_in_the_store_hides_a_builder_that_cannot_run_and_a_
 
     # Neither store reached this run's own /nix/store.
     assert not Path(out).exists()
+
+
+def test_this_run_has_a_tvm_ffi_cache_of_its_own():
+    """tests/conftest.py: tvm-ffi compiles its torch addon (about 23 CPU-seconds) into a directory this run made
+    and removes when it ends, shared by its workers; never ~/.cache/tvm-ffi, where an earlier run's addon would
+    spare a test the compile a fresh machine does."""
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    assert cache.is_dir() and cache.parent == Path(tempfile.gettempdir()), cache
+    assert cache.name.startswith("eagle3-tests-tvm-ffi-") and cache != Path("~/.cache/tvm-ffi").expanduser()

@@ -24,6 +24,7 @@ with ast, those inside functions too. A module no layer claims fails the test: g
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -328,3 +329,43 @@ def test_the_source_check_sees_a_breach(monkeypatch, tmp_path, text, breach):
 )
 def test_reading_is_no_breach(text):
     assert source_breaches(text) == set()
+
+
+# -- what a command loads --------------------------------------------------------------------------------------
+
+
+def loaded_by(*words: str) -> set[str]:
+    """The modules the program imports to run ``sglang-eagle3 WORDS``, as Python's own -X importtime lists them."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "sglang_eagle3.cli", *words], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize(
+    "words, not_loaded",
+    [
+        (["models", "--help"], {"serving.settings", "commands.bench", "commands.serve", "commands.patch"}),
+        (["patch", "list"], {"commands.bench", "commands.models", "commands.serve"}),
+        (
+            ["--version"],
+            {
+                "commands.patch",
+                "commands.probe",
+                "commands.settings",
+                "commands.serve",
+                "commands.bench",
+                "commands.models",
+                "serving.settings",
+                "pydantic",
+            },
+        ),  # fmt: skip
+    ],
+)
+def test_a_command_loads_its_own_module_and_not_the_others(words, not_loaded):
+    """cli.py imports a command's module when that command runs (click's lazily loaded subcommands); the settings
+    model and pydantic load only with a command that reads the settings. `--help` lists every command, so it loads
+    them all: the check that the names are real."""
+    qualified = {name if name == "pydantic" else f"sglang_eagle3.{name}" for name in not_loaded}
+    assert not qualified & loaded_by(*words)
+    assert qualified <= loaded_by("--help") | {"pydantic"}

@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO
 from sglang_eagle3 import stacks
 from sglang_eagle3.cli import main as cli_main
+from support.cli_catalog import subcommands
 from support.flake_eval import Workspace, needs_flake_eval, tracked_files
 from support.gpus import fake_nvidia_smi
 from support.own_resources import refused_port
@@ -80,7 +81,7 @@ def releases(newest_tree, tmp_path_factory):
 def commands_taking_sglang() -> list[tuple[str, ...]]:
     def walk(command, path=()):
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            for name, sub in subcommands(command).items():
                 yield from walk(sub, (*path, name))
         elif any(p.name == "sglang" for p in command.params):
             yield path

@@ -10,10 +10,17 @@ import click
 from sglang_eagle3.cli import main
 
 
+def subcommands(group: click.Group) -> dict[str, click.Command]:
+    """A group's commands by name, through click's own interface: the top-level group loads each command's module
+    only when asked for it (sglang_eagle3/cli.py), so it has no ``commands`` dict to read."""
+    ctx = click.Context(group)
+    return {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+
+
 def leaf_commands(group: click.Group = main, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], click.Command]:
     """Every command that runs (not a group), by its words: ("models", "lock") -> the command."""
     found = {}
-    for name, command in sorted(group.commands.items()):
+    for name, command in sorted(subcommands(group).items()):
         if isinstance(command, click.Group):
             found.update(leaf_commands(command, (*prefix, name)))
         else:

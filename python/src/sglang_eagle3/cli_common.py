@@ -8,13 +8,16 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import errors, redaction
 from .errors import BadInput, Eagle3Error, shown, shown_path
 from .exit_status import ExitStatus
-from .serving import settings
+
+if TYPE_CHECKING:
+    from .serving.settings import ServerSettings
 
 TRACEBACK_ENV = "SGLANG_EAGLE3_TRACEBACK"
 # ctx.meta keys (meta is shared by every context of one invocation): --json was given, so a failure is also a JSON
@@ -147,9 +150,10 @@ def _json_asked(ctx: click.Context) -> bool:
     argv = ctx.meta.get(_ARGV, [])
     command = ctx.command  # the command the words name (the groups take no option with a value)
     for word in argv:
-        if not isinstance(command, click.Group) or word not in command.commands:
+        found = command.get_command(ctx, word) if isinstance(command, click.Group) else None
+        if found is None:
             break
-        command = command.commands[word]
+        command = found
     takes_json = any("--json" in p.opts for p in command.params)
     return takes_json and "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
 
@@ -198,5 +202,7 @@ def writable_file(path: Path) -> Path:
     return path
 
 
-def load_settings(config, assignments, profile) -> settings.ServerSettings:
+def load_settings(config, assignments, profile) -> ServerSettings:
+    from .serving import settings  # here: pydantic and the settings model load only for a command that reads them
+
     return settings.load(config, list(assignments), profile=profile)  # SettingsError is BadInput

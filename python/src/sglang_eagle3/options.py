@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .cli_common import JSON_ERRORS, FiniteFloat
-from .serving import settings
+from .serving import PROFILES
 from .serving.credentials import HUB_TOKEN_CREDENTIAL
 
 
@@ -86,7 +86,7 @@ assignments = click.option(
     help="Override one setting (repeatable), e.g. --set tp_size=4. Values are JSON or text.",
 )  # fmt: skip
 profile = click.option(
-    "--profile", type=click.Choice(settings.PROFILES), default=settings.PROFILES[0], show_default=True,
+    "--profile", type=click.Choice(PROFILES), default=PROFILES[0], show_default=True,
     help="eagle3: the tuned EAGLE-3 server; baseline: the same server without speculation.",
 )  # fmt: skip
 

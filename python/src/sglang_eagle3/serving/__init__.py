@@ -1,2 +1,6 @@
 """Serving: the settings, the launch plan, the launcher, credentials, and the entry points
 SGLang and its router are started through."""
+
+# The two servers a settings file can describe. Here, not in settings.py, so that the command line can offer them
+# without loading pydantic and the settings model (`models` and `patch` commands never need them).
+PROFILES = ("eagle3", "baseline")

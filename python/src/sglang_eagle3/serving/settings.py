@@ -38,10 +38,10 @@ from pydantic import (
 from .. import stacks
 from ..errors import BadInput, shown, shown_path
 from ..files import loads_json, loads_toml
+from . import PROFILES
 from .credentials import PATH_FLAGS, SECRET_ARGS, inline_secret_in, key_file_problem, secret_flag_in
 
 ENV_PREFIX = "SGLANG_EAGLE3_"
-PROFILES = ("eagle3", "baseline")
 SpeculativeAlgorithm = Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"]
 # The GPUs the defaults are tuned for (RTX PRO 6000 Blackwell, SM120): what the probe judges the
 # all-reduce settings on when no GPU is there to ask. Not a setting: SGLang reads it from the GPU.

@@ -112,14 +112,12 @@ def _callee(index: SourceIndex, path: Path, func_node: ast.expr, cls: str | None
         return None
     if found := _defined(module, func_node.id):
         return path, func_node.id, found, False
-    for node in ast.walk(module):  # imports inside functions too (SGLang defers many)
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                if (alias.asname or alias.name) == func_node.id:
-                    target = index.module_path(node.module)
-                    found = _defined(index.module(target), alias.name) if target else None
-                    return (target, alias.name, found, False) if found else None
-    return None
+    if func_node.id not in (imported := index.imported(path)):
+        return None
+    dotted, name = imported[func_node.id]
+    target = index.module_path(dotted)
+    found = _defined(index.module(target), name) if target else None
+    return (target, name, found, False) if found else None
 
 
 def _defined(module: ast.Module, qualname: str) -> ast.FunctionDef | None:
