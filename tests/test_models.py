@@ -567,6 +567,54 @@ def test_an_unreachable_hub_is_a_network_error_that_stops_the_fetch(env, dead_hu
     assert sum(o["status"] == "not_started" for o in data["outcomes"]) == len(lock["files"]) - len(failed)
 
 
+# What another download thread's failed connection does to huggingface_hub 1.x's shared client (utils/_http.py:
+# close_session() on httpx.ConnectError): a request then finds no client (close_session ran between get_session's
+# check and its return) or the client closed under it. Here it happens to the first request of the fetch.
+CLOSED_UNDER = {
+    "no client": "lambda: None",
+    "closed client": "lambda: (real(), http.close_session())[0]",
+}
+
+
+@pytest.mark.parametrize("client", [v for v in sorted(HUBS) if v.startswith("1.")], indirect=True,
+                         ids=lambda v: f"hub-{v}")  # fmt: skip
+@pytest.mark.parametrize("how", sorted(CLOSED_UNDER))
+def test_a_download_whose_shared_client_was_closed_under_it_is_tried_again(hub, env, tmp_path, client, how):
+    """Seen in CI under load: `fetch --jobs 2` from a hub that refuses connections reported one file as
+    "hub_error: AttributeError ... 'NoneType' object has no attribute 'request'" and went on to start a third."""
+    lock_file, lock = lock_model(env, tmp_path)
+    prelude = (
+        "import sys, huggingface_hub.utils._http as http\nreal, calls = http.get_session, []\n"
+        f"def get_session():\n    calls.append(1)\n    return ({CLOSED_UNDER[how]})() if len(calls) == 1 else real()\n"
+        "http.get_session = get_session\n"
+        "from sglang_eagle3.cli import main; sys.argv[0] = 'sglang-eagle3'; main()"
+    )
+    directory = tmp_path / "model"
+    result = subprocess.run([models_cmd()[0], "-c", prelude, "models", "fetch", "--lock", str(lock_file), "--dir",
+                             str(directory), "--jobs", "2", "--json"], capture_output=True, text=True, env=env,
+                            timeout=120)  # fmt: skip
+    data = json.loads(result.stdout)
+    assert result.returncode == 0 and data["downloaded"] == len(lock["files"]), data
+    code, verified, _, err = run_models(env, "verify", "--lock", str(lock_file), "--dir", str(directory))
+    assert code == 0 and verified["ok"], err
+
+
+def test_a_client_closed_under_every_try_is_a_cut_off_download_to_run_again():
+    """hub.translate: the same failure on every try names what happened and what to do, not an AttributeError."""
+    from sglang_eagle3.models import hub as models_hub
+
+    try:
+        None.request  # noqa: B018 (what huggingface_hub's client=None raises)
+    except AttributeError as err:
+        error = models_hub.translate(err, repo="o/r", revision="c", path="model.safetensors")
+    assert error.kind == "interrupted" and "model.safetensors of o/r was cut off" in str(error)
+    assert "run the same command again" in str(error)
+    closed = models_hub.translate(RuntimeError("Cannot send a request, as the client has been closed."), repo="o/r",
+                                  revision="c", path="x")  # fmt: skip
+    assert closed.kind == "interrupted"
+    assert models_hub.translate(AttributeError("other"), repo="o/r", revision="c").kind == "hub_error"
+
+
 @both_hubs
 def test_lock_against_an_unreachable_hub_says_so_and_promises_no_resume(dead_hub, tmp_path):
     code, data, _, err = run_models(dead_hub, "lock", REPO_ID, "--output", str(tmp_path / "x.json"))

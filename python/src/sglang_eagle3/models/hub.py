@@ -220,6 +220,12 @@ def translate(
         )
     if _not_connected(err):  # before the interrupted downloads: nothing was downloading
         return unreachable(err, token)
+    if closed_under(err):  # every try: another download kept finding the hub gone (or the client closed)
+        return ModelsError(
+            "interrupted",
+            f"download of {what} was cut off: the hub client closed its connections "
+            f"{CLOSED_CLIENT_TRIES} times while another download could not connect; {run_again()}",
+        )
     if isinstance(err, _transfer_errors()[1]):
         return ModelsError(
             "interrupted",
@@ -352,12 +358,33 @@ def _client_dir(local_dir: Path) -> Path:
 
 
 def download_file(repo: str, commit: str, path: str, local_dir: Path, token: str | None) -> str:
-    """One file at the commit into local_dir, resuming from huggingface_hub's `.incomplete` file there."""
+    """One file at the commit into local_dir, resuming from huggingface_hub's `.incomplete` file there; tried again
+    when the client's shared connection was closed under it (closed_under)."""
     from huggingface_hub import hf_hub_download
 
     _quiet_client()
-    _drop_torn_metadata(_client_dir(local_dir) / f"{path}.metadata")
-    return hf_hub_download(repo, path, revision=commit, local_dir=local_dir, token=token or False)
+    for attempt in range(1, CLOSED_CLIENT_TRIES + 1):
+        _drop_torn_metadata(_client_dir(local_dir) / f"{path}.metadata")
+        try:
+            return hf_hub_download(repo, path, revision=commit, local_dir=local_dir, token=token or False)
+        except (AttributeError, RuntimeError) as err:
+            if not closed_under(err) or attempt == CLOSED_CLIENT_TRIES:
+                raise
+    raise AssertionError("unreachable")  # the last try returned or raised
+
+
+CLOSED_CLIENT_TRIES = 3
+
+
+def closed_under(err: BaseException) -> bool:
+    """huggingface_hub 1.x shares one httpx client between the download threads and closes it when any request
+    cannot connect (utils/_http.py, _http_backoff_base: close_session() on httpx.ConnectError). A request another
+    thread makes meanwhile gets no client (AttributeError on None) or the closed one (httpx's RuntimeError). That
+    says nothing of its own file: the next try gets a new client, and a hub that is really gone is then
+    unreachable() for that file too, which stops the fetch."""
+    if isinstance(err, AttributeError):
+        return err.obj is None and err.name in ("request", "stream")
+    return isinstance(err, RuntimeError) and "client has been closed" in str(err)
 
 
 def _drop_torn_metadata(metadata: Path) -> None:

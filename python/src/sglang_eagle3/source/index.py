@@ -132,24 +132,24 @@ class SourceIndex:
         self.error = error  # what a file that cannot be parsed raises: the error the caller's callers catch
         self._modules: dict[Path, ast.Module] = {}
         self._parsed: dict[str, ParsedModule | None] = {}
-        self._imported: dict[Path, dict[str, tuple[str, str]]] = {}
+        self._absolute_imports: dict[Path, dict[str, tuple[str, str]]] = {}
 
     def module(self, path: Path) -> ast.Module:
         if path not in self._modules:
             self._modules[path] = parse_source(path, self.error, self.rel(path))
         return self._modules[path]
 
-    def imported(self, path: Path) -> dict[str, tuple[str, str]]:
+    def absolute_imports(self, path: Path) -> dict[str, tuple[str, str]]:
         """The names the module at ``path`` imports absolutely, inside its functions too (SGLang defers many): local
         name -> (module, name there). The first import of a name wins, in ast.walk's order."""
-        if path not in self._imported:
+        if path not in self._absolute_imports:
             found: dict[str, tuple[str, str]] = {}
             for node in ast.walk(self.module(path)):
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                     for alias in node.names:
                         found.setdefault(alias.asname or alias.name, (node.module, alias.name))
-            self._imported[path] = found
-        return self._imported[path]
+            self._absolute_imports[path] = found
+        return self._absolute_imports[path]
 
     def parsed(self, dotted: str) -> ParsedModule | None:
         """``sglang.srt.server_args`` -> its module with its functions indexed (None: not a module of this tree)."""

@@ -112,7 +112,7 @@ def _callee(index: SourceIndex, path: Path, func_node: ast.expr, cls: str | None
         return None
     if found := _defined(module, func_node.id):
         return path, func_node.id, found, False
-    if func_node.id not in (imported := index.imported(path)):
+    if func_node.id not in (imported := index.absolute_imports(path)):
         return None
     dotted, name = imported[func_node.id]
     target = index.module_path(dotted)
