@@ -2,5 +2,5 @@
 SGLang and its router are started through."""
 
 # The two servers a settings file can describe. Here, not in settings.py, so that the command line can offer them
-# without loading pydantic and the settings model (`models` and `patch` commands never need them).
+# without loading pydantic and the settings model, which the `models` commands never need.
 PROFILES = ("eagle3", "baseline")
