@@ -29,7 +29,7 @@ from conftest import CACHE, REPO
 from sglang_eagle3 import stacks
 from sglang_eagle3_audits import driver_loaders as audit
 from sglang_eagle3_audits.closure import Closure
-from support.flashinfer_site import flashinfer_site
+from support.stack_libraries import FLASHINFER_LIBRARIES, stack_libraries
 
 DATA = json.loads((REPO / "nix" / "driver-loaders.json").read_text())
 ENV = json.loads((REPO / "nix" / "runtime-env.json").read_text())
@@ -172,7 +172,8 @@ def test_flashinfers_links_get_the_drivers_directory_ahead_of_the_toolkits(tmp_p
         "import sys\nfrom pathlib import Path\nfrom flashinfer.jit.cpp_ext import generate_ninja_build_for_op\n"
         "print(generate_ninja_build_for_op('m', [Path(sys.argv[1])], None, None, None, None))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(flashinfer_site(CACHE)), "CUDA_HOME": str(home), "HOME": str(tmp_path),
+    site = stack_libraries("0.5.9", FLASHINFER_LIBRARIES, CACHE)
+    env = {**os.environ, "PYTHONPATH": str(site), "CUDA_HOME": str(home), "HOME": str(tmp_path),
            "FLASHINFER_EXTRA_LDFLAGS": flags, "FLASHINFER_CUDA_ARCH_LIST": "12.0",
            "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws")}  # fmt: skip
     ninja = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "m.cpp")], env=env, capture_output=True,

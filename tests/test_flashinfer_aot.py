@@ -26,10 +26,9 @@ import types
 import pytest
 from conftest import CACHE, REPO
 from support.flake_eval import Workspace, needs_flake_eval
-from support.flashinfer_site import flashinfer_site
 from support.pinned_wheels import fetch_wheel, unpack
 from support.scripts import load_script
-from support.stack_libraries import stack_libraries, with_path
+from support.stack_libraries import FLASHINFER_LIBRARIES, stack_libraries, with_path
 
 SCRIPT = REPO / "nix" / "scripts" / "flashinfer-aot.py"
 PLAN = json.loads((REPO / "nix" / "flashinfer-aot.json").read_text())
@@ -52,17 +51,12 @@ def run(*args, env=None, timeout=900):
 def flashinfer_env(tmp_path_factory):
     """env(stack): the stack's own FlashInfer (and tvm-ffi) importable on this Python; no GPU.
 
-    One HOME a stack, for this module's runs. The torch DLPack addon importing tvm-ffi compiles goes to the run's
-    own $TVM_FFI_CACHE_DIR (tests/conftest.py), where each release's addon has a name of its own (0.5.9's
-    0.1.15.post2 adds a hash of the torch build, 0.5.23's 0.1.11 does not)."""
+    One HOME a stack, for this module's runs; the stack's torch-c-dlpack-ext beside its tvm-ffi, whose prebuilt
+    torch DLPack addon tvm-ffi loads at import instead of compiling one (support/stack_libraries.py)."""
     homes = {}
 
     def env(stack: str) -> dict:
-        site = (
-            flashinfer_site(CACHE)
-            if stack == "0.5.9"
-            else stack_libraries("0.5.23", ("flashinfer-python", "apache-tvm-ffi"), CACHE)
-        )
+        site = stack_libraries(stack, FLASHINFER_LIBRARIES, CACHE)
         if stack not in homes:
             homes[stack] = tmp_path_factory.mktemp(f"home-{stack}")
         return with_path({**os.environ, "HOME": str(homes[stack])}, site)

@@ -5,6 +5,8 @@ transformers 5 (its configs subclass transformers 5's PreTrainedConfig) and apac
 code (its argument validation, tests/test_sglang_rules.py) needs those: the wheels its uv.lock pins (versions and
 sha256 from the lock, as tests/support/hub_clients.py does for the hub) are unpacked into the test cache, and that
 directory goes first on the subprocess's PYTHONPATH. Everything else they import comes from the test environment.
+The same for either stack's FlashInfer and tvm-ffi, which the test environment leaves out (tests/test_flashinfer_aot.py,
+tests/test_driver_loaders.py).
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ from support.pinned_wheels import download_pinned, unpack
 from support.pins import PinError, pins
 
 REPO = Path(__file__).resolve().parents[2]
+# tvm-ffi beside the test environment's torch 2.9 loads a torch DLPack addon at import, and compiles one (about 21
+# CPU-s) where none is prebuilt (_optional_torch_c_dlpack.py). Both stacks pin torch-c-dlpack-ext, whose prebuilt
+# addon loads first, so every set of libraries with tvm-ffi takes it too: the stacks never compile the addon.
+DLPACK_ADDON = "torch-c-dlpack-ext"
 # What SGLang 0.5.23's validation imports beyond the test environment, and what those need in turn
 # (transformers 5 requires typer, which requires shellingham and annotated-doc).
-NEWEST_LIBRARIES = ("transformers", "huggingface-hub", "tokenizers", "apache-tvm-ffi", "typer", "shellingham",
-                    "annotated-doc")  # fmt: skip
+NEWEST_LIBRARIES = ("transformers", "huggingface-hub", "tokenizers", "apache-tvm-ffi", DLPACK_ADDON, "typer",
+                    "shellingham", "annotated-doc")  # fmt: skip
+# A stack's FlashInfer, importable on this Python (its generators and ninja writer need no GPU).
+FLASHINFER_LIBRARIES = ("flashinfer-python", "apache-tvm-ffi", DLPACK_ADDON)
 
 
 def locked_wheel(workspace: str, name: str) -> dict:
