@@ -21,7 +21,6 @@ import zipfile
 from pathlib import PurePosixPath
 
 import pytest
-import torch
 from conftest import CACHE, REPO
 from support.own_resources import missing_path
 from support.pinned_wheels import fetch_wheel
@@ -43,6 +42,14 @@ WHEELS = {"0.6.3": ("flashinfer-python", None), "0.7.2": ("flashinfer-python-0.7
 
 
 ar = load_script(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch, for the tests that compute with it: imported at collection, every worker would pay for it (about 1 s)."""
+    import torch
+
+    return torch
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +168,7 @@ def test_bus_bandwidth_is_nccl_tests_formula():
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 12])
-def test_the_pattern_sums_exactly_in_bf16_in_any_order(n):
+def test_the_pattern_sums_exactly_in_bf16_in_any_order(n, torch):
     period = ar.pattern_period(n)
     parts = [ar.fill_pattern(torch.empty(4096, dtype=torch.bfloat16), r, period) for r in range(n)]
     for order in (parts, parts[::-1], parts[1::2] + parts[::2]):
@@ -176,7 +183,7 @@ def test_the_pattern_refuses_more_ranks_than_bf16_sums_exactly():
         ar.pattern_period(13)
 
 
-def test_a_wrong_sum_is_found_with_its_first_element():
+def test_a_wrong_sum_is_found_with_its_first_element(torch):
     n, period = 8, ar.pattern_period(8)
     parts = [ar.fill_pattern(torch.empty(8192, dtype=torch.bfloat16), r, period) for r in range(n)]
     right = sum(p.float() for p in parts).to(torch.bfloat16)
@@ -191,7 +198,7 @@ def test_a_wrong_sum_is_found_with_its_first_element():
     assert not ar.check_sum(moved, n, period)["ok"]
 
 
-def test_the_bf16_bound_takes_a_real_bf16_sum_and_not_one_rank_short():
+def test_the_bf16_bound_takes_a_real_bf16_sum_and_not_one_rank_short(torch):
     gen = torch.Generator().manual_seed(0)
     n = 8
     xs = [torch.randn(64, 7168, generator=gen).to(torch.bfloat16) for _ in range(n)]
@@ -205,7 +212,7 @@ def test_the_bf16_bound_takes_a_real_bf16_sum_and_not_one_rank_short():
     assert not short["ok"] and short["bad"] > xs[0].numel() // 2  # most elements, not a rare one
 
 
-def test_the_norm_bound_takes_bf16_rmsnorm_and_not_a_wrong_gamma():
+def test_the_norm_bound_takes_bf16_rmsnorm_and_not_a_wrong_gamma(torch):
     gen = torch.Generator().manual_seed(1)
     r = torch.randn(16, 7168, generator=gen).to(torch.bfloat16)
     gamma = (1 + 0.1 * torch.randn(7168, generator=gen)).to(torch.bfloat16)

@@ -492,19 +492,22 @@ def tree(request):
     return found
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_each_stacks_sglang_parses_the_leaders_and_a_workers_argv(tree, rank, tmp_path):
-    s = container_settings("multi-node", rank, tmp_path)
-    given = {"argv": launch_plan.sglang_args(s), "environ": {}}
+def test_each_stacks_sglang_parses_the_leaders_and_a_workers_argv(tree, tmp_path):
+    """The leader's (rank 0) and a worker's (rank 1) command lines, parsed by one run of the tree."""
+    pods = [container_settings("multi-node", rank, tmp_path) for rank in (0, 1)]
+    given = [{"argv": launch_plan.sglang_args(s), "environ": {}} for s in pods]
     env = {**os.environ, "PYTHONPATH": str(REPO / "python" / "src")}
     result = subprocess.run([sys.executable, str(MAIN_DRIVER), str(tree.root)], input=json.dumps(given),
                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    parsed = json.loads(result.stdout.strip().splitlines()[-1])["fields"]
-    assert parsed["nnodes"] == "2" and parsed["node_rank"] == str(rank) and parsed["tp_size"] == "16"
-    assert parsed["dist_init_addr"] == repr(f"{LWS_LEADER}:{generate.RENDEZVOUS_PORT}")
-    assert parsed["dist_timeout"] == str(generate.DIST_TIMEOUT)
-    assert parsed["host"] == "'0.0.0.0'" and parsed["model_path"] == repr(s.model_path)
+    runs = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(runs) == len(pods)
+    for rank, (s, run) in enumerate(zip(pods, runs, strict=True)):
+        parsed = run["fields"]
+        assert parsed["nnodes"] == "2" and parsed["node_rank"] == str(rank) and parsed["tp_size"] == "16"
+        assert parsed["dist_init_addr"] == repr(f"{LWS_LEADER}:{generate.RENDEZVOUS_PORT}")
+        assert parsed["dist_timeout"] == str(generate.DIST_TIMEOUT)
+        assert parsed["host"] == "'0.0.0.0'" and parsed["model_path"] == repr(s.model_path)
 
 
 def cited_lines(root: Path, cite: str) -> list[str]:

@@ -27,6 +27,7 @@ by parts of its random middle (a secret cut short still shows one). A traceback 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import secrets
@@ -110,9 +111,10 @@ def pip_url_variables() -> set[str]:
 # go through it (or read the same names).
 PROXY_VARIABLES = {f"{scheme}_proxy" for scheme in ("http", "https", "all")}
 PROXY_VARIABLES |= {name.upper() for name in PROXY_VARIABLES}
-OURS = environ_reads(Path(sglang_eagle3.__file__).parent)
-HUB = environ_reads(Path(huggingface_hub.__file__).parent)
-PIP = pip_url_variables()
+# What the tools themselves need to run here (not channels a user plants a secret in for this test).
+HARNESS = {"HOME", "PATH", "XDG_CACHE_HOME", "SGLANG_EAGLE3_NVIDIA_SMI", "SGLANG_EAGLE3_TRACEBACK", "HF_HUB_OFFLINE",
+           "TRANSFORMERS_OFFLINE", "PIP_RETRIES", "PIP_TIMEOUT", "PIP_NO_INPUT", "PIP_CONFIG_FILE",
+           "PYTHONPATH"}  # fmt: skip
 
 
 def is_url_variable(name: str, default: str | None) -> bool:
@@ -121,19 +123,23 @@ def is_url_variable(name: str, default: str | None) -> bool:
     )
 
 
-URL_VARIABLES = sorted({n for n, d in {**OURS, **HUB}.items() if is_url_variable(n, d)} | PIP | PROXY_VARIABLES)
-# What the tools themselves need to run here (not channels a user plants a secret in for this test).
-HARNESS = {"HOME", "PATH", "XDG_CACHE_HOME", "SGLANG_EAGLE3_NVIDIA_SMI", "SGLANG_EAGLE3_TRACEBACK", "HF_HUB_OFFLINE",
-           "TRANSFORMERS_OFFLINE", "PIP_RETRIES", "PIP_TIMEOUT", "PIP_NO_INPUT", "PIP_CONFIG_FILE",
-           "PYTHONPATH"}  # fmt: skip
-OTHER_VARIABLES = sorted((set(OURS) | {n for n in HUB if n.startswith("HF_")}) - set(URL_VARIABLES) - HARNESS)
+@functools.cache
+def variables() -> tuple[list[str], list[str]]:
+    """(the URL variables, every other variable the tools read), scanned once a worker, when a test first asks (at
+    collection every worker would scan, about 1 s each)."""
+    ours = environ_reads(Path(sglang_eagle3.__file__).parent)
+    hub = environ_reads(Path(huggingface_hub.__file__).parent)
+    urls = sorted({n for n, d in {**ours, **hub}.items() if is_url_variable(n, d)} | pip_url_variables()
+                  | PROXY_VARIABLES)  # fmt: skip
+    return urls, sorted((set(ours) | {n for n in hub if n.startswith("HF_")}) - set(urls) - HARNESS)
 
 
 def test_the_scans_find_the_channels_they_must():
     """The generated lists hold what the issue found and what the tools surely read: a scan that broke would
     silently plant nothing."""
-    assert {"HF_ENDPOINT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY"} <= set(URL_VARIABLES)
-    assert {"CREDENTIALS_DIRECTORY", "SGLANG_EAGLE3_PATCHES"} <= set(OTHER_VARIABLES)
+    urls, others = variables()
+    assert {"HF_ENDPOINT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY"} <= set(urls)
+    assert {"CREDENTIALS_DIRECTORY", "SGLANG_EAGLE3_PATCHES"} <= set(others)
     assert {("settings", "show"), ("serve",), ("models", "lock"), ("bench", "compare")} <= set(COMMANDS)
     paths = {p.name for command in COMMANDS.values() for p in command.params if is_path(p)}
     assert {"api_key_file", "token_file", "config", "lock_file", "directory", "output", "sglang"} <= paths
@@ -153,7 +159,7 @@ class Sandbox:
         self.inputs = root / "inputs"
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_EAGLE3_", "EAGLE3_TESTS_", "HF_"))
-                and k not in URL_VARIABLES and k != "CREDENTIALS_DIRECTORY"}  # fmt: skip
+                and k not in variables()[0] and k != "CREDENTIALS_DIRECTORY"}  # fmt: skip
         self.env = {**base, "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "cache"),
                     "SGLANG_EAGLE3_NVIDIA_SMI": str(root / "no-nvidia-smi"), "HF_ENDPOINT": self.url,
                     # pip (a release version's wheel) never leaves loopback either: its index is this refused port
@@ -332,7 +338,7 @@ def test_environment_values_are_masked_by_more_than_their_names(sandbox):
 
 def planted_variable(name: str, port: int) -> str:
     """A URL with the secret as its password (to a port nothing answers) for a URL variable, else the secret."""
-    return f"http://user:{SECRET}@127.0.0.1:{port}/" if name in URL_VARIABLES else SECRET
+    return f"http://user:{SECRET}@127.0.0.1:{port}/" if name in variables()[0] else SECRET
 
 
 def network_invocations(sandbox: Sandbox) -> list[list[str]]:
@@ -346,12 +352,13 @@ def network_invocations(sandbox: Sandbox) -> list[list[str]]:
 
 
 def test_a_secret_in_any_variable_the_tools_read_never_comes_out(sandbox):
-    everything = {name: planted_variable(name, sandbox.port) for name in [*URL_VARIABLES, *OTHER_VARIABLES]}
+    urls, others = variables()
+    everything = {name: planted_variable(name, sandbox.port) for name in [*urls, *others]}
     runs = [(argv, everything, False) for path, command in COMMANDS.items()
             for argv in invocations(path, command, sandbox, [], set())]  # fmt: skip
     # Each URL variable alone: `models fetch` is left out there (its hub client retries an unreachable hub for 23 s;
     # its requests go through the same client and messages as `models lock`'s) and runs above with all of them.
-    runs += [(argv, {name: planted_variable(name, sandbox.port)}, False) for name in URL_VARIABLES
+    runs += [(argv, {name: planted_variable(name, sandbox.port)}, False) for name in urls
              for argv in network_invocations(sandbox) if argv[:2] != ["models", "fetch"]]  # fmt: skip
     assert run_all(sandbox, runs) == []
 

@@ -2,6 +2,8 @@
 against one SGLang tree on CPU; print one JSON object.
 
 Usage: python sglang_main_driver.py TREE < {"argv": [...], "environ": {...}}
+A list of such requests gets a list of the objects, each prepared afresh: one import of the tree for several
+command lines (a pod's leader and worker).
 
 TREE holds sglang/. What stands in, and why:
 - sglang/__init__.py is not run (the package is entered directly): 0.5.23's patches transformers 5.19 (its pin,
@@ -52,6 +54,11 @@ def fields(server_args) -> dict:
 
 def main():
     given = json.load(sys.stdin)
+    print(json.dumps([run(g) for g in given] if isinstance(given, list) else run(given)))
+
+
+def run(given: dict) -> dict:
+    order.calls.clear()
     startup = [f"{call.__module__}.{call.__name__}" for call in sglang_main.startup_calls()]
     with_keys = sglang_main.prepare(given["argv"], given["environ"])
     calls = list(order.calls)
@@ -61,10 +68,9 @@ def main():
     launch_command = str(getattr(with_keys, "_launch_command", ""))
     secret = credentials.SERVER_SECRET_FIELDS  # every field but the secrets (keys, the TLS key's password, ...)
     parsed = {name: value for name, value in fields(with_keys).items() if name not in secret}
-    print(json.dumps({"startup": startup, "order": calls, "keys": keys, "changed": changed,
-                      "launch_command": launch_command, "tp_size": with_keys.tp_size,
-                      "speculative_algorithm": with_keys.speculative_algorithm,
-                      "fields": parsed}))  # fmt: skip
+    return {"startup": startup, "order": calls, "keys": keys, "changed": changed,
+            "launch_command": launch_command, "tp_size": with_keys.tp_size,
+            "speculative_algorithm": with_keys.speculative_algorithm, "fields": parsed}  # fmt: skip
 
 
 if __name__ == "__main__":
