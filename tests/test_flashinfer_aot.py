@@ -157,6 +157,21 @@ def test_the_modules_are_flashinfers_names_for_the_traced_calls(stack, flashinfe
         assert all({"trtllm_comm", "pcie_ipc_comm"} <= set(names) for names in per_gpu.values())
 
 
+@pytest.mark.parametrize("stack", ["0.5.9", "0.5.23"])
+def test_tvm_ffi_loads_the_stacks_prebuilt_dlpack_addon_and_builds_none(stack, flashinfer_env, tmp_path):
+    """tvm-ffi beside the tests' torch 2.9 takes the torch DLPack addon of the stack's torch-c-dlpack-ext (each stack
+    pins it) and builds nothing into its cache; without it, it compiles one there (about 21 CPU-s). The trace's
+    libraries (flashinfer-call-policy.json) take it too."""
+    cache = tmp_path / "tvm-ffi"
+    env = {**flashinfer_env(stack), "TVM_FFI_CACHE_DIR": str(cache)}
+    probe = "import torch, tvm_ffi; print(hasattr(torch.Tensor, '__dlpack_c_exchange_api__'))"
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.split() == ["True"], result.stderr[-2000:]
+    assert not cache.exists() or not any(cache.iterdir()), sorted(p.name for p in cache.iterdir())
+    policy = json.loads((REPO / "nix" / "stacks" / f"sglang-{stack}" / "flashinfer-call-policy.json").read_text())
+    assert {"apache-tvm-ffi", "torch-c-dlpack-ext"} <= set(policy["libraries"])
+
+
 def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(flashinfer_env):
     """FlashInfer 0.7.2 with nvcc 12.9 or newer targets 12.0 as compute_120f: the module holds SM120 code."""
     result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list", env=flashinfer_env("0.5.23"))
