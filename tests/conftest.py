@@ -2,11 +2,12 @@
 
 The pristine source is the published wheel, fetched with pip and checked against the
 sha256 pinned in nix/pins.json (the same pin the Nix build uses). Trees are unpacked
-once per session; tests that change a tree get their own copy.
+once per run (made_once: the workers share them); tests that change a tree get their own copy.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -53,11 +54,30 @@ def pristine_wheel() -> Path:
     return fetch_wheel("sglang", CACHE)
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """The directory ``name``, filled by ``make(directory)`` once per run: pytest-xdist's workers share it (in the
+    run's base directory, one worker makes it while the others wait on a lock), as one process would. Each worker
+    made its own four trees: unpacking and patching them took 1.3 CPU-seconds, and compiling what SGLang's own run
+    imports (byte code written beside the tree) 2.9 for each 0.5.23 tree, again in every worker. A make that failed
+    or was cut short is started again."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory, above each worker's own
+    directory, made = base / f"shared-{name}", base / f"shared-{name}.made"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            made.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def pristine_tree(pristine_wheel, tmp_path_factory) -> Path:
-    """The wheel unpacked: a directory holding sglang/ and its dist-info. Do not modify."""
-    root = tmp_path_factory.mktemp("pristine")
-    return unpack(pristine_wheel, root)
+    """The wheel unpacked: a directory holding sglang/ and its dist-info. Do not modify (every worker reads it)."""
+    return made_once(tmp_path_factory, "pristine", lambda root: unpack(pristine_wheel, root))
 
 
 NEWEST = "sglang-0.5.23"  # the newest SGLang release on PyPI (its pin in nix/pins.json)
@@ -73,8 +93,8 @@ def newest_wheel() -> Path:
 
 @pytest.fixture(scope="session")
 def newest_tree(newest_wheel, tmp_path_factory) -> Path:
-    """The newest wheel unpacked (sglang/ and its dist-info). Do not modify."""
-    return unpack(newest_wheel, tmp_path_factory.mktemp("newest"))
+    """The newest wheel unpacked (sglang/ and its dist-info). Do not modify (every worker reads it)."""
+    return made_once(tmp_path_factory, "newest", lambda root: unpack(newest_wheel, root))
 
 
 @pytest.fixture
@@ -123,14 +143,14 @@ def patched_copy(tree: Path, series_dir: Path, root: Path) -> Path:
 @pytest.fixture(scope="session")
 def patched_tree(pristine_tree, tmp_path_factory) -> Path:
     """Pristine tree with the series applied by plain GNU patch, as Nix's patchPhase does. Do not modify."""
-    return patched_copy(pristine_tree, SERIES_DIR, tmp_path_factory.mktemp("patched"))
+    return made_once(tmp_path_factory, "patched", lambda root: patched_copy(pristine_tree, SERIES_DIR, root))
 
 
 @pytest.fixture(scope="session")
 def patched_newest(newest_tree, tmp_path_factory) -> Path:
     """The newest wheel with its own series (patches/sglang-<version>/) applied by plain GNU patch. Do not modify."""
     series = REPO / "patches" / f"sglang-{pins.pins()[NEWEST]['version']}"
-    return patched_copy(newest_tree, series, tmp_path_factory.mktemp("patched-newest"))
+    return made_once(tmp_path_factory, "patched-newest", lambda root: patched_copy(newest_tree, series, root))
 
 
 @pytest.fixture
