@@ -86,8 +86,10 @@ PIN = pins.pins()["sglang"]
 
 
 def command_env(index: Index, cache: Path) -> dict[str, str]:
+    scratch = cache / "tmp"  # the temporary directories of a pip killed mid-download stay here, not in /tmp
+    scratch.mkdir(parents=True, exist_ok=True)
     return {**os.environ, "XDG_CACHE_HOME": str(cache), "PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull,
-            "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0", "PIP_TIMEOUT": "20"}  # fmt: skip
+            "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0", "PIP_TIMEOUT": "20", "TMPDIR": str(scratch)}  # fmt: skip
 
 
 # `patch apply` on a release version fetches and unpacks it, then refuses to patch the cache's copy: the shortest

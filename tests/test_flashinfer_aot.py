@@ -172,10 +172,13 @@ def test_tvm_ffi_loads_the_stacks_prebuilt_dlpack_addon_and_builds_none(stack, f
     assert {"apache-tvm-ffi", "torch-c-dlpack-ext"} <= set(policy["libraries"])
 
 
-def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(flashinfer_env):
-    """FlashInfer 0.7.2 with nvcc 12.9 or newer targets 12.0 as compute_120f: the module holds SM120 code."""
-    result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list", env=flashinfer_env("0.5.23"))
+def test_sm120_counts_when_flashinfer_targets_it_as_compute_120f(flashinfer_env, tmp_path):
+    """FlashInfer 0.7.2 with nvcc 12.9 or newer targets 12.0 as compute_120f: the module holds SM120 code. The
+    workspace the script takes when given no --build-dir is gone when it ends (one a run was left in /tmp)."""
+    result = run("--stack", "0.5.23", "--capabilities", "12.0", "--list",
+                 env={**flashinfer_env("0.5.23"), "TMPDIR": str(tmp_path)})  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == []
     assert len(listed(result.stdout)["12.0"]) == sum(
         "12.0" in m["needed_on"] for m in calls("0.5.23")["modules"].values()
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 
@@ -49,11 +50,15 @@ def runs(step: str) -> set[str]:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_data_is_a_fresh_trace_of_the_stack(stack):
+def test_the_data_is_a_fresh_trace_of_the_stack(stack, tmp_path):
+    """The audit traces again and finds its data; what the traces wrote (FlashInfer's workspace, the models' configs,
+    the rendezvous files: each run left some in /tmp) is gone when it ends."""
     command = ["-m", "sglang_eagle3_audits", "--check", "--only", "flashinfer-calls", "--stack", stack]
     result = subprocess.run([sys.executable, *command, "--cache", str(CACHE)], capture_output=True, text=True,
-                            timeout=1800)  # fmt: skip
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=1800)  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
+    # torchinductor_<user>: torch's own compile cache, which torch keeps in the temporary directory across runs
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 @pytest.mark.parametrize("stack", STACKS)

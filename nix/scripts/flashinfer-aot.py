@@ -207,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     # Before FlashInfer is imported: it reads both when its modules load.
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = " ".join(caps)
-    build_dir = args.build_dir or Path(tempfile.mkdtemp(prefix="flashinfer-aot-"))
+    # The default workspace is this run's alone and goes when main returns.
+    scratch = None if args.build_dir else tempfile.TemporaryDirectory(prefix="flashinfer-aot-")
+    build_dir = args.build_dir or Path(scratch.name)
     os.environ["FLASHINFER_WORKSPACE_BASE"] = str(build_dir)
     if args.jobs:
         os.environ["MAX_JOBS"] = str(args.jobs)

@@ -47,7 +47,10 @@ REQUEST = json.loads(open(sys.argv[1]).read())
 CAP = tuple(REQUEST["capability"])
 GPU = REQUEST["gpu"]
 os.environ.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", SGLANG_USE_CPU_ENGINE="1")
-os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", tempfile.mkdtemp(prefix="flashinfer-trace-"))
+# Everything the trace writes (FlashInfer's workspace, the models' configs, the rendezvous) goes in one directory of
+# its own, removed when the trace ends (weakref.finalize at exit).
+SCRATCH = tempfile.TemporaryDirectory(prefix="flashinfer-trace-")
+os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", os.path.join(SCRATCH.name, "workspace"))
 os.environ.update(REQUEST.get("environment", {}))
 
 
@@ -345,7 +348,7 @@ def install_recorder():
 
 # -- SGLang, built as the server builds it ---------------------------------------------------------------------
 def write_config(config: dict) -> str:
-    path = tempfile.mkdtemp(prefix="flashinfer-trace-model-")
+    path = tempfile.mkdtemp(prefix="model-", dir=SCRATCH.name)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f)
     return path
@@ -363,7 +366,7 @@ def server_args_for(argv):
 
 def init_parallel(server_args, hidden_size):
     """One rank of gloo groups, made as each release's scheduler makes them."""
-    method = f"file://{tempfile.mkdtemp()}/rendezvous"
+    method = f"file://{tempfile.mkdtemp(dir=SCRATCH.name)}/rendezvous"
     try:  # 0.5.23: the launcher publishes the rank; the bootstrap makes the groups as ModelRunner's does
         from sglang.srt.distributed import bootstrap
         from sglang.srt.runtime_context import SpawnRanks, publish

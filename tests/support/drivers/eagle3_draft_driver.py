@@ -17,6 +17,8 @@ os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
 
 import torch  # noqa: E402
 
+SCRATCH = tempfile.TemporaryDirectory(prefix="tiny-draft-")  # the rendezvous file: removed when the process ends
+
 
 def init_single_process(model_dir: str, scratch: str) -> None:
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
@@ -41,7 +43,7 @@ def main() -> None:
     from transformers import AutoConfig
 
     directories = json.loads(sys.argv[1])
-    init_single_process(directories[0], tempfile.mkdtemp(prefix="tiny-draft-"))
+    init_single_process(directories[0], SCRATCH.name)
     from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
 
     results = {}

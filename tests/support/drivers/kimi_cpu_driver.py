@@ -73,6 +73,10 @@ VISION_CONFIG = dict(
 )
 
 
+# The models' configs and rendezvous files: removed when the process ends.
+SCRATCH = tempfile.TemporaryDirectory(prefix="tiny-kimi-k25-")
+
+
 def build_model(text_config: dict = TEXT_CONFIG):
     from sglang.srt.configs.kimi_k25 import KimiK25Config
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
@@ -80,7 +84,7 @@ def build_model(text_config: dict = TEXT_CONFIG):
     from sglang.srt.models.kimi_k25 import KimiK25ForConditionalGeneration
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-    model_dir = tempfile.mkdtemp(prefix="tiny-kimi-k25-")
+    model_dir = tempfile.mkdtemp(dir=SCRATCH.name)
     config = dict(
         architectures=["KimiK25ForConditionalGeneration"],
         model_type="kimi_k25",
