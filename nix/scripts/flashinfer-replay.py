@@ -141,6 +141,20 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
     def q_of(n, dim, heads=HEADS):
         return torch.randn(n, heads, dim, dtype=bf16, device=dev)
 
+    def replayed_in_a_graph(run, replan, q, pool, kv_lens):
+        """SGLang's CUDA-graph step: run once (the runner's warm-up), capture, plan again into the captured buffers
+        with the replay's lengths at new scattered slots, new queries, replay. Returns the output and the slots."""
+        out = torch.empty_like(q)
+        run(out)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run(out)
+        slots = torch.randperm(pool, device=dev)[: sum(kv_lens)].to(torch.int32)
+        replan(kv_lens, slots)
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        return out, slots
+
     # ---- the target: Kimi-K2.5's MLA (qk 192 = nope 128 + rope 64, v 128; absorbed: ckv 512, kpe 64)
     def mla_inputs(q_lens, kv_lens, pool=4096):
         k_buf = torch.randn(pool, 1, 576, dtype=bf16, device=dev)  # SGLang's MLA pool: one buffer, ckv | kpe
@@ -209,16 +223,14 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
         k_buf, slots, q, q_rope = mla_inputs(q_lens, [61, 203])
         w = mla_wrapper(cuda_graph=True)
         mla_plan(w, q_lens, [61, 203], slots)
-        out = torch.empty_like(q)
-        mla_run(w, k_buf, q, q_rope, out)  # warm-up, as the runner does before capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            mla_run(w, k_buf, q, q_rope, out)
-        kv_lens = [77, 150]  # the replay's batch: new lengths and slots into the captured buffers
-        slots = torch.randperm(k_buf.shape[0], device=dev)[: sum(kv_lens)].to(torch.int32)
-        mla_plan(w, q_lens, kv_lens, slots)
-        q.copy_(torch.randn_like(q))
-        graph.replay()
+        kv_lens = [77, 150]  # the replay's batch
+        out, slots = replayed_in_a_graph(
+            lambda o: mla_run(w, k_buf, q, q_rope, o),
+            lambda lens, s: mla_plan(w, q_lens, lens, s),
+            q,
+            k_buf.shape[0],
+            kv_lens,
+        )
         check("MLA paged, CUDA graph replayed with a new plan", out,
               mla_reference(k_buf, slots, q, q_rope, q_lens, kv_lens, mla_scale))  # fmt: skip
     elif step == "target.sample":
@@ -306,17 +318,15 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
             else:
                 w = paged_wrapper(cuda_graph=True)
                 paged_plan(w, q_lens, kv_lens, slots, causal=True)
-                got = torch.empty_like(q)
-                w.run(q, cache, out=got)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    w.run(q, cache, out=got)
                 kv_lens = [63, 98]
-                slots = torch.randperm(cache[0].shape[0], device=dev)[: sum(kv_lens)].to(torch.int32)
+                got, slots = replayed_in_a_graph(
+                    lambda o: w.run(q, cache, out=o),
+                    lambda lens, s: paged_plan(w, q_lens, lens, s, causal=True),
+                    q,
+                    cache[0].shape[0],
+                    kv_lens,
+                )
                 k_seq, v_seq = cache[0][slots.long(), 0], cache[1][slots.long(), 0]
-                paged_plan(w, q_lens, kv_lens, slots, causal=True)
-                q.copy_(torch.randn_like(q))
-                graph.replay()
             check("paged prefill head 128, causal" + (", CUDA graph replayed" if "cuda_graph" in step else ""),
                   got, reference(q, k_seq, v_seq, q_lens, kv_lens, True, scale)[0])  # fmt: skip
         elif step in ("draft.decode", "draft.decode.cuda_graph"):
@@ -325,11 +335,15 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
             cache, slots, k_seq, v_seq = paged_kv(kv_lens, kv_heads, 128)
             q = q_of(2, 128)
             last = i32([1, 1])
+
+            def decode_plan(w, kv_lens, slots):
+                w.plan(indptr(kv_lens), slots, last, HEADS, kv_heads, 128, 1, q_data_type=bf16, kv_data_type=bf16)
+
             if step == "draft.decode":
                 w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                     ws, "NHD", backend="fa2", use_tensor_cores=tensor_cores
                 )
-                w.plan(indptr(kv_lens), slots, last, HEADS, kv_heads, 128, 1, q_data_type=bf16, kv_data_type=bf16)
+                decode_plan(w, kv_lens, slots)
                 got = w.run(q, cache)
             else:
                 w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
@@ -337,18 +351,16 @@ def replay(step: str, geometry: str, apis: list[str]) -> list[dict]:
                     paged_kv_indptr_buffer=torch.zeros(3, dtype=torch.int32, device=dev),
                     paged_kv_indices_buffer=torch.zeros(4096, dtype=torch.int32, device=dev),
                     paged_kv_last_page_len_buffer=torch.ones(2, dtype=torch.int32, device=dev))  # fmt: skip
-                w.plan(indptr(kv_lens), slots, last, HEADS, kv_heads, 128, 1, q_data_type=bf16, kv_data_type=bf16)
-                got = torch.empty_like(q)
-                w.run(q, cache, out=got)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    w.run(q, cache, out=got)
+                decode_plan(w, kv_lens, slots)
                 kv_lens = [71, 222]
-                slots = torch.randperm(cache[0].shape[0], device=dev)[: sum(kv_lens)].to(torch.int32)
+                got, slots = replayed_in_a_graph(
+                    lambda o: w.run(q, cache, out=o),
+                    lambda lens, s: decode_plan(w, lens, s),
+                    q,
+                    cache[0].shape[0],
+                    kv_lens,
+                )
                 k_seq, v_seq = cache[0][slots.long(), 0], cache[1][slots.long(), 0]
-                w.plan(indptr(kv_lens), slots, last, HEADS, kv_heads, 128, 1, q_data_type=bf16, kv_data_type=bf16)
-                q.copy_(torch.randn_like(q))
-                graph.replay()
             check(f"decode head 128, {'tensor cores' if tensor_cores else 'no tensor cores'}"
                   + (", CUDA graph replayed" if "cuda_graph" in step else ""),
                   got, reference(q, k_seq, v_seq, [1, 1], kv_lens, True, scale)[0])  # fmt: skip
