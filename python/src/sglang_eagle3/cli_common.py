@@ -89,6 +89,8 @@ class TopLevelGroup(click.Group):
         except KeyboardInterrupt:
             self._fail(ctx, errors.Interrupted("interrupted by Ctrl-C (SIGINT)"))
         except Exception as err:
+            if errors.signalled:  # the signal's exception, made a library's own (pydantic-core: a SchemaError)
+                self._fail(ctx, errors.signalled)
             if traceback_wanted():
                 raise
             if isinstance(err, (OSError, UnicodeError)):

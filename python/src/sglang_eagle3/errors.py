@@ -103,9 +103,11 @@ class Phase(enum.Enum):
 _phase = Phase.RUNNING
 _answering = False  # answer_signals installed the handler (the top-level group runs a command)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+signalled: Interrupted | None = None  # what the signal _on_signal last raised in a running command makes of it
 
 
 def _on_signal(signum, _frame):
+    global signalled
     if _phase is Phase.SETTLED:
         return
     what = "terminated by SIGTERM" if signum == signal.SIGTERM else "interrupted by Ctrl-C (SIGINT)"
@@ -114,6 +116,7 @@ def _on_signal(signum, _frame):
         signal.signal(signum, signal.SIG_DFL)  # as the program would have ended without this handler
         os.kill(os.getpid(), signum)
         return
+    signalled = Interrupted(what, ExitStatus.TERMINATED if signum == signal.SIGTERM else ExitStatus.INTERRUPTED)
     raise Terminated(what) if signum == signal.SIGTERM else KeyboardInterrupt
 
 
@@ -121,8 +124,8 @@ def answer_signals(phase: Phase = Phase.RUNNING) -> dict:
     """From now on SIGINT and SIGTERM do what ``phase`` (and later ``set_phase``, ``settle``) says; returns the
     handlers replaced, for ``restore_signals``. A command that handles a signal itself (serve, models fetch) installs
     its own handler over this one while it runs. Elsewhere than the main thread: nothing, and {}."""
-    global _phase, _answering
-    _phase = phase
+    global _phase, _answering, signalled
+    _phase, signalled = phase, None
     try:
         previous = {s: signal.signal(s, _on_signal) for s in _SIGNALS}
     except ValueError:
