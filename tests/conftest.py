@@ -37,6 +37,13 @@ sys.dont_write_bytecode = False
 # the others need (measured: test_draft_generated and test_patch_0004 on two workers, 115 s and 138 CPU-seconds
 # with a thread a core, 88 s and 121 with one). Torch reads it; neither stack's sglang/srt nor this package does.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inductor's C++ kernels without SIMD. SGLang compiles some functions (the MoE top-k: @torch.compile) and on a CPU
+# inductor writes C++ for them. Before it picks an instruction set, each process builds a probe for AMX, AVX-512 and
+# AVX2 and loads each in a new interpreter that imports torch: 6 to 12 of them a process, and 8.7 of a CPU model
+# run's 16.7 CPU-seconds (drivers/eagle3_capture_driver.py; test_draft_generated and test_patch_0004 took 80
+# CPU-seconds, 53 without). Scalar kernels run the same functions, the same on every machine; a test compares values
+# computed in one process, and no GPU path runs these kernels.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 SERIES_DIR = REPO / "patches" / f"sglang-{pins.pins()['sglang']['version']}"
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 # The pinned wheels, and the audits' scans of them: the audits' own cache root (one for the command and the tests).
