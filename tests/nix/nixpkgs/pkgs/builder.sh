@@ -36,14 +36,16 @@ initial_path_programs="
 PATH=/usr/local/bin:/usr/bin:/bin  # the host, only to assemble the initial path
 initial_path=${TMPDIR:-/tmp}/.stdenv-initial-path
 mkdir -p "$initial_path"
+found=()
 for program in $initial_path_programs; do
   for dir in /usr/local/bin /usr/bin /bin; do
     if [ -x "$dir/$program" ]; then
-      ln -sf "$dir/$program" "$initial_path/$program"
+      found+=("$dir/$program")
       break
     fi
   done
 done
+ln -sf -t "$initial_path" -- "${found[@]}"  # one process, not one a program (138 cost 0.15 CPU-seconds a build)
 
 PATH=
 for input in $nativeBuildInputs $buildInputs $propagatedBuildInputs; do
