@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
+from sglang_eagle3.bench import server_metrics
 from sglang_eagle3.source.tree import locate
 from support import metrics_catalog
 from support.bench_fixtures import fake_server
@@ -128,3 +129,18 @@ def test_stand_in_exports_sglang_names_types_and_labels(sglang_catalog):
         assert real is not None, f"the stand-in exports {name}, which SGLang 0.5.9 does not"
         assert metric.kind == real.kind, name
         assert metric.labels <= real.labels, f"{name}: {sorted(metric.labels - real.labels)} not in 0.5.9"
+
+
+def test_stand_in_sets_its_gauges_from_whole_decode_log_windows():
+    """As SGLang's scheduler, the stand-in sets its gauges when it logs decode stats, every
+    --decode-log-interval steps: a run's short last chunk never makes up a window of its own."""
+    with fake_server("--speculative-algorithm", "EAGLE3", "--decode-log-interval", "5", RATE="400") as server:
+        burst = json.loads(urllib.request.urlopen(f"{server.url}/server_info", timeout=5).read())["fake_burst"]
+        # 20 tokens: 1, then chunks of `burst` and a shorter last one; the log after 5 chunks is the last.
+        body = json.dumps({"text": "one two", "sampling_params": {"max_new_tokens": 20}, "stream": True}).encode()
+        urllib.request.urlopen(urllib.request.Request(f"{server.url}/generate", body), timeout=10).read()
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=5) as response:
+            page = server_metrics.parse(response.read().decode())
+    assert 19 % burst and (19 // burst) > 5, burst  # the request has a short last chunk after the logged window
+    assert page["sglang:spec_accept_length"] == burst
+    assert page["sglang:generation_tokens_total"] == 20

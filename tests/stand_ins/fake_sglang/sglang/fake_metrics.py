@@ -4,9 +4,11 @@ Only the metrics the alert rules and the dashboard use, exported with prometheus
 (as SGLang does) and fed from what the stand-in actually serves: each streamed chunk is
 a decode step, its tokens are "accepted" tokens, and the time between chunks is the
 inter-token latency, accounted the way SGLang's TokenizerMetricsCollector does it.
-Scheduler gauges are refreshed periodically while requests decode, as SGLang refreshes
-them every few decode steps. tests/test_monitoring_*.py check these names against the
-catalog read from SGLang's source, so they cannot drift from 0.5.9.
+Scheduler gauges are set every --decode-log-interval decode steps from what those steps
+did, as SGLang's scheduler logs its decode stats (scheduler_output_processor_mixin.py:534,
+scheduler_metrics_mixin.py log_decode_stats): no timer, so the last window of a run is a
+whole one, never only its streams' short last chunks. tests/test_monitoring_*.py check
+these names against the catalog read from SGLang's source, so they cannot drift from 0.5.9.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 
 
 
 class Metrics:
-    def __init__(self, model_name: str, num_draft_tokens: int | None, kv_pool_tokens: int):
+    def __init__(self, model_name: str, num_draft_tokens: int | None, kv_pool_tokens: int, log_interval: int):
         self.registry = CollectorRegistry()
+        self.log_interval = log_interval  # decode steps between two logs of the scheduler's stats
         self.num_draft_tokens = num_draft_tokens  # None without speculation
         self.kv_pool_tokens = kv_pool_tokens
         tokenizer = {"model_name": model_name}
@@ -56,13 +59,12 @@ class Metrics:
                            "max_total_num_tokens", "spec_accept_length", "spec_accept_rate")}  # fmt: skip
         self.gauge = gauge
         gauge["max_total_num_tokens"].set(kv_pool_tokens)
-        # What the scheduler accumulates between two refreshes of its gauges.
+        # What the scheduler accumulates between two logs of its decode stats.
         self.running: dict[int, int] = {}  # request id -> tokens held in the KV cache
         self.queued = 0
         self.interval_tokens = 0
         self.interval_steps = 0
-        self.last_refresh = time.monotonic()
-        self.batch = (0, 0, 0)  # running requests, their tokens, queued requests
+        self.last_log = time.monotonic()
 
     # -- tokenizer side: per request ------------------------------------------------------
 
@@ -76,8 +78,8 @@ class Metrics:
             self.itl.observe(interval / tokens)
         self.interval_tokens += tokens
         self.interval_steps += 1
-        # The batch as of this step, as SGLang's scheduler sees it when it logs decode stats.
-        self.batch = (len(self.running), sum(self.running.values()), self.queued)
+        if self.interval_steps >= self.log_interval:
+            self.log_decode_stats()
 
     def finished(self, prompt_tokens: int, generated: int, started: float, now: float) -> None:
         self.prompt_tokens.inc(prompt_tokens)
@@ -85,14 +87,12 @@ class Metrics:
         self.requests.inc()
         self.e2e.observe(now - started)
 
-    # -- scheduler side: gauges refreshed while decoding ------------------------------------
+    # -- scheduler side: gauges set when the decode stats are logged --------------------------
 
-    def refresh(self) -> None:
+    def log_decode_stats(self) -> None:
         now = time.monotonic()
-        elapsed, self.last_refresh = now - self.last_refresh, now
-        if self.interval_steps == 0:
-            return  # SGLang only logs decode stats while it decodes; the gauges keep their last value
-        running, used, queued = self.batch
+        elapsed, self.last_log = now - self.last_log, now
+        running, used, queued = len(self.running), sum(self.running.values()), self.queued
         self.gauge["num_running_reqs"].set(running)
         self.gauge["num_queue_reqs"].set(queued)
         self.gauge["num_used_tokens"].set(used)

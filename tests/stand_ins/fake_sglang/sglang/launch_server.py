@@ -20,7 +20,6 @@ and ignores the rest). Behaviour is set with environment variables:
   FAKE_SGLANG_IGNORE_STOP   log SIGTERM/SIGINT but go on (a server that does not stop when asked)
   FAKE_SGLANG_MAX_RUNNING   requests decoded at once; more wait in the queue (default: no limit)
   FAKE_SGLANG_KV_TOKENS     size of the pretend KV cache pool in tokens (default 100000)
-  FAKE_SGLANG_METRICS_INTERVAL  seconds between refreshes of the scheduler gauges (default 0.5)
   FAKE_SGLANG_DRAFT_QUALITY JSON {draft path: quality}: scales what speculation gains with that
                             draft (1 = the model below, 0.5 = half its extra accepted tokens and speed-up)
 
@@ -56,6 +55,7 @@ parser.add_argument("--speculative-algorithm")
 parser.add_argument("--speculative-num-steps", type=int, default=3)
 parser.add_argument("--speculative-eagle-topk", type=int, default=1)
 parser.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+parser.add_argument("--decode-log-interval", type=int, default=40)  # SGLang's default (server_args.py:393)
 parser.add_argument("--speculative-draft-model-path")
 args, _ = parser.parse_known_args()
 env = os.environ
@@ -85,7 +85,7 @@ finished = {"count": 0}
 in_flight = {"requests": 0, "tokens": 0}  # what /get_load reports
 MAX_RUNNING = int(env["FAKE_SGLANG_MAX_RUNNING"]) if env.get("FAKE_SGLANG_MAX_RUNNING") else None
 metrics = Metrics(args.model_path, args.speculative_num_draft_tokens if ACCEPT_LENGTH else None,
-                  int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)))  # fmt: skip
+                  int(env.get("FAKE_SGLANG_KV_TOKENS", 100_000)), args.decode_log_interval)  # fmt: skip
 
 
 def ready() -> bool:
@@ -282,16 +282,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def refresh_metrics() -> None:
-    while True:
-        await asyncio.sleep(float(env.get("FAKE_SGLANG_METRICS_INTERVAL", 0.5)))
-        metrics.refresh()
-
-
 async def main() -> None:
     global slots
     slots = asyncio.Semaphore(MAX_RUNNING or 1_000_000)
-    refresher = asyncio.create_task(refresh_metrics())  # noqa: F841 (kept alive until exit)
     server = await asyncio.start_server(handle, args.host, args.port, reuse_address=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
